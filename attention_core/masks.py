@@ -1,0 +1,227 @@
+"""Attention masks as functions that return boolean tensors (True = may attend).
+
+Every mask is (q_len, k_len) unless said otherwise, so masks combine with `&` and `|`
+and broadcast over (batch, heads, q_len, k_len). Nothing here edits a tensor in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+def _positions(q_len: int, k_len: int, device: torch.device | None) -> tuple[Tensor, Tensor]:
+    """Query positions as a column (q_len, 1) and key positions as a row (1, k_len)."""
+    if q_len < 0 or k_len < 0:
+        raise ValueError(f"lengths must be non-negative; got q_len={q_len}, k_len={k_len}")
+    i = torch.arange(q_len, device=device).unsqueeze(1)
+    j = torch.arange(k_len, device=device).unsqueeze(0)
+    return i, j
+
+
+def causal_mask(
+    q_len: int, k_len: int | None = None, *, offset: int = 0, device: torch.device | None = None
+) -> Tensor:
+    """Query i sees key j when j <= i + offset. (q_len, k_len).
+
+    offset=0 is the usual top-left aligned mask (PyTorch's is_causal); with a KV cache of
+    `past` tokens, pass offset=past so the new queries see everything before them.
+    """
+    k_len = q_len if k_len is None else k_len
+    i, j = _positions(q_len, k_len, device)
+    return j <= i + offset
+
+
+def padding_mask(
+    attention_mask: Tensor | None = None,
+    *,
+    lengths: Tensor | Sequence[int] | None = None,
+    k_len: int | None = None,
+) -> Tensor:
+    """Keys that are real tokens, from a 0/1 attention mask or from sequence lengths.
+
+    attention_mask: (batch, k_len) with 1 for real tokens; or lengths: (batch,) with k_len.
+    Returns (batch, 1, 1, k_len), broadcastable over heads and queries.
+    """
+    if (attention_mask is None) == (lengths is None):
+        raise ValueError("pass exactly one of attention_mask or lengths")
+    if attention_mask is not None:
+        if attention_mask.dim() != 2:
+            raise ValueError(
+                f"attention_mask must be (batch, k_len); got shape {tuple(attention_mask.shape)}"
+            )
+        keep = attention_mask.bool()
+    else:
+        lengths = torch.as_tensor(lengths)
+        if lengths.dim() != 1:
+            raise ValueError(f"lengths must be (batch,); got shape {tuple(lengths.shape)}")
+        k_len = int(lengths.max()) if k_len is None else k_len
+        if (lengths < 0).any() or (lengths > k_len).any():
+            raise ValueError(f"lengths must lie in [0, {k_len}]; got {lengths.tolist()}")
+        keep = torch.arange(k_len).unsqueeze(0) < lengths.unsqueeze(1)  # (batch, k_len)
+    return keep[:, None, None, :]
+
+
+def sliding_window_mask(
+    q_len: int,
+    k_len: int | None = None,
+    *,
+    window: int,
+    causal: bool = False,
+    device: torch.device | None = None,
+) -> Tensor:
+    """Each query sees keys at distance at most `window`: |i - j| <= window. (q_len, k_len).
+
+    With causal=True only the past side is kept: 0 <= i - j <= window, so a query
+    sees itself and the `window` keys before it.
+    """
+    if window < 0:
+        raise ValueError(f"window must be >= 0; got {window}")
+    k_len = q_len if k_len is None else k_len
+    i, j = _positions(q_len, k_len, device)
+    distance = i - j
+    if causal:
+        return (distance >= 0) & (distance <= window)
+    return distance.abs() <= window
+
+
+def dilated_window_mask(
+    q_len: int,
+    k_len: int | None = None,
+    *,
+    window: int,
+    dilation: int,
+    device: torch.device | None = None,
+) -> Tensor:
+    """A sliding window with gaps: keys j = i ± d·s for s in 0..window. (q_len, k_len).
+
+    Reaches window·dilation positions away while computing only 2·window + 1 pairs a row.
+    """
+    if window < 0 or dilation < 1:
+        raise ValueError(
+            f"need window >= 0 and dilation >= 1; got window={window}, dilation={dilation}"
+        )
+    k_len = q_len if k_len is None else k_len
+    i, j = _positions(q_len, k_len, device)
+    distance = (i - j).abs()
+    return (distance <= window * dilation) & (distance % dilation == 0)
+
+
+def global_tokens_mask(
+    q_len: int,
+    k_len: int | None = None,
+    *,
+    indices: Sequence[int],
+    device: torch.device | None = None,
+) -> Tensor:
+    """Global tokens see every key and are seen by every query. (q_len, k_len)."""
+    k_len = q_len if k_len is None else k_len
+    n = min(q_len, k_len)
+    bad = [t for t in indices if not 0 <= t < n]
+    if bad:
+        raise ValueError(f"global token indices must lie in [0, {n}); got {bad}")
+    idx = torch.as_tensor(list(indices), dtype=torch.long, device=device)
+    rows = torch.zeros(q_len, dtype=torch.bool, device=device).index_fill(0, idx, True)
+    cols = torch.zeros(k_len, dtype=torch.bool, device=device).index_fill(0, idx, True)
+    return rows.unsqueeze(1) | cols.unsqueeze(0)
+
+
+def random_mask(
+    q_len: int,
+    k_len: int | None = None,
+    *,
+    num_random: int,
+    seed: int = 0,
+    device: torch.device | None = None,
+) -> Tensor:
+    """Each query sees `num_random` keys drawn without replacement, reproducibly. (q_len, k_len)."""
+    k_len = q_len if k_len is None else k_len
+    if not 0 <= num_random <= k_len:
+        raise ValueError(f"num_random must lie in [0, k_len={k_len}]; got {num_random}")
+    generator = torch.Generator().manual_seed(seed)
+    ranks = torch.rand(q_len, k_len, generator=generator).argsort(dim=-1)  # a permutation a row
+    chosen = ranks[:, :num_random]
+    mask = torch.zeros(q_len, k_len, dtype=torch.bool).scatter(1, chosen, True)
+    return mask.to(device) if device is not None else mask
+
+
+def bigbird_mask(
+    n: int,
+    *,
+    window: int,
+    global_indices: Sequence[int],
+    num_random: int,
+    seed: int = 0,
+    device: torch.device | None = None,
+) -> Tensor:
+    """BigBird's pattern: sliding window | global tokens | random keys. (n, n)."""
+    return (
+        sliding_window_mask(n, window=window, device=device)
+        | global_tokens_mask(n, indices=global_indices, device=device)
+        | random_mask(n, num_random=num_random, seed=seed, device=device)
+    )
+
+
+def block_sparse_mask(
+    n: int,
+    *,
+    block_size: int,
+    layout: Tensor | None = None,
+    device: torch.device | None = None,
+) -> Tensor:
+    """Attention allowed block by block. (n, n).
+
+    layout: bool (n_blocks, n_blocks) saying which query block sees which key block;
+    by default block-diagonal (each block sees only itself). The last block may be partial.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1; got {block_size}")
+    n_blocks = -(-n // block_size)
+    if layout is None:
+        layout = torch.eye(n_blocks, dtype=torch.bool, device=device)
+    if layout.dtype != torch.bool or tuple(layout.shape) != (n_blocks, n_blocks):
+        raise ValueError(
+            f"layout must be bool ({n_blocks}, {n_blocks}) for n={n}, block_size={block_size}; "
+            f"got {layout.dtype} {tuple(layout.shape)}"
+        )
+    block_of = torch.arange(n, device=device) // block_size  # (n,)
+    return layout[block_of][:, block_of]
+
+
+def custom_mask(matrix: Tensor | Sequence[Sequence[bool]]) -> Tensor:
+    """Any boolean (q_len, k_len) matrix, checked and returned as a bool tensor."""
+    mask = torch.as_tensor(matrix)
+    if mask.dim() != 2:
+        raise ValueError(f"a custom mask must be 2-D (q_len, k_len); got shape {tuple(mask.shape)}")
+    if mask.dtype != torch.bool:
+        if mask.is_floating_point() or not ((mask == 0) | (mask == 1)).all():
+            raise ValueError("a custom mask must hold booleans or 0/1 integers")
+        mask = mask.bool()
+    return mask
+
+
+@dataclass(frozen=True)
+class MaskRendering:
+    """What a mask does, shown both ways. Both (q_len, k_len)."""
+
+    additive: Tensor  # 0 where allowed, -inf where forbidden: added to scores before softmax
+    pattern: Tensor  # 1 where a weight may be non-zero, 0 where softmax gives exactly 0
+    computed_pairs: int  # number of allowed (query, key) pairs
+    full_pairs: int  # q_len * k_len, what full attention computes
+
+
+def render_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> MaskRendering:
+    """The -inf matrix before softmax and the 0/1 pattern after, plus its cost in pairs."""
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be boolean; got dtype {mask.dtype}")
+    zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    additive = zeros.masked_fill(~mask, float("-inf"))
+    return MaskRendering(
+        additive=additive,
+        pattern=mask.to(dtype),
+        computed_pairs=int(mask.sum()),
+        full_pairs=mask.numel(),
+    )

@@ -1,0 +1,54 @@
+"""Positional encodings: the original sinusoids, and rotary embeddings (RoPE) for q and k."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def sinusoidal_encoding(n_positions: int, d_model: int, *, base: float = 10000.0) -> Tensor:
+    """PE[pos, 2i] = sin(pos / base^(2i/d)), PE[pos, 2i+1] = cos(same). (n_positions, d_model)."""
+    if d_model % 2:
+        raise ValueError(f"d_model must be even for sinusoidal encodings; got {d_model}")
+    position = torch.arange(n_positions, dtype=torch.float64).unsqueeze(1)  # (n, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (d/2,)
+    angle = position / base ** (two_i / d_model)  # (n, d/2)
+    pe = torch.empty(n_positions, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.float()
+
+
+def rope_inverse_frequencies(head_dim: int, base: float = 10000.0) -> Tensor:
+    """theta_i = base^(-2i/head_dim) for i < head_dim/2. (head_dim/2,)."""
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even for RoPE; got {head_dim}")
+    return 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)
+
+
+def rope_cos_sin(
+    positions: Tensor, head_dim: int, *, base: float = 10000.0, inv_freq: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """cos and sin tables for the given positions, in the half-split layout Llama uses.
+
+    positions: (seq,) or (batch, seq) -> cos, sin: same leading dims + (head_dim,).
+    Pass inv_freq to reuse a model's own frequencies (for example with RoPE scaling).
+    """
+    inv_freq = rope_inverse_frequencies(head_dim, base) if inv_freq is None else inv_freq
+    angles = positions.float().unsqueeze(-1) * inv_freq.float()  # (..., seq, head_dim/2)
+    emb = torch.cat((angles, angles), dim=-1)  # (..., seq, head_dim)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) on the two halves of the last dim."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate q or k by position. x: (batch, heads, seq, head_dim); cos, sin: (seq, head_dim)
+    or (batch, seq, head_dim). Returns x's shape."""
+    if cos.dim() == 3:
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (batch, 1, seq, head_dim)
+    return x * cos + rotate_half(x) * sin

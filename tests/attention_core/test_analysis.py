@@ -1,0 +1,63 @@
+"""Softmax analysis: entropy, effective tokens, Jacobian norm and the sqrt(d_k) argument."""
+
+import math
+
+import pytest
+import torch
+
+from attention_core import (
+    effective_tokens,
+    entropy,
+    jacobian_frobenius_norm,
+    max_weight,
+    score_variance,
+    softmax_jacobian,
+    softmax_stats,
+)
+
+
+def test_entropy_extremes():
+    uniform = torch.full((5,), 0.2)
+    one_hot = torch.tensor([0.0, 1.0, 0.0])
+    assert entropy(uniform) == pytest.approx(math.log(5))
+    assert entropy(one_hot) == 0
+    assert effective_tokens(uniform) == pytest.approx(5)
+    assert effective_tokens(one_hot) == pytest.approx(1)
+    assert max_weight(uniform) == pytest.approx(0.2)
+
+
+def test_jacobian_matches_autograd_and_the_closed_form_norm():
+    logits = torch.randn(7, dtype=torch.float64)
+    auto = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, -1), logits)
+    p = torch.softmax(logits, -1)
+    assert torch.allclose(softmax_jacobian(p), auto, atol=1e-12)
+    assert jacobian_frobenius_norm(p) == pytest.approx(float(auto.norm()), abs=1e-12)
+    batch = torch.softmax(torch.randn(3, 4, 9, dtype=torch.float64), -1)
+    assert torch.allclose(
+        jacobian_frobenius_norm(batch), softmax_jacobian(batch).norm(dim=(-2, -1))
+    )
+
+
+def test_uniform_jacobian_norm():
+    n = 10
+    assert jacobian_frobenius_norm(torch.full((n,), 1 / n)) == pytest.approx(math.sqrt(n - 1) / n)
+
+
+def test_score_variance_follows_d_k_unscaled_and_one_scaled():
+    result = score_variance([4, 64, 512], n_samples=20000, seed=1)
+    for d_k, unscaled, scaled in zip(result.d_k, result.unscaled, result.scaled, strict=True):
+        assert unscaled == pytest.approx(d_k, rel=0.06)
+        assert scaled == pytest.approx(1.0, rel=0.06)
+
+
+def test_unscaled_softmax_at_512_is_more_peaked_than_scaled():
+    d_k, n_keys = 512, 32
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(200, 1, d_k, generator=g)
+    k = torch.randn(200, n_keys, d_k, generator=g)
+    logits = (q @ k.transpose(-2, -1)).squeeze(1)  # (200, n_keys)
+    unscaled = softmax_stats(logits)
+    scaled = softmax_stats(logits / math.sqrt(d_k))
+    assert unscaled.entropy.mean() < 0.25 * scaled.entropy.mean()
+    assert unscaled.max_weight.mean() > 0.9 > scaled.max_weight.mean()
+    assert unscaled.jacobian_norm.mean() < scaled.jacobian_norm.mean()
