@@ -1,0 +1,19 @@
+from fastapi import APIRouter
+
+from app.schemas.common import ErrorDetail
+from app.schemas.core import CoreAttentionRequest, CoreAttentionResponse
+from app.services.core_attention import run_core_attention
+
+router = APIRouter(prefix="/api/core", tags=["attention_core"])
+
+
+@router.post(
+    "/attention",
+    response_model=CoreAttentionResponse,
+    summary="Run the from-scratch attention on your own Q, K, V",
+    responses={422: {"model": ErrorDetail, "description": "Shapes, sizes or values are invalid."}},
+)
+def core_attention(body: CoreAttentionRequest) -> CoreAttentionResponse:
+    """Scaled dot-product attention with every stage returned: raw scores, scaled scores,
+    masked scores (null = -inf), softmax weights and output. At most 64 tokens and 256 dims."""
+    return run_core_attention(body)

@@ -1,0 +1,38 @@
+"""Operator settings, read from ATLAS_* environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything an operator can change. Unsafe values are refused at start-up."""
+
+    model_config = SettingsConfigDict(env_prefix="ATLAS_", env_file=None, extra="ignore")
+
+    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
+    max_tokens: int = Field(512, ge=2, le=4096, description="Token limit for any request.")
+    max_text_chars: int = Field(20_000, ge=10, le=1_000_000)
+    max_loaded_models: int = Field(2, ge=1, le=16, description="Least recently used is unloaded.")
+    forward_cache_entries: int = Field(32, ge=0, le=10_000)
+    forward_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bound on cached forward passes.")
+    allowed_models: list[str] | None = Field(
+        None, description="Model ids the server may load; None allows the built-in registry."
+    )
+    extra_models: list[str] = Field(
+        default_factory=list, description="Extra Hub ids (or local folders) the operator adds."
+    )
+    cache_dir: str = Field(
+        "var/cache", description="Where converted checkpoints (SmolLM2) are kept between runs."
+    )
+    cors_origins: list[str] = Field(default_factory=list, description="Empty: CORS off.")
+    max_body_bytes: int = Field(1_000_000, ge=1024, le=100_000_000)
+    rate_limit_per_minute: int = Field(600, ge=0, description="Per client; 0 turns it off.")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,119 @@
+"""Request and response bodies of POST /api/core/attention."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from app.schemas.common import FiniteFloat
+
+MAX_CORE_TOKENS = 64
+MAX_CORE_DIMS = 256
+
+Matrix = list[list[FiniteFloat]]
+MaskKind = Literal[
+    "none", "causal", "sliding_window", "dilated", "global", "random", "bigbird", "block_sparse",
+    "custom",
+]  # fmt: skip
+
+SEED_EXAMPLE = {
+    "q": [[1.0, 0.5], [0.3, 1.2], [0.8, 0.6]],
+    "k": [[1.0, 0.5], [0.4, 1.0], [0.9, 0.3]],
+    "v": [[0.1, 0.2], [0.5, 0.8], [0.3, 0.1]],
+    "mask": "none",
+    "scale": True,
+    "temperature": 1.0,
+}
+
+
+def _check_matrix(name: str, m: Matrix) -> tuple[int, int]:
+    """Rows x cols of a non-empty rectangular matrix within the size bounds."""
+    if not m or not m[0]:
+        raise ValueError(f"{name} must be a non-empty matrix (a list of rows)")
+    rows, cols = len(m), len(m[0])
+    ragged = [i for i, row in enumerate(m) if len(row) != cols]
+    if ragged:
+        raise ValueError(
+            f"{name} is ragged: row 0 has {cols} numbers but row {ragged[0]} has {len(m[ragged[0]])}"
+        )
+    if rows > MAX_CORE_TOKENS:
+        raise ValueError(f"{name} has {rows} rows; at most {MAX_CORE_TOKENS} tokens are allowed")
+    if cols > MAX_CORE_DIMS:
+        raise ValueError(f"{name} has {cols} columns; at most {MAX_CORE_DIMS} dims are allowed")
+    return rows, cols
+
+
+class CoreAttentionRequest(BaseModel):
+    """Matrices for one attention head, plus how to mask and scale it.
+
+    q is (q_len, d_k), k is (k_len, d_k), v is (k_len, d_v); at most 64 tokens and 256 dims.
+    """
+
+    model_config = {"json_schema_extra": {"examples": [SEED_EXAMPLE]}}
+
+    q: Matrix = Field(description="Queries, (q_len, d_k).", max_length=MAX_CORE_TOKENS)
+    k: Matrix = Field(description="Keys, (k_len, d_k).", max_length=MAX_CORE_TOKENS)
+    v: Matrix = Field(description="Values, (k_len, d_v).", max_length=MAX_CORE_TOKENS)
+    mask: MaskKind = "none"
+    window: int | None = Field(
+        None, ge=0, le=MAX_CORE_TOKENS, description="sliding_window/dilated/bigbird: reach each side."
+    )
+    dilation: int = Field(2, ge=1, le=MAX_CORE_TOKENS, description="dilated: gap between keys.")
+    global_tokens: list[int] = Field(
+        default_factory=lambda: [0], max_length=MAX_CORE_TOKENS, description="global/bigbird."
+    )
+    num_random: int = Field(2, ge=0, le=MAX_CORE_TOKENS, description="random/bigbird: keys a row.")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="random/bigbird: reproducible draw.")
+    block_size: int = Field(2, ge=1, le=MAX_CORE_TOKENS, description="block_sparse.")
+    custom_mask: list[list[bool]] | None = Field(
+        None, max_length=MAX_CORE_TOKENS, description="custom: (q_len, k_len), true = may attend."
+    )
+    scale: bool | FiniteFloat = Field(
+        True, description="true: 1/sqrt(d_k); false: unscaled; a positive number: that factor."
+    )
+    temperature: FiniteFloat = Field(1.0, gt=0, le=1e6, description="Softmax temperature.")
+
+    @model_validator(mode="after")
+    def _shapes_fit(self) -> CoreAttentionRequest:
+        q_len, d_k = _check_matrix("q", self.q)
+        k_len, d_k2 = _check_matrix("k", self.k)
+        v_len, _ = _check_matrix("v", self.v)
+        if d_k != d_k2:
+            raise ValueError(f"q has {d_k} columns but k has {d_k2}: queries and keys share d_k")
+        if k_len != v_len:
+            raise ValueError(f"k has {k_len} rows but v has {v_len}: each key needs one value")
+        if not isinstance(self.scale, bool) and self.scale <= 0:
+            raise ValueError(f"scale must be true, false or a positive number; got {self.scale}")
+        if self.mask in ("sliding_window", "dilated", "bigbird") and self.window is None:
+            raise ValueError(f"mask '{self.mask}' needs a 'window' (an integer >= 0)")
+        if self.mask == "custom":
+            if self.custom_mask is None:
+                raise ValueError("mask 'custom' needs 'custom_mask', a (q_len, k_len) boolean matrix")
+            shape = (len(self.custom_mask), len(self.custom_mask[0]) if self.custom_mask else 0)
+            if shape != (q_len, k_len) or any(len(r) != k_len for r in self.custom_mask):
+                raise ValueError(f"custom_mask must be ({q_len}, {k_len}) to fit q and k")
+        if self.mask in ("sliding_window", "dilated", "bigbird", "block_sparse") and q_len != k_len:
+            raise ValueError(f"mask '{self.mask}' needs q and k of the same length")
+        return self
+
+
+Cell = float | None
+
+
+class CoreAttentionResponse(BaseModel):
+    """Every stage, as (q_len, k_len) matrices except output (q_len, d_v).
+
+    In masked_scores a forbidden cell is null (it stands for -infinity, which JSON cannot hold).
+    """
+
+    scores: list[list[float]] = Field(description="q @ k^T")
+    scaled_scores: list[list[float]] = Field(description="scores * scale / temperature")
+    masked_scores: list[list[Cell]] = Field(description="scaled_scores, null where masked (-inf)")
+    weights: list[list[float]] = Field(description="softmax rows; masked cells exactly 0")
+    output: list[list[float]] = Field(description="weights @ v")
+    mask: list[list[bool]] = Field(description="true = may attend")
+    scale: float = Field(description="the factor q @ k^T was multiplied by")
+    temperature: float
+    computed_pairs: int
+    full_pairs: int

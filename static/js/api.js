@@ -1,0 +1,62 @@
+// The one place the front end talks to the server. Every call returns parsed JSON or throws
+// an ApiError whose message is the server's own explanation.
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+function describe(detail) {
+  if (typeof detail === "string") return detail;
+  if (Array.isArray(detail)) {
+    // FastAPI validation errors: [{loc, msg}, ...]
+    return detail
+      .map((e) => {
+        const where = (e.loc || []).filter((p) => p !== "body").join(".");
+        const msg = String(e.msg || "").replace(/^Value error, /, "");
+        return where ? `${where}: ${msg}` : msg;
+      })
+      .join("; ");
+  }
+  return JSON.stringify(detail);
+}
+
+async function request(method, path, body, { signal } = {}) {
+  let response;
+  try {
+    response = await fetch(path, {
+      method,
+      headers: body === undefined ? {} : { "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal,
+    });
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    throw new ApiError(0, "Cannot reach the server. Is it still running?");
+  }
+  if (!response.ok) {
+    let message = `${response.status} ${response.statusText}`;
+    try {
+      const data = await response.json();
+      if (data && data.detail !== undefined) message = describe(data.detail);
+    } catch {
+      /* not JSON: keep the status line */
+    }
+    throw new ApiError(response.status, message);
+  }
+  const type = response.headers.get("Content-Type") || "";
+  return type.includes("application/json") ? response.json() : response.arrayBuffer();
+}
+
+export const api = {
+  coreAttention: (body, opts) => request("POST", "/api/core/attention", body, opts),
+  models: (opts) => request("GET", "/api/models", undefined, opts),
+  attention: (body, opts) => request("POST", "/api/attention", body, opts),
+  attentionBinary: (body, opts) => request("POST", "/api/attention", body, opts),
+  detail: (body, opts) => request("POST", "/api/attention/detail", body, opts),
+  loadModel: (id, opts) => request("POST", `/api/models/${encodeURIComponent(id)}/load`, {}, opts),
+  masks: (body, opts) => request("POST", "/api/lab/masks", body, opts),
+  scaling: (body, opts) => request("POST", "/api/lab/scaling", body, opts),
+};

@@ -1,0 +1,22 @@
+// Small DOM helpers. User text only ever reaches the page through textContent.
+
+export const $ = (selector, root = document) => root.querySelector(selector);
+
+export function readPageData() {
+  const el = document.getElementById("page-data");
+  return el ? JSON.parse(el.textContent) : {};
+}
+
+export function showError(el, message) {
+  el.textContent = message;
+  el.hidden = !message;
+}
+
+export function el(tag, { text, className, attrs } = {}, children = []) {
+  const node = document.createElement(tag);
+  if (text !== undefined) node.textContent = text;
+  if (className) node.className = className;
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const child of children) node.append(child);
+  return node;
+}

@@ -1,0 +1,90 @@
+// Step-by-step page: QK^T -> scale -> mask -> softmax -> weights x V for a small example,
+// computed by POST /api/core/attention.
+
+import { api } from "../api.js";
+import { $, readPageData, showError } from "../dom.js";
+import { drawHeatmap, plotlyReady } from "../views/plot.js";
+
+const data = readPageData();
+
+function matrixToText(m) {
+  return m.map((row) => row.join(" ")).join("\n");
+}
+
+function parseMatrix(name, text) {
+  const rows = text
+    .trim()
+    .split(/\n+/)
+    .map((line) => line.trim().split(/[\s,;]+/).filter(Boolean).map(Number));
+  if (!rows.length || !rows[0].length) throw new Error(`${name} is empty: one row per token`);
+  rows.forEach((row, i) => {
+    if (row.some((x) => !Number.isFinite(x))) throw new Error(`${name} row ${i + 1} has something that is not a number`);
+  });
+  return rows;
+}
+
+function fillExample() {
+  $("#q").value = matrixToText(data.example.q);
+  $("#k").value = matrixToText(data.example.k);
+  $("#v").value = matrixToText(data.example.v);
+  $("#tokens").value = "The cat sat";
+}
+
+function labels(count) {
+  const words = $("#tokens").value.trim().split(/\s+/).filter(Boolean);
+  return Array.from({ length: count }, (_, i) => words[i] ?? `#${i}`);
+}
+
+async function compute() {
+  const error = $("#steps-error");
+  let body;
+  try {
+    const scale = $("#scale").value === "true";
+    body = {
+      q: parseMatrix("Q", $("#q").value),
+      k: parseMatrix("K", $("#k").value),
+      v: parseMatrix("V", $("#v").value),
+      scale,
+      temperature: Number($("#temperature").value) || 1,
+      mask: $("#mask").value,
+    };
+  } catch (err) {
+    showError(error, err.message);
+    return;
+  }
+  let result;
+  try {
+    result = await api.coreAttention(body);
+  } catch (err) {
+    showError(error, err.message);
+    return;
+  }
+  showError(error, "");
+  const rows = labels(body.q.length);
+  const cols = labels(body.k.length);
+  const dims = body.v[0].map((_, i) => `d${i}`);
+  $("#scale-note").textContent = `× ${result.scale.toFixed(4)} ÷ ${result.temperature}`;
+  const common = { showText: true, xTitle: "key", yTitle: "query" };
+  await plotlyReady();
+  drawHeatmap($("#stage-scores"), result.scores, rows, cols, { ...common, hoverName: "score" });
+  drawHeatmap($("#stage-scaled"), result.scaled_scores, rows, cols, { ...common, hoverName: "scaled" });
+  drawHeatmap($("#stage-masked"), result.masked_scores, rows, cols, { ...common, hoverName: "masked" });
+  drawHeatmap($("#stage-weights"), result.weights, rows, cols, {
+    ...common, zmin: 0, zmax: 1, hoverName: "weight",
+  });
+  drawHeatmap($("#stage-output"), result.output, rows, dims, {
+    showText: true, xTitle: "value dim", yTitle: "query", hoverName: "output",
+  });
+}
+
+fillExample();
+$("#steps-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  compute();
+});
+$("#reset-example").addEventListener("click", () => {
+  fillExample();
+  compute();
+});
+for (const id of ["#scale", "#mask", "#temperature"]) $(id).addEventListener("change", compute);
+compute();

@@ -1,0 +1,97 @@
+// Plotly helpers shared by every view. Token labels are user text: Plotly renders a small
+// HTML subset in labels and hovers, so every label passes through escapeLabel first, and
+// axes are numeric (tickvals/ticktext) so repeated tokens never merge into one column.
+
+export const COLORSCALE = "Viridis";
+
+const BASE_CONFIG = {
+  responsive: true,
+  displaylogo: false,
+  toImageButtonOptions: { format: "png", scale: 2 },
+  modeBarButtonsToRemove: ["select2d", "lasso2d"],
+};
+
+export function escapeLabel(text) {
+  return String(text)
+    .replace(/&/g, "&amp;")
+    .replace(/</g, "&lt;")
+    .replace(/>/g, "&gt;")
+    .replace(/"/g, "&quot;");
+}
+
+export function formatNumber(x, digits = 4) {
+  if (x === null || x === undefined) return "−∞";
+  if (!Number.isFinite(x)) return x > 0 ? "∞" : "−∞";
+  return Number(x).toFixed(digits);
+}
+
+const HOVER_LABEL_LIMIT = 160; // beyond this many tokens per side, hovers show indices only
+
+/**
+ * Draw (or redraw in place) a heatmap of z[row][col].
+ * rows/cols: label arrays (raw user text); options: {title, zmin, zmax, showText, colorscale,
+ * xTitle, yTitle, hoverName, height}.
+ */
+export function drawHeatmap(el, z, rows, cols, options = {}) {
+  const safeRows = rows.map(escapeLabel);
+  const safeCols = cols.map(escapeLabel);
+  const withLabels = rows.length <= HOVER_LABEL_LIMIT && cols.length <= HOVER_LABEL_LIMIT;
+  const name = options.hoverName || "value";
+  const trace = {
+    type: "heatmap",
+    z,
+    x: cols.map((_, i) => i),
+    y: rows.map((_, i) => i),
+    colorscale: options.colorscale || COLORSCALE,
+    zmin: options.zmin,
+    zmax: options.zmax,
+    hoverongaps: false,
+    colorbar: { thickness: 10, outlinewidth: 0 },
+  };
+  if (withLabels) {
+    trace.customdata = safeRows.map((r) => safeCols.map((c) => [r, c]));
+    trace.hovertemplate = `%{customdata[0]} → %{customdata[1]}<br>${name} %{z:.6f}<extra></extra>`;
+  } else {
+    trace.hovertemplate = `query %{y} → key %{x}<br>${name} %{z:.6f}<extra></extra>`;
+  }
+  if (options.showText && rows.length * cols.length <= 400) {
+    trace.text = z.map((row) => row.map((v) => formatNumber(v, options.digits ?? 3)));
+    trace.texttemplate = "%{text}";
+    trace.textfont = { size: 12 };
+  }
+  const tickEvery = Math.max(1, Math.ceil(Math.max(rows.length, cols.length) / 60));
+  const ticks = (labels) => ({
+    tickmode: "array",
+    tickvals: labels.map((_, i) => i).filter((i) => i % tickEvery === 0),
+    ticktext: labels.filter((_, i) => i % tickEvery === 0),
+    automargin: true,
+  });
+  const layout = {
+    title: options.title ? { text: escapeLabel(options.title), font: { size: 14 } } : undefined,
+    margin: { t: options.title ? 36 : 10, r: 10, b: 10, l: 10 },
+    xaxis: { ...ticks(safeCols), side: "top", tickangle: -45, title: { text: options.xTitle || "" } },
+    yaxis: { ...ticks(safeRows), autorange: "reversed", title: { text: options.yTitle || "" } },
+    height: options.height,
+    paper_bgcolor: "rgba(0,0,0,0)",
+    plot_bgcolor: "rgba(0,0,0,0)",
+    font: { family: "system-ui, sans-serif" },
+  };
+  return window.Plotly.react(el, [trace], layout, { ...BASE_CONFIG, ...(options.config || {}) });
+}
+
+export function drawChart(el, traces, layout, config = {}) {
+  return window.Plotly.react(
+    el,
+    traces,
+    { margin: { t: 30, r: 10, b: 40, l: 50 }, paper_bgcolor: "rgba(0,0,0,0)", ...layout },
+    { ...BASE_CONFIG, ...config },
+  );
+}
+
+/** Resolves once plotly.js (loaded with `defer`) is available. */
+export function plotlyReady() {
+  if (window.Plotly) return Promise.resolve(window.Plotly);
+  return new Promise((resolve) => {
+    window.addEventListener("DOMContentLoaded", () => resolve(window.Plotly), { once: true });
+  });
+}
