@@ -15,10 +15,11 @@ class Settings(BaseSettings):
 
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
     max_tokens: int = Field(512, ge=2, le=4096, description="Token limit for any request.")
-    max_text_chars: int = Field(20_000, ge=10, le=1_000_000)
     max_loaded_models: int = Field(2, ge=1, le=16, description="Least recently used is unloaded.")
     forward_cache_entries: int = Field(32, ge=0, le=10_000)
-    forward_cache_bytes: int = Field(512 * 2**20, ge=0, description="Bound on cached forward passes.")
+    forward_cache_bytes: int = Field(
+        512 * 2**20, ge=0, description="Bound on cached forward passes."
+    )
     allowed_models: list[str] | None = Field(
         None, description="Model ids the server may load; None allows the built-in registry."
     )
@@ -27,6 +28,13 @@ class Settings(BaseSettings):
     )
     cache_dir: str = Field(
         "var/cache", description="Where converted checkpoints (SmolLM2) are kept between runs."
+    )
+    preload: list[str] = Field(
+        default_factory=lambda: ["sentence-transformers/all-MiniLM-L6-v2"],
+        description="Models loaded in the background at start-up.",
+    )
+    hub_downloads: bool = Field(
+        False, description="Let Hub models download on first use (needs internet)."
     )
     cors_origins: list[str] = Field(default_factory=list, description="Empty: CORS off.")
     max_body_bytes: int = Field(1_000_000, ge=1024, le=100_000_000)

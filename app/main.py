@@ -2,15 +2,43 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api.routes import core, health
+from app.api.routes import attention, core, health, models
 from app.config import Settings, get_settings
-from app.errors import install_error_handlers
+from app.errors import AtlasError, install_error_handlers
+from app.inference.cache import ForwardCache
+from app.models.manager import ModelManager
+from app.models.registry import build_registry
 from app.security import SecurityHeadersMiddleware
 from app.web import pages
 from app.web.assets import STATIC_DIR
+
+log = logging.getLogger("attention_atlas")
+
+
+def _preload(manager: ModelManager, model_ids: list[str]) -> None:
+    for model_id in model_ids:
+        try:
+            manager.get(model_id)
+        except AtlasError as err:
+            log.warning("preloading %s failed: %s", model_id, err.message)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    preload = [m for m in settings.preload if m in app.state.manager.registry]
+    if preload:
+        threading.Thread(target=_preload, args=(app.state.manager, preload), daemon=True).start()
+    yield
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -19,12 +47,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="Attention Atlas",
         version="0.1.0",
         description="See how transformer attention works and what real models attend to.",
+        lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.manager = ModelManager(
+        build_registry(settings.extra_models, settings.allowed_models),
+        cache_dir=Path(settings.cache_dir),
+        token_limit=settings.max_tokens,
+        max_loaded=settings.max_loaded_models,
+    )
+    app.state.forward_cache = ForwardCache(
+        settings.forward_cache_entries, settings.forward_cache_bytes
+    )
     install_error_handlers(app)
     app.add_middleware(SecurityHeadersMiddleware)
     app.include_router(health.router)
     app.include_router(core.router)
+    app.include_router(models.router)
+    app.include_router(attention.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

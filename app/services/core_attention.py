@@ -26,7 +26,9 @@ def build_mask(req: CoreAttentionRequest, q_len: int, k_len: int) -> Tensor:
         case "global":
             return ac.global_tokens_mask(q_len, k_len, indices=req.global_tokens)
         case "random":
-            return ac.random_mask(q_len, k_len, num_random=min(req.num_random, k_len), seed=req.seed)
+            return ac.random_mask(
+                q_len, k_len, num_random=min(req.num_random, k_len), seed=req.seed
+            )
         case "bigbird":
             return ac.bigbird_mask(
                 n,
@@ -54,7 +56,9 @@ def run_core_attention(req: CoreAttentionRequest) -> CoreAttentionResponse:
     except ValueError as err:
         raise InvalidInput(str(err)) from err
     if not torch.isfinite(trace.scaled_scores).all():
-        raise InvalidInput("the scores overflow float64; send smaller numbers or a larger temperature")
+        raise InvalidInput(
+            "the scores overflow float64; send smaller numbers or a larger temperature"
+        )
     rendering = ac.render_mask(mask)
     return CoreAttentionResponse(
         scores=to_lists(trace.scores),

@@ -98,7 +98,7 @@ def test_bad_input_is_422_with_a_readable_message(client, change, message):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_numbers_are_refused(client, literal):
-    raw = '{"q": [[%s, 0.5]], "k": [[1.0, 0.5]], "v": [[0.1, 0.2]]}' % literal
+    raw = '{"q": [[LIT, 0.5]], "k": [[1.0, 0.5]], "v": [[0.1, 0.2]]}'.replace("LIT", literal)
     response = client.post(
         "/api/core/attention", content=raw, headers={"Content-Type": "application/json"}
     )

@@ -1,0 +1,28 @@
+"""Typed dependencies: routes get the model manager and the forward cache from here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.config import Settings
+from app.inference.cache import ForwardCache
+from app.models.manager import ModelManager
+
+
+def get_settings_dep(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_manager(request: Request) -> ModelManager:
+    return request.app.state.manager
+
+
+def get_cache(request: Request) -> ForwardCache:
+    return request.app.state.forward_cache
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+ManagerDep = Annotated[ModelManager, Depends(get_manager)]
+CacheDep = Annotated[ForwardCache, Depends(get_cache)]

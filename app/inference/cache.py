@@ -1,0 +1,71 @@
+"""A bounded cache of forward passes, in entries and in bytes, computing each key once."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+from app.inference.forward import ForwardResult
+
+
+class ForwardCache:
+    """LRU over (model, text, text_pair). Concurrent misses on one key run one computation."""
+
+    def __init__(self, max_entries: int, max_bytes: int) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[Hashable, ForwardResult] = OrderedDict()
+        self._bytes = 0
+        self._guard = threading.Lock()
+        self._inflight: dict[Hashable, threading.Lock] = {}
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def get_or_compute(
+        self, key: Hashable, compute: Callable[[], ForwardResult]
+    ) -> tuple[ForwardResult, bool]:
+        """(result, was_cached)."""
+        with self._guard:
+            if key in self._items:
+                self._items.move_to_end(key)
+                self.hits += 1
+                return self._items[key], True
+            key_lock = self._inflight.setdefault(key, threading.Lock())
+        with key_lock:
+            with self._guard:
+                if key in self._items:  # computed by the request we waited for
+                    self._items.move_to_end(key)
+                    self.hits += 1
+                    return self._items[key], True
+            try:
+                result = compute()
+                with self._guard:
+                    self.misses += 1
+                    self._store(key, result)
+            finally:
+                with self._guard:
+                    self._inflight.pop(key, None)
+            return result, False
+
+    def _store(self, key: Hashable, result: ForwardResult) -> None:
+        size = result.nbytes
+        if self.max_entries == 0 or size > self.max_bytes:
+            return  # too big to keep: served once, never cached
+        self._items[key] = result
+        self._bytes += size
+        while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
+            _, evicted = self._items.popitem(last=False)
+            self._bytes -= evicted.nbytes
+
+    def clear_model(self, model_id: str) -> None:
+        with self._guard:
+            for key in [k for k in self._items if k[0] == model_id]:
+                self._bytes -= self._items.pop(key).nbytes

@@ -1,0 +1,119 @@
+"""One forward pass with attention output, plus the hidden states entering each attention block."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from app.errors import InvalidInput
+from app.inference.tokens import display_tokens
+from app.models.families import attention_modules, hidden_input
+from app.models.loader import LoadedModel
+
+
+@dataclass(frozen=True)
+class ForwardResult:
+    """Everything later requests need from one forward pass."""
+
+    tokens: list[str]  # display labels
+    raw_tokens: list[str]  # vocabulary pieces
+    token_ids: list[int]
+    special: list[bool]
+    segments: list[int] | None  # 0/1 per token for sentence pairs, else None
+    attentions: Tensor  # (layers, heads, seq, seq), float32, exactly transformers' output
+    hidden_inputs: Tensor  # (layers, seq, d_model): what entered each attention block
+    forward_seconds: float
+
+    @property
+    def nbytes(self) -> int:
+        return self.attentions.nbytes + self.hidden_inputs.nbytes
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.token_ids)
+
+
+def tokenize(loaded: LoadedModel, text: str, text_pair: str | None) -> dict[str, Tensor]:
+    """Tokenize, refusing text over the model's limit instead of silently cutting it."""
+    if text_pair is not None and loaded.causal:
+        raise InvalidInput(
+            f"text_pair (sentence pairs) is for BERT-family encoders; '{loaded.id}' is a causal "
+            "decoder. Put both sentences in 'text' instead."
+        )
+    encoding = loaded.tokenizer(text, text_pair, return_tensors="pt", truncation=False)
+    n = encoding["input_ids"].shape[1]
+    if n == 0:
+        raise InvalidInput("the text produced no tokens; send some words")
+    if n > loaded.max_tokens:
+        raise InvalidInput(
+            f"the text is {n} tokens long; '{loaded.id}' accepts at most {loaded.max_tokens} "
+            "tokens here. Shorten the text."
+        )
+    accepted = inspect.signature(loaded.model.forward).parameters
+    return {k: v for k, v in encoding.items() if k in accepted}
+
+
+def run_forward(loaded: LoadedModel, text: str, text_pair: str | None = None) -> ForwardResult:
+    """Run the model once with output_attentions=True, capturing each attention block's input."""
+    inputs = tokenize(loaded, text, text_pair)
+    modules = attention_modules(loaded.model, loaded.family)
+    captured: list[Tensor | None] = [None] * len(modules)
+
+    def capture(index: int):
+        def hook(_module, args, kwargs):
+            captured[index] = hidden_input(args, kwargs).detach()
+
+        return hook
+
+    with loaded.lock:  # hooks see every call on the module: one forward at a time per model
+        handles = [
+            m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in enumerate(modules)
+        ]
+        try:
+            start = time.perf_counter()
+            with torch.inference_mode():
+                output = loaded.model(**inputs, output_attentions=True)
+            seconds = time.perf_counter() - start
+        finally:
+            for handle in handles:
+                handle.remove()
+    if output.attentions is None or any(t is None for t in captured):
+        raise RuntimeError(
+            f"'{loaded.id}' returned no attentions: it must run with eager attention"
+        )
+
+    ids = inputs["input_ids"][0].tolist()
+    labels, raw, special = display_tokens(loaded.tokenizer, ids)
+    segments = None
+    if text_pair is not None:
+        type_ids = inputs.get("token_type_ids")
+        if type_ids is not None:
+            segments = type_ids[0].tolist()
+        else:  # models without segment embeddings (RoBERTa, DistilBERT): split at the separator
+            segments = _segments_from_separators(ids, loaded.tokenizer.sep_token_id)
+    return ForwardResult(
+        tokens=labels,
+        raw_tokens=raw,
+        token_ids=ids,
+        special=special,
+        segments=segments,
+        attentions=torch.stack([a[0] for a in output.attentions]).float(),  # (L, H, T, T)
+        hidden_inputs=torch.stack([h[0] for h in captured]).float(),  # (L, T, D)
+        forward_seconds=seconds,
+    )
+
+
+def _segments_from_separators(ids: list[int], sep_id: int | None) -> list[int]:
+    """0 up to and including the first separator (run), 1 after it."""
+    segments, current, seen_sep = [], 0, False
+    for token_id in ids:
+        if token_id == sep_id:
+            seen_sep = True
+        elif seen_sep:
+            current = 1
+        segments.append(current)
+    return segments

@@ -1,0 +1,131 @@
+"""Where each architecture keeps its attention weights, so attention_core can replay them.
+
+Each adapter works on the base model transformers' AutoModel returns (BertModel,
+DistilBertModel, RobertaModel, GPT2Model, LlamaModel) and reads only the checkpoint's own
+weights and config; the arithmetic of the replay lives in attention_core.replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoConfig, PretrainedConfig
+
+from app.models.registry import Family
+from attention_core.replay import QKProjection, Rope
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Facts about one loaded model, read from its config."""
+
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_positions: int
+
+
+def architecture(c: PretrainedConfig, family: Family) -> Architecture:
+    """Layer and head counts from a model's config object."""
+    if family is Family.GPT2:
+        heads = c.n_head
+        return Architecture(c.n_layer, heads, heads, c.n_embd // heads, c.n_positions)
+    if c.model_type == "distilbert":
+        heads = c.n_heads
+        return Architecture(c.n_layers, heads, heads, c.dim // heads, c.max_position_embeddings)
+    heads = c.num_attention_heads
+    kv = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    max_positions = c.max_position_embeddings
+    if c.model_type in ("roberta", "xlm-roberta"):
+        max_positions -= c.pad_token_id + 1  # RoBERTa's positions start after the padding index
+    return Architecture(c.num_hidden_layers, heads, kv, head_dim, max_positions)
+
+
+def architecture_from_dict(config: dict, family: Family) -> Architecture | None:
+    """The same facts from a config.json read off disk, or None if it is not understood."""
+    try:
+        fields = {k: v for k, v in config.items() if k != "model_type"}
+        return architecture(AutoConfig.for_model(config["model_type"], **fields), family)
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def attention_modules(model: nn.Module, family: Family) -> list[nn.Module]:
+    """The self-attention module of every layer, in order; its input is the hidden state."""
+    if family is Family.GPT2:
+        return [block.attn for block in model.h]
+    if family is Family.LLAMA:
+        return [layer.self_attn for layer in model.layers]
+    if model.config.model_type == "distilbert":
+        return [layer.attention for layer in model.transformer.layer]
+    return [layer.attention.self for layer in model.encoder.layer]
+
+
+def qk_projection(model: nn.Module, family: Family, layer: int) -> QKProjection:
+    """One layer's query and key weights in nn.Linear layout, with the model's scale."""
+    arch = architecture(model.config, family)
+    module = attention_modules(model, family)[layer]
+    scale = arch.head_dim**-0.5
+    if family is Family.GPT2:
+        # Conv1D stores (in, out) and computes x @ W + b; q, k, v are consecutive column blocks.
+        width = arch.num_heads * arch.head_dim
+        weight, bias = module.c_attn.weight, module.c_attn.bias  # (d_model, 3*width), (3*width,)
+        w_q, w_k = weight[:, :width].T, weight[:, width : 2 * width].T
+        b_q, b_k = bias[:width], bias[width : 2 * width]
+        if not model.config.scale_attn_weights:
+            scale = 1.0
+        if model.config.scale_attn_by_inverse_layer_idx:
+            scale /= float(layer + 1)
+    elif family is Family.LLAMA:
+        w_q, w_k = module.q_proj.weight, module.k_proj.weight
+        b_q, b_k = module.q_proj.bias, module.k_proj.bias
+    elif model.config.model_type == "distilbert":
+        w_q, w_k, b_q, b_k = (
+            module.q_lin.weight,
+            module.k_lin.weight,
+            module.q_lin.bias,
+            module.k_lin.bias,
+        )
+    else:
+        w_q, w_k, b_q, b_k = (
+            module.query.weight,
+            module.key.weight,
+            module.query.bias,
+            module.key.bias,
+        )
+    return QKProjection(
+        w_q=w_q.detach(),
+        w_k=w_k.detach(),
+        b_q=None if b_q is None else b_q.detach(),
+        b_k=None if b_k is None else b_k.detach(),
+        n_heads=arch.num_heads,
+        n_kv_heads=arch.num_kv_heads,
+        head_dim=arch.head_dim,
+        scale=scale,
+    )
+
+
+def rope(model: nn.Module, family: Family, seq_len: int) -> Rope | None:
+    """RoPE tables for Llama-family models (from the model's own inverse frequencies)."""
+    if family is not Family.LLAMA:
+        return None
+    rotary = model.rotary_emb
+    return Rope.from_inv_freq(
+        rotary.inv_freq, seq_len, float(getattr(rotary, "attention_scaling", 1.0))
+    )
+
+
+def hidden_input(args: tuple, kwargs: dict) -> Tensor:
+    """The hidden state passed to an attention module's forward, however it was passed."""
+    if args and isinstance(args[0], torch.Tensor):
+        return args[0]
+    for name in ("hidden_states", "query", "x"):
+        if isinstance(kwargs.get(name), torch.Tensor):
+            return kwargs[name]
+    raise RuntimeError(
+        f"cannot find the hidden state among the attention module's inputs: {list(kwargs)}"
+    )

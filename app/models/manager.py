@@ -1,0 +1,128 @@
+"""Models load once, lazily, behind a lock; the least recently used is unloaded past a bound."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.errors import ModelUnavailable, UnknownModel
+from app.models.loader import LoadedModel, load_model
+from app.models.registry import ModelSpec
+from app.models.sources import family_of, read_config, unavailable_reason
+
+
+@dataclass
+class LoadState:
+    """What a model is doing now, for the UI's progress display."""
+
+    state: str = "idle"  # idle | loading | ready | failed
+    stage: str = ""
+    fraction: float = 0.0
+    error: str | None = None
+    seconds: float | None = None  # how long the last load took
+
+
+class ModelManager:
+    def __init__(
+        self, registry: dict[str, ModelSpec], *, cache_dir: Path, token_limit: int, max_loaded: int
+    ) -> None:
+        self.registry = registry
+        self.cache_dir = cache_dir
+        self.token_limit = token_limit
+        self.max_loaded = max_loaded
+        self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()
+        self._states: dict[str, LoadState] = {mid: LoadState() for mid in registry}
+        self._locks: dict[str, threading.Lock] = {mid: threading.Lock() for mid in registry}
+        self._guard = threading.Lock()
+        self.load_count: dict[str, int] = dict.fromkeys(registry, 0)
+
+    def spec(self, model_id: str) -> ModelSpec:
+        """The registry entry, or 404 naming what exists. Ids never reach the filesystem."""
+        spec = self.registry.get(model_id)
+        if spec is None:
+            names = ", ".join(sorted(self.registry)) or "none"
+            raise UnknownModel(f"Unknown model {model_id[:200]!r}. Available: {names}")
+        return spec
+
+    def state(self, model_id: str) -> LoadState:
+        self.spec(model_id)
+        return self._states[model_id]
+
+    def is_loaded(self, model_id: str) -> bool:
+        return self.loaded_or_none(model_id) is not None
+
+    def loaded_or_none(self, model_id: str) -> LoadedModel | None:
+        """The model if it is in memory now; never starts a load."""
+        with self._guard:
+            return self._loaded.get(model_id)
+
+    def unavailable_reason(self, model_id: str) -> str | None:
+        return unavailable_reason(self.spec(model_id))
+
+    def peek_config(self, model_id: str) -> tuple[dict | None, object]:
+        spec = self.spec(model_id)
+        config = read_config(spec)
+        return config, family_of(spec, config)
+
+    def get(self, model_id: str) -> LoadedModel:
+        """The loaded model, loading it first if needed (concurrent callers load once)."""
+        self.spec(model_id)
+        with self._guard:
+            if model_id in self._loaded:
+                self._loaded.move_to_end(model_id)
+                return self._loaded[model_id]
+        with self._locks[model_id]:
+            with self._guard:  # another thread may have finished loading while we waited
+                if model_id in self._loaded:
+                    self._loaded.move_to_end(model_id)
+                    return self._loaded[model_id]
+            loaded = self._load(model_id)
+            with self._guard:
+                self._loaded[model_id] = loaded
+                while len(self._loaded) > self.max_loaded:
+                    evicted, _ = self._loaded.popitem(last=False)
+                    self._states[evicted] = LoadState()
+            gc.collect()
+            return loaded
+
+    def _load(self, model_id: str) -> LoadedModel:
+        state = LoadState(state="loading", stage="starting", fraction=0.0)
+        self._states[model_id] = state
+
+        def progress(stage: str, fraction: float) -> None:
+            state.stage, state.fraction = stage, fraction
+
+        start = time.perf_counter()
+        try:
+            loaded = load_model(
+                self.spec(model_id),
+                cache_dir=self.cache_dir,
+                token_limit=self.token_limit,
+                progress=progress,
+            )
+        except ModelUnavailable as err:
+            self._states[model_id] = LoadState(state="failed", error=err.message)
+            raise
+        self.load_count[model_id] += 1
+        self._states[model_id] = LoadState(
+            state="ready", stage="ready", fraction=1.0, seconds=time.perf_counter() - start
+        )
+        return loaded
+
+    def start_loading(self, model_id: str) -> LoadState:
+        """Begin loading in a background thread (for the UI); returns the current state."""
+        self.spec(model_id)
+        if not self.is_loaded(model_id) and self._states[model_id].state != "loading":
+            self._states[model_id] = LoadState(state="loading", stage="queued")
+
+            def run() -> None:
+                with contextlib.suppress(ModelUnavailable):  # the failure is kept in the state
+                    self.get(model_id)
+
+            threading.Thread(target=run, name=f"load-{model_id}", daemon=True).start()
+        return self._states[model_id]

