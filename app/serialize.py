@@ -34,6 +34,24 @@ def to_bool_lists(t: Tensor) -> list:
     return t.detach().bool().cpu().tolist()
 
 
+def float32_json(t: Tensor) -> str:
+    """A float32 tensor as JSON nested arrays, each number with 9 significant digits.
+
+    Nine significant digits is enough for every float32 to read back as exactly the same
+    float32, and takes about 13 bytes a number instead of the 20+ of float64 reprs.
+    """
+    values = t.detach().to(torch.float32).cpu()
+    if values.dim() == 0:
+        return format(values.item(), ".9g")
+    rows = values.reshape(-1, values.shape[-1]).tolist() if values.numel() else []
+    text_rows = ["[" + ",".join([format(x, ".9g") for x in row]) + "]" for row in rows]
+    for size in reversed(values.shape[:-1]):
+        text_rows = [
+            "[" + ",".join(text_rows[i : i + size]) + "]" for i in range(0, len(text_rows), size)
+        ]
+    return text_rows[0] if text_rows else "[]"
+
+
 # ---------------------------------------------------------------------------------------------
 # Compact binary attention maps (format=f16 and format=u8)
 #

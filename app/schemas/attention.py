@@ -10,6 +10,7 @@ from app.schemas.common import FiniteFloat
 
 MAX_TEXT_CHARS = 20_000
 MAX_INDEX_LIST = 512
+MAX_JSON_WEIGHTS = 4_000_000  # about 50 MB of JSON; binary formats have no such limit
 
 EXAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
 
@@ -86,7 +87,8 @@ class AttentionRequest(TextRequest):
     )
     format: Literal["json", "f16", "u8"] = Field(
         "json",
-        description="json: exact float32 values. f16: binary float16, |error| <= 2^-12. "
+        description=f"json: float32 values, exact (at most {MAX_JSON_WEIGHTS:,} weights). "
+        "f16: binary float16, |error| <= 2^-12. "
         "u8: binary uint8 (round(w*255)), |error| <= 1/510. Binary layout: see the API docs.",
     )
 

@@ -14,8 +14,8 @@ from app.inference.forward import ForwardResult, run_forward
 from app.models import families
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
-from app.schemas.attention import AttentionRequest, DetailRequest, DetailResponse
-from app.serialize import BINARY_MEDIA_TYPE, encode_binary, to_bool_lists, to_lists
+from app.schemas.attention import MAX_JSON_WEIGHTS, AttentionRequest, DetailRequest, DetailResponse
+from app.serialize import BINARY_MEDIA_TYPE, encode_binary, float32_json, to_bool_lists, to_lists
 from attention_core import causal_mask, replay_layer
 from attention_core.sdpa import resolve_scale
 
@@ -73,7 +73,14 @@ def attention_maps(manager: ModelManager, cache: ForwardCache, req: AttentionReq
         "forward_ms": round(result.forward_seconds * 1000, 3),
     }
     if req.format == "json":
-        body = json.dumps({**meta, "attentions": to_lists(maps)}, ensure_ascii=False)
+        if maps.numel() > MAX_JSON_WEIGHTS:
+            raise InvalidInput(
+                f"as JSON this answer would hold {maps.numel():,} weights (about "
+                f"{maps.numel() * 13 // 2**20} MB); the JSON limit is {MAX_JSON_WEIGHTS:,}. Ask for "
+                "fewer layers or heads, or use format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
+            )
+        head = json.dumps(meta, ensure_ascii=False)
+        body = head[:-1] + ', "attentions": ' + float32_json(maps) + "}"
         return Response(body, media_type="application/json")
     return Response(encode_binary(meta, maps, req.format), media_type=BINARY_MEDIA_TYPE)
 

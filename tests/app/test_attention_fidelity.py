@@ -107,7 +107,7 @@ def test_detail_is_consistent_and_counterfactual_is_sharper(client, model_id):
     maps = client.post(
         "/api/attention", json={"model": model_id, "text": TEXT, "layers": [1], "heads": [2]}
     ).json()
-    assert detail["weights"] == maps["attentions"][0][0]
+    assert torch.equal(torch.tensor(detail["weights"]), torch.tensor(maps["attentions"][0][0]))
     assert detail["replay_max_abs_diff"] < 1e-5
     q, k = torch.tensor(detail["q"]), torch.tensor(detail["k"])
     scores = torch.tensor(detail["scores"])
