@@ -11,7 +11,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from app.api.routes import attention, core, health, models
+from app.api.routes import attention, core, health, lab, models
 from app.config import Settings, get_settings
 from app.errors import AtlasError, install_error_handlers
 from app.inference.cache import ForwardCache
@@ -65,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(core.router)
     app.include_router(models.router)
     app.include_router(attention.router)
+    app.include_router(lab.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -58,13 +58,14 @@ def float32_json(t: Tensor) -> str:
 # Body layout, all integers little-endian:
 #   magic     4 bytes   b"ATLS"
 #   version   uint8     1
-#   dtype     uint8     1 = float16, 2 = uint8
+#   dtype     uint8     1 = float16, 2 = uint8, 3 = float32
 #   reserved  uint16    0
 #   meta_len  uint32    length of the metadata in bytes
 #   metadata  meta_len bytes of UTF-8 JSON: the JSON response without "attentions", plus
 #             "shape" [layers, heads, seq, seq], "dtype", "error_bound" and "decode"
 #   padding   zero bytes so that the data starts at a multiple of 8
 #   data      layers*heads*seq*seq values in C order [layer][head][query][key]
+# float32: IEEE single, exact.
 # float16: IEEE half, |decoded - exact| <= 2^-12 for weights in [0, 1].
 # uint8:   w ≈ q / 255 with q = round(w * 255), |decoded - exact| <= 1/510.
 # ---------------------------------------------------------------------------------------------
@@ -76,12 +77,15 @@ U8_ERROR_BOUND = 1.0 / 510.0
 BINARY_FORMATS = {
     "f16": (1, F16_ERROR_BOUND, "w = float16 value"),
     "u8": (2, U8_ERROR_BOUND, "w = q / 255"),
+    "f32": (3, 0.0, "w = float32 value"),
 }
 BINARY_MEDIA_TYPE = "application/vnd.attention-atlas.maps"
 
 
 def quantize(weights: Tensor, fmt: str) -> bytes:
-    """Attention weights in [0, 1] as f16 or u8 bytes, C order, little-endian."""
+    """Attention weights in [0, 1] as f32, f16 or u8 bytes, C order, little-endian."""
+    if fmt == "f32":
+        return weights.to(torch.float32).contiguous().numpy().astype("<f4", copy=False).tobytes()
     if fmt == "f16":
         array = weights.to(torch.float16).contiguous().numpy()
         return array.astype("<f2", copy=False).tobytes()
@@ -127,7 +131,9 @@ def decode_binary(body: bytes) -> tuple[dict, Tensor]:
     start = 12 + meta_len
     start += -start % 8
     shape = meta["shape"]
-    if code == 1:
+    if code == 3:
+        values = np.frombuffer(body, dtype="<f4", offset=start).astype(np.float32)
+    elif code == 1:
         values = np.frombuffer(body, dtype="<f2", offset=start).astype(np.float32)
     else:
         values = np.frombuffer(body, dtype=np.uint8, offset=start).astype(np.float32) / 255.0

@@ -20,9 +20,9 @@ from attention_core.sdpa import AttentionTrace, Scale, scaled_dot_product_attent
 
 @dataclass(frozen=True)
 class QKProjection:
-    """One layer's query/key projections, in nn.Linear's layout (y = x W^T + b).
+    """One layer's query/key(/value) projections, in nn.Linear's layout (y = x W^T + b).
 
-    w_q: (n_heads * head_dim, d_model), w_k: (n_kv_heads * head_dim, d_model).
+    w_q: (n_heads * head_dim, d_model), w_k and w_v: (n_kv_heads * head_dim, d_model).
     scale: the factor the model multiplies q·k by (1/sqrt(head_dim) for all three families,
     times 1/(layer+1) for GPT-2 checkpoints that set scale_attn_by_inverse_layer_idx).
     """
@@ -35,6 +35,8 @@ class QKProjection:
     n_kv_heads: int
     head_dim: int
     scale: float
+    w_v: Tensor | None = None  # without values, a replay gives the pattern only
+    b_v: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,8 @@ class Rope:
 class LayerReplay:
     q: Tensor  # (batch, n_heads, seq, head_dim), after RoPE if the model uses it
     k: Tensor  # (batch, n_kv_heads, seq, head_dim), after RoPE, before sharing (GQA)
-    trace: AttentionTrace  # patterns (batch, n_heads, seq, seq)
+    v: Tensor | None  # (batch, n_kv_heads, seq, head_dim) when the projection has w_v
+    trace: AttentionTrace  # patterns (batch, heads, seq, seq); output (batch, heads, seq, hd)
 
 
 def project_qk(
@@ -91,16 +94,23 @@ def replay_layer(
     hidden: (batch, seq, d_model); mask: bool broadcastable to (batch, heads, seq, seq).
     scale=None uses the model's own factor; False gives the unscaled counterfactual.
     heads: restrict the trace to these query heads (all by default).
-    Values are not needed for the pattern: the trace's output has width 0.
+    Without w_v in the projection the trace's output has width 0 (pattern only).
     """
     q, k = project_qk(hidden, proj, rope)
-    k_shared = repeat_kv(k, proj.n_heads // proj.n_kv_heads)  # (B, H, T, hd)
-    q_sel, k_sel = q, k_shared
+    n_rep = proj.n_heads // proj.n_kv_heads
+    if proj.w_v is not None:
+        v = hidden @ proj.w_v.T
+        v = split_heads(v if proj.b_v is None else v + proj.b_v, proj.n_kv_heads)  # (B, Hkv, T, hd)
+        v_shared = repeat_kv(v, n_rep)  # (B, H, T, hd)
+    else:
+        v = None
+        v_shared = hidden.new_zeros(1, proj.n_heads, hidden.shape[1], 0)  # (1, H, T, 0)
+    k_shared = repeat_kv(k, n_rep)  # (B, H, T, hd)
+    q_sel, k_sel, v_sel = q, k_shared, v_shared
     if heads is not None:
-        q_sel, k_sel = q[:, heads], k_shared[:, heads]
+        q_sel, k_sel, v_sel = q[:, heads], k_shared[:, heads], v_shared[:, heads]
     effective_scale = proj.scale if scale is None or scale is True else scale
-    no_values = hidden.new_zeros(1, 1, hidden.shape[1], 0)  # (1, 1, T, 0)
     trace = scaled_dot_product_attention(
-        q_sel, k_sel, no_values, mask, scale=effective_scale, temperature=temperature
+        q_sel, k_sel, v_sel, mask, scale=effective_scale, temperature=temperature
     )
-    return LayerReplay(q=q, k=k, trace=trace)
+    return LayerReplay(q=q, k=k, v=v, trace=trace)

@@ -65,43 +65,43 @@ def attention_modules(model: nn.Module, family: Family) -> list[nn.Module]:
     return [layer.attention.self for layer in model.encoder.layer]
 
 
+def _linear_weights(model: nn.Module, family: Family, module: nn.Module, width: int) -> list:
+    """[w_q, b_q, w_k, b_k, w_v, b_v] in nn.Linear layout (biases may be None)."""
+    if family is Family.GPT2:
+        # Conv1D stores (in, out) and computes x @ W + b; q, k, v are consecutive column blocks.
+        weight, bias = module.c_attn.weight, module.c_attn.bias  # (d_model, 3*width), (3*width,)
+        out = []
+        for i in range(3):
+            out += [weight[:, i * width : (i + 1) * width].T, bias[i * width : (i + 1) * width]]
+        return out
+    if family is Family.LLAMA:
+        linears = (module.q_proj, module.k_proj, module.v_proj)
+    elif model.config.model_type == "distilbert":
+        linears = (module.q_lin, module.k_lin, module.v_lin)
+    else:
+        linears = (module.query, module.key, module.value)
+    return [t for lin in linears for t in (lin.weight, lin.bias)]
+
+
 def qk_projection(model: nn.Module, family: Family, layer: int) -> QKProjection:
-    """One layer's query and key weights in nn.Linear layout, with the model's scale."""
+    """One layer's query, key and value weights in nn.Linear layout, with the model's scale."""
     arch = architecture(model.config, family)
     module = attention_modules(model, family)[layer]
     scale = arch.head_dim**-0.5
     if family is Family.GPT2:
-        # Conv1D stores (in, out) and computes x @ W + b; q, k, v are consecutive column blocks.
-        width = arch.num_heads * arch.head_dim
-        weight, bias = module.c_attn.weight, module.c_attn.bias  # (d_model, 3*width), (3*width,)
-        w_q, w_k = weight[:, :width].T, weight[:, width : 2 * width].T
-        b_q, b_k = bias[:width], bias[width : 2 * width]
         if not model.config.scale_attn_weights:
             scale = 1.0
         if model.config.scale_attn_by_inverse_layer_idx:
             scale /= float(layer + 1)
-    elif family is Family.LLAMA:
-        w_q, w_k = module.q_proj.weight, module.k_proj.weight
-        b_q, b_k = module.q_proj.bias, module.k_proj.bias
-    elif model.config.model_type == "distilbert":
-        w_q, w_k, b_q, b_k = (
-            module.q_lin.weight,
-            module.k_lin.weight,
-            module.q_lin.bias,
-            module.k_lin.bias,
-        )
-    else:
-        w_q, w_k, b_q, b_k = (
-            module.query.weight,
-            module.key.weight,
-            module.query.bias,
-            module.key.bias,
-        )
+    tensors = _linear_weights(model, family, module, arch.num_heads * arch.head_dim)
+    w_q, b_q, w_k, b_k, w_v, b_v = (None if t is None else t.detach() for t in tensors)
     return QKProjection(
-        w_q=w_q.detach(),
-        w_k=w_k.detach(),
-        b_q=None if b_q is None else b_q.detach(),
-        b_k=None if b_k is None else b_k.detach(),
+        w_q=w_q,
+        w_k=w_k,
+        b_q=b_q,
+        b_k=b_k,
+        w_v=w_v,
+        b_v=b_v,
         n_heads=arch.num_heads,
         n_kv_heads=arch.num_kv_heads,
         head_dim=arch.head_dim,

@@ -85,10 +85,10 @@ class AttentionRequest(TextRequest):
     heads: list[int] | None = Field(
         None, max_length=MAX_INDEX_LIST, description="Head indices (0-based); all when omitted."
     )
-    format: Literal["json", "f16", "u8"] = Field(
+    format: Literal["json", "f32", "f16", "u8"] = Field(
         "json",
         description=f"json: float32 values, exact (at most {MAX_JSON_WEIGHTS:,} weights). "
-        "f16: binary float16, |error| <= 2^-12. "
+        "f32: binary float32, exact. f16: binary float16, |error| <= 2^-12. "
         "u8: binary uint8 (round(w*255)), |error| <= 1/510. Binary layout: see the API docs.",
     )
 
@@ -163,10 +163,12 @@ class DetailResponse(BaseModel):
     model_scale: float = Field(description="The factor the model multiplies q·k by.")
     q: list[list[float]] = Field(description="(seq, head_dim) queries, after RoPE if any.")
     k: list[list[float]] = Field(description="(seq, head_dim) keys, after RoPE if any.")
+    v: list[list[float]] = Field(description="(seq, head_dim) values of the key/value head.")
     scores: list[list[float]] = Field(description="raw q·k")
     scaled_scores: list[list[float]] = Field(description="q·k × model_scale")
     mask: list[list[bool]] = Field(description="true = may attend (causal for decoders)")
     weights: list[list[float]] = Field(description="softmax, as the model computed it")
+    output: list[list[float]] = Field(description="(seq, head_dim) weights × v: the head's output")
     replay_max_abs_diff: float = Field(
         description="max |replayed weights − transformers' output_attentions| for this head"
     )

@@ -127,6 +127,8 @@ def attention_detail(
         model_scale=proj.scale,
         q=to_lists(q),
         k=to_lists(k),
+        v=to_lists(actual.v[0, kv_head]),
+        output=to_lists(actual.trace.output[0, 0]),
         scores=to_lists(actual.trace.scores[0, 0]),
         scaled_scores=to_lists(actual.trace.scaled_scores[0, 0]),
         mask=to_bool_lists(mask if mask is not None else torch.ones(seq, seq, dtype=torch.bool)),

@@ -131,3 +131,30 @@ def test_temperature_counterfactual_flattens(client):
     hot = torch.tensor(detail["counterfactual_weights"])
     n = hot.shape[-1]
     assert torch.allclose(hot, torch.full_like(hot, 1 / n), atol=0.05)
+
+
+def test_bert_head_output_equals_the_models_context_vectors(app, client):
+    """The replay's weights × V equals what BertSelfAttention itself outputs for that head."""
+    loaded = app.state.manager.get(MINILM_ID)
+    module = families.attention_modules(loaded.model, loaded.family)[2]
+    captured = {}
+
+    def keep_output(_module, _args, output):
+        captured["ctx"] = output[0]  # returns None: the model's output is left alone
+
+    handle = module.register_forward_hook(keep_output)
+    try:
+        enc = loaded.tokenizer(TEXT, return_tensors="pt")
+        with torch.no_grad():
+            loaded.model(**enc)
+    finally:
+        handle.remove()
+    context = captured["ctx"][0]  # (T, 384) = heads merged
+    detail = client.post(
+        "/api/attention/detail", json={"model": MINILM_ID, "text": TEXT, "layer": 2, "head": 5}
+    ).json()
+    head_dim = detail["head_dim"]
+    expected = context[:, 5 * head_dim : 6 * head_dim]
+    assert torch.allclose(torch.tensor(detail["output"]), expected, atol=1e-5)
+    weights, v = torch.tensor(detail["weights"]), torch.tensor(detail["v"])
+    assert torch.allclose(weights @ v, expected, atol=1e-5)

@@ -21,14 +21,14 @@ ERRORS = {
 }
 
 BINARY_DOC = """
-**Binary formats** (`format` = `f16` or `u8`) answer `application/vnd.attention-atlas.maps`.
+**Binary formats** (`format` = `f32`, `f16` or `u8`) answer `application/vnd.attention-atlas.maps`.
 All integers little-endian:
 
 | bytes | field |
 |---|---|
 | 4 | magic `ATLS` |
 | 1 | version = 1 |
-| 1 | dtype: 1 = float16, 2 = uint8 |
+| 1 | dtype: 1 = float16, 2 = uint8, 3 = float32 |
 | 2 | reserved = 0 |
 | 4 | `meta_len` |
 | `meta_len` | UTF-8 JSON: the JSON fields except `attentions`, plus `shape`, `dtype`, |
@@ -36,7 +36,8 @@ All integers little-endian:
 | 0–7 | zero padding so the data starts at a multiple of 8 |
 | rest | the weights, C order `[layer][head][query][key]` |
 
-float16: |decoded − exact| ≤ 2⁻¹² (weights lie in [0, 1]). uint8: `w = q / 255`, |error| ≤ 1/510.
+float32: exact. float16: |decoded − exact| ≤ 2⁻¹² (weights lie in [0, 1]).
+uint8: `w = q / 255`, |error| ≤ 1/510.
 A 512-token MiniLM layer is 3.1 MB as u8 (12 heads), against ~60 MB as JSON.
 """
 

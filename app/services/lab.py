@@ -1,0 +1,154 @@
+"""The lab pages' numbers, all from attention_core."""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+import attention_core as ac
+from app.errors import InvalidInput
+from app.schemas.lab import (
+    MasksRequest,
+    MasksResponse,
+    MaskView,
+    ScalingRequest,
+    ScalingResponse,
+    SoftmaxSide,
+)
+from app.serialize import to_bool_lists
+
+CURVE_D_K = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+CURVE_DRAWS = 128
+VARIANCE_SAMPLES = 2048
+
+
+def all_masks(req: MasksRequest) -> MasksResponse:
+    n = req.n
+    try:
+        global_ids = sorted({i for i in req.global_tokens if 0 <= i < n}) or [0]
+        masks = [
+            (
+                "full",
+                "Full attention",
+                "every token sees every token",
+                torch.ones(n, n, dtype=torch.bool),
+            ),
+            ("causal", "Causal", "a token sees itself and the past (decoders)", ac.causal_mask(n)),
+            (
+                "sliding_window",
+                f"Sliding window (±{req.window})",
+                "a token sees its neighbours only (Longformer, Mistral)",
+                ac.sliding_window_mask(n, window=req.window),
+            ),
+            (
+                "dilated",
+                f"Dilated window (±{req.window}, every {req.dilation})",
+                "a window with gaps: reaches further for the same cost",
+                ac.dilated_window_mask(n, window=req.window, dilation=req.dilation),
+            ),
+            (
+                "global",
+                f"Global tokens {global_ids}",
+                "a few tokens see and are seen by all",
+                ac.global_tokens_mask(n, indices=global_ids),
+            ),
+            (
+                "random",
+                f"Random ({min(req.num_random, n)} a row, seed {req.seed})",
+                "each token sees a few random keys",
+                ac.random_mask(n, num_random=min(req.num_random, n), seed=req.seed),
+            ),
+            (
+                "bigbird",
+                "BigBird",
+                "window + global + random together",
+                ac.bigbird_mask(
+                    n,
+                    window=req.window,
+                    global_indices=global_ids,
+                    num_random=min(req.num_random, n),
+                    seed=req.seed,
+                ),
+            ),
+            (
+                "block_sparse",
+                f"Block-sparse (blocks of {req.block_size})",
+                "attention only inside fixed blocks",
+                ac.block_sparse_mask(n, block_size=req.block_size),
+            ),
+        ]
+    except ValueError as err:
+        raise InvalidInput(str(err)) from err
+    return MasksResponse(
+        n=n,
+        masks=[
+            MaskView(
+                kind=kind,
+                label=label,
+                explanation=text,
+                mask=to_bool_lists(mask),
+                computed_pairs=int(mask.sum()),
+                full_pairs=n * n,
+            )
+            for kind, label, text, mask in masks
+        ],
+    )
+
+
+def _side(logits: torch.Tensor) -> SoftmaxSide:
+    stats = ac.softmax_stats(logits)
+    return SoftmaxSide(
+        logits=logits.tolist(),
+        weights=stats.weights.tolist(),
+        entropy=float(stats.entropy),
+        max_weight=float(stats.max_weight),
+        effective_tokens=float(stats.effective_tokens),
+        jacobian_norm=float(stats.jacobian_norm),
+    )
+
+
+@lru_cache(maxsize=256)
+def _variance(d_k: int, seed: int) -> tuple[float, float]:
+    result = ac.score_variance([d_k], n_samples=VARIANCE_SAMPLES, seed=seed)
+    return result.unscaled[0], result.scaled[0]
+
+
+@lru_cache(maxsize=256)
+def _entropy_curve(temperature: float, n_keys: int, seed: int) -> tuple[list[float], list[float]]:
+    """Mean entropy over CURVE_DRAWS random (q, K) draws at each d_k: (scaled, unscaled)."""
+    scaled, unscaled = [], []
+    for d in CURVE_D_K:
+        g = torch.Generator().manual_seed(seed + d)
+        qs = torch.randn(CURVE_DRAWS, 1, d, generator=g)
+        ks = torch.randn(CURVE_DRAWS, n_keys, d, generator=g)
+        logits = (qs @ ks.transpose(-2, -1)).squeeze(1) / temperature  # (draws, n_keys)
+        unscaled.append(float(ac.entropy(torch.softmax(logits, -1)).mean()))
+        scaled.append(float(ac.entropy(torch.softmax(logits / math.sqrt(d), -1)).mean()))
+    return scaled, unscaled
+
+
+def scaling_demo(req: ScalingRequest) -> ScalingResponse:
+    """Random q, k with unit-variance components: softmax of q·k scaled and unscaled."""
+    g = torch.Generator().manual_seed(req.seed)
+    q = torch.randn(req.d_k, generator=g, dtype=torch.float64)
+    k = torch.randn(req.n_keys, req.d_k, generator=g, dtype=torch.float64)
+    scores = k @ q  # (n_keys,)
+    scaled = _side(scores / math.sqrt(req.d_k) / req.temperature)
+    unscaled = _side(scores / req.temperature)
+    variance_unscaled, variance_scaled = _variance(req.d_k, req.seed)
+    curve_scaled, curve_unscaled = _entropy_curve(req.temperature, req.n_keys, req.seed)
+    return ScalingResponse(
+        d_k=req.d_k,
+        temperature=req.temperature,
+        n_keys=req.n_keys,
+        scaled=scaled,
+        unscaled=unscaled,
+        variance_unscaled=variance_unscaled,
+        variance_scaled=variance_scaled,
+        curve_d_k=CURVE_D_K,
+        curve_entropy_scaled=curve_scaled,
+        curve_entropy_unscaled=curve_unscaled,
+        max_entropy=math.log(req.n_keys),
+    )
