@@ -6,6 +6,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from app.models.registry import MINILM_ID
+from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from app.schemas.core import SEED_EXAMPLE
 from app.web.assets import PLOTLY_JS, TEMPLATES_DIR, plotly_js_name
 
@@ -37,7 +39,24 @@ def step_by_step(request: Request) -> HTMLResponse:
 
 
 @router.get("/", response_class=HTMLResponse)
-def home(request: Request) -> HTMLResponse:
+def explorer(request: Request) -> HTMLResponse:
+    page_data = {
+        "default_model": MINILM_ID,
+        "example_text": EXAMPLE_TEXT,
+    }
     return templates.TemplateResponse(
-        request, "step_by_step.html", {"page": "steps", "example": SEED_EXAMPLE}
+        request,
+        "explorer.html",
+        {"page": "explorer", "page_data": page_data, "max_text_chars": MAX_TEXT_CHARS},
     )
+
+
+@router.get("/lab/masks", response_class=HTMLResponse)
+def masks_lab(request: Request) -> HTMLResponse:
+    return templates.TemplateResponse(request, "masks.html", {"page": "masks"})
+
+
+@router.get("/lab/scaling", response_class=HTMLResponse)
+def scaling_lab(request: Request) -> HTMLResponse:
+    page_data = {"default_model": MINILM_ID, "example_text": EXAMPLE_TEXT}
+    return templates.TemplateResponse(request, "scaling.html", {"page": "scaling", "page_data": page_data})

@@ -23,6 +23,10 @@ function describe(detail) {
   return JSON.stringify(detail);
 }
 
+function encodePath(id) {
+  return id.split("/").map(encodeURIComponent).join("/");
+}
+
 async function request(method, path, body, { signal } = {}) {
   let response;
   try {
@@ -54,9 +58,10 @@ export const api = {
   coreAttention: (body, opts) => request("POST", "/api/core/attention", body, opts),
   models: (opts) => request("GET", "/api/models", undefined, opts),
   attention: (body, opts) => request("POST", "/api/attention", body, opts),
-  attentionBinary: (body, opts) => request("POST", "/api/attention", body, opts),
   detail: (body, opts) => request("POST", "/api/attention/detail", body, opts),
-  loadModel: (id, opts) => request("POST", `/api/models/${encodeURIComponent(id)}/load`, {}, opts),
+  // Model ids contain a slash; the routes take them as a path, so each segment is encoded.
+  loadModel: (id, opts) => request("POST", `/api/models/${encodePath(id)}/load`, undefined, opts),
+  modelStatus: (id, opts) => request("GET", `/api/models/${encodePath(id)}/status`, undefined, opts),
   masks: (body, opts) => request("POST", "/api/lab/masks", body, opts),
   scaling: (body, opts) => request("POST", "/api/lab/scaling", body, opts),
 };

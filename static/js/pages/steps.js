@@ -3,7 +3,8 @@
 
 import { api } from "../api.js";
 import { $, readPageData, showError } from "../dom.js";
-import { drawHeatmap, plotlyReady } from "../views/plot.js";
+import { plotlyReady } from "../views/plot.js";
+import { drawStages, stageFigures } from "../views/stages.js";
 
 const data = readPageData();
 
@@ -39,14 +40,14 @@ async function compute() {
   const error = $("#steps-error");
   let body;
   try {
-    const scale = $("#scale").value === "true";
     body = {
       q: parseMatrix("Q", $("#q").value),
       k: parseMatrix("K", $("#k").value),
       v: parseMatrix("V", $("#v").value),
-      scale,
+      scale: $("#scale").value === "true",
       temperature: Number($("#temperature").value) || 1,
       mask: $("#mask").value,
+      window: 1,
     };
   } catch (err) {
     showError(error, err.message);
@@ -60,21 +61,15 @@ async function compute() {
     return;
   }
   showError(error, "");
+  await plotlyReady();
   const rows = labels(body.q.length);
   const cols = labels(body.k.length);
   const dims = body.v[0].map((_, i) => `d${i}`);
-  $("#scale-note").textContent = `× ${result.scale.toFixed(4)} ÷ ${result.temperature}`;
-  const common = { showText: true, xTitle: "key", yTitle: "query" };
-  await plotlyReady();
-  drawHeatmap($("#stage-scores"), result.scores, rows, cols, { ...common, hoverName: "score" });
-  drawHeatmap($("#stage-scaled"), result.scaled_scores, rows, cols, { ...common, hoverName: "scaled" });
-  drawHeatmap($("#stage-masked"), result.masked_scores, rows, cols, { ...common, hoverName: "masked" });
-  drawHeatmap($("#stage-weights"), result.weights, rows, cols, {
-    ...common, zmin: 0, zmax: 1, hoverName: "weight",
-  });
-  drawHeatmap($("#stage-output"), result.output, rows, dims, {
-    showText: true, xTitle: "value dim", yTitle: "query", hoverName: "output",
-  });
+  await drawStages(
+    stageFigures($("#stage-grid")),
+    { scores: result.scores, scaled: result.scaled_scores, masked: result.masked_scores, weights: result.weights, output: result.output },
+    rows, cols, dims, `× ${result.scale.toFixed(4)} ÷ ${result.temperature}`,
+  );
 }
 
 fillExample();

@@ -67,8 +67,8 @@ export function drawHeatmap(el, z, rows, cols, options = {}) {
     automargin: true,
   });
   const layout = {
-    title: options.title ? { text: escapeLabel(options.title), font: { size: 14 } } : undefined,
-    margin: { t: options.title ? 36 : 10, r: 10, b: 10, l: 10 },
+    title: options.title ? { text: escapeLabel(options.title), font: { size: 14 }, y: 0.995, yanchor: "top" } : undefined,
+    margin: { t: options.title ? 40 : 10, r: 10, b: 10, l: 10 },
     xaxis: { ...ticks(safeCols), side: "top", tickangle: -45, title: { text: options.xTitle || "" } },
     yaxis: { ...ticks(safeRows), autorange: "reversed", title: { text: options.yTitle || "" } },
     height: options.height,

@@ -1,0 +1,253 @@
+// The explorer page: pick a model, type a sentence, explore every layer and head.
+
+import { api } from "../api.js";
+import { AttentionSession } from "../data.js";
+import { $, el as make, readPageData, showError } from "../dom.js";
+import { exportCurrent } from "../export.js";
+import { VIEWS, createState } from "../state.js";
+import { renderGrid } from "../views/grid.js";
+import { renderHeatmap } from "../views/heatmap.js";
+import { renderLines } from "../views/lines.js";
+import { renderMask } from "../views/mask.js";
+import { plotlyReady } from "../views/plot.js";
+import { renderQK } from "../views/qk.js";
+import { renderModelStages } from "../views/stages.js";
+import { renderWhatIf } from "../views/whatif.js";
+
+const page = readPageData();
+const state = createState({
+  model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", query: null,
+});
+
+const el = {
+  form: $("#run-form"), text: $("#text"), textPair: $("#text-pair"), pairLabel: $("#pair-label"), model: $("#model"),
+  run: $("#run"), progress: $("#load-progress"), status: $("#run-status"), error: $("#run-error"), modelNote: $("#model-note"),
+  result: $("#result"), layer: $("#layer"), head: $("#head"), headInfo: $("#head-info"), tokens: $("#tokens"), views: $("#views"),
+  heatmap: $("#heatmap"), grid: $("#grid"), gridStatus: $("#grid-status"), gridGqa: $("#grid-gqa"),
+  lines: $("#lines"), linesHeads: $("#lines-heads"), linesThreshold: $("#lines-threshold"), linesThresholdValue: $("#lines-threshold-value"),
+  qkQuery: $("#qk-query"), qkQ: $("#qk-q"), qkK: $("#qk-k"), qkProducts: $("#qk-products"), qkBars: $("#qk-bars"),
+  maskExplain: $("#mask-explain"), maskMetrics: $("#mask-metrics"), maskBefore: $("#mask-before"), maskAfter: $("#mask-after"),
+  whatifUnscaled: $("#whatif-unscaled"), whatifTemperature: $("#whatif-temperature"), whatifTemperatureValue: $("#whatif-temperature-value"),
+  whatifMetrics: $("#whatif-metrics"), whatifModel: $("#whatif-model"), whatifCounterfactual: $("#whatif-counterfactual"),
+  stepsGrid: $("#steps-grid"),
+};
+
+const RENDERERS = {
+  heatmap: renderHeatmap, grid: renderGrid, lines: renderLines, qk: renderQK, mask: renderMask, whatif: renderWhatIf, steps: renderModelStages,
+};
+
+let models = [];
+let session = null;
+const ctx = { el, current: null, onOpen: (layer, head) => state.set({ layer, head, view: "heatmap" }) };
+
+function modelInfo(id) {
+  return models.find((m) => m.id === id);
+}
+
+function setStatus(text, fraction = null) {
+  el.status.textContent = text;
+  el.progress.hidden = fraction === null;
+  if (fraction !== null) el.progress.value = fraction;
+}
+
+async function loadModels() {
+  const list = await api.models();
+  models = list.models;
+  el.model.replaceChildren(
+    ...models.map((m) => {
+      const option = new Option(`${m.id}${m.available ? "" : " (unavailable)"}`, m.id);
+      option.disabled = !m.available;
+      if (!m.available) option.title = m.unavailable_reason;
+      return option;
+    }),
+  );
+  if (!modelInfo(state.get().model)) state.set({ model: list.default_encoder });
+  el.model.value = state.get().model;
+  describeModel();
+}
+
+function describeModel() {
+  const info = modelInfo(el.model.value);
+  if (!info) return;
+  const shape = info.num_layers ? `${info.num_layers} layers × ${info.num_heads} heads` : "size known once loaded";
+  const gqa = info.num_kv_heads && info.num_kv_heads < info.num_heads ? `, ${info.num_kv_heads} key/value heads (GQA)` : "";
+  el.modelNote.textContent = `${info.description} ${shape}${gqa}; up to ${info.max_tokens ?? "?"} tokens.`;
+  el.pairLabel.hidden = info.causal === true;
+}
+
+async function waitUntilLoaded(modelId) {
+  let status = await api.modelStatus(modelId);
+  if (status.state === "ready") return;
+  status = await api.loadModel(modelId);
+  while (status.state === "loading" || status.state === "idle") {
+    setStatus(`Loading ${modelId}: ${status.stage || "starting"}…`, status.fraction);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    status = await api.modelStatus(modelId);
+  }
+  if (status.state === "failed") throw new Error(status.error);
+}
+
+async function run() {
+  const { model, text, textPair } = state.get();
+  showError(el.error, "");
+  if (!text.trim()) {
+    showError(el.error, "Type a sentence first.");
+    return;
+  }
+  el.run.disabled = true;
+  if (session) session.abort();
+  try {
+    await waitUntilLoaded(model);
+    const info = modelInfo(model);
+    setStatus("Running the model…");
+    session = new AttentionSession(model, text, info.causal ? null : textPair);
+    const first = await session.layer(Math.min(state.get().layer, 1e9));
+    await refreshModels();
+    const meta = first.meta;
+    const layer = Math.min(state.get().layer, meta.num_layers - 1);
+    const head = Math.min(state.get().head, meta.num_heads - 1);
+    state.set({ layer, head });
+    fillPickers(meta);
+    showTokens(meta);
+    el.result.hidden = false;
+    setStatus(`${meta.tokens.length} tokens · forward pass ${meta.forward_ms.toFixed(0)} ms${meta.cached ? " (cached)" : ""}`);
+    await render();
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    setStatus("");
+    showError(el.error, err.message);
+  } finally {
+    el.run.disabled = false;
+  }
+}
+
+async function refreshModels() {
+  const list = await api.models();
+  models = list.models;
+  describeModel();
+}
+
+function fillPickers(meta) {
+  el.layer.replaceChildren(...Array.from({ length: meta.num_layers }, (_, i) => new Option(String(i), String(i))));
+  el.head.replaceChildren(...Array.from({ length: meta.num_heads }, (_, i) => new Option(String(i), String(i))));
+  syncPickers();
+}
+
+function syncPickers() {
+  const { layer, head } = state.get();
+  el.layer.value = String(layer);
+  el.head.value = String(head);
+  const meta = session?.meta;
+  if (meta && meta.num_kv_heads < meta.num_heads) {
+    const group = meta.num_heads / meta.num_kv_heads;
+    el.headInfo.textContent = `head ${head} reads key/value head ${Math.floor(head / group)} (shared by heads ${Math.floor(head / group) * group}–${Math.floor(head / group) * group + group - 1})`;
+  } else {
+    el.headInfo.textContent = "";
+  }
+}
+
+function showTokens(meta) {
+  el.tokens.replaceChildren(
+    ...meta.tokens.map((token, i) => {
+      const classes = ["token"];
+      if (meta.special_tokens[i]) classes.push("special");
+      if (meta.segments && meta.segments[i] === 1) classes.push("segment-b");
+      const chip = make("button", { text: token, className: classes.join(" "), attrs: { type: "button", title: `token ${i}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]})`, "aria-pressed": "false" } });
+      chip.addEventListener("click", () => state.set({ query: i, view: "qk" }));
+      return chip;
+    }),
+  );
+}
+
+function showView(view) {
+  for (const name of VIEWS) {
+    $(`#view-${name}`).hidden = name !== view;
+    const tab = $(`#tab-${name}`);
+    tab.setAttribute("aria-selected", String(name === view));
+    tab.tabIndex = name === view ? 0 : -1;
+  }
+}
+
+let renderToken = 0;
+async function render() {
+  if (!session || !session.meta) return;
+  const token = ++renderToken;
+  const current = state.get();
+  showView(current.view);
+  syncPickers();
+  await plotlyReady();
+  const info = session.meta;
+  try {
+    Object.assign(ctx, { session, state: current, info });
+    await RENDERERS[current.view](ctx);
+    if (token === renderToken) showError(el.error, "");
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    showError(el.error, err.message);
+  }
+}
+
+// --- wiring -------------------------------------------------------------------------------
+const hadText = state.readUrl();
+el.text.value = state.get().text;
+el.textPair.value = state.get().textPair || "";
+
+el.form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  state.set({ model: el.model.value, text: el.text.value, textPair: el.textPair.value, query: null });
+  run();
+});
+el.model.addEventListener("change", () => {
+  describeModel();
+  state.set({ model: el.model.value, layer: 0, head: 0 });
+});
+el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value) }));
+el.head.addEventListener("change", () => state.set({ head: Number(el.head.value) }));
+el.qkQuery.addEventListener("change", () => state.set({ query: Number(el.qkQuery.value) }));
+el.linesThreshold.addEventListener("input", () => render());
+el.whatifUnscaled.addEventListener("change", () => render());
+el.whatifTemperature.addEventListener("input", () => render());
+for (const tab of document.querySelectorAll('[role="tab"]')) {
+  tab.addEventListener("click", () => state.set({ view: tab.dataset.view }));
+  tab.addEventListener("keydown", (event) => {
+    const i = VIEWS.indexOf(tab.dataset.view);
+    const next = event.key === "ArrowRight" ? i + 1 : event.key === "ArrowLeft" ? i - 1 : null;
+    if (next === null) return;
+    event.preventDefault();
+    const view = VIEWS[(next + VIEWS.length) % VIEWS.length];
+    state.set({ view });
+    $(`#tab-${view}`).focus();
+  });
+}
+el.views.addEventListener("keydown", (event) => {
+  if (!session?.meta || event.target.closest("input, select, textarea")) return;
+  const { layer, head } = state.get();
+  const { num_layers: layers, num_heads: heads } = session.meta;
+  const moves = {
+    ArrowLeft: { head: (head - 1 + heads) % heads },
+    ArrowRight: { head: (head + 1) % heads },
+    ArrowUp: { layer: (layer - 1 + layers) % layers },
+    ArrowDown: { layer: (layer + 1) % layers },
+  };
+  if (!moves[event.key] || event.target.tagName === "CANVAS") return;
+  event.preventDefault();
+  state.set(moves[event.key]);
+});
+for (const button of document.querySelectorAll("[data-export]")) {
+  button.addEventListener("click", async () => {
+    try {
+      await exportCurrent(button.dataset.export, ctx.current || {}, state.get());
+    } catch (err) {
+      showError(el.error, err.message);
+    }
+  });
+}
+state.subscribe((_, changed) => {
+  if (changed.some((k) => ["layer", "head", "view", "query"].includes(k))) render();
+});
+
+loadModels()
+  .then(() => {
+    if (hadText) run();
+  })
+  .catch((err) => showError(el.error, err.message));

@@ -1,0 +1,100 @@
+// Every layer x head as a canvas thumbnail, filled in layer by layer so the tab stays responsive.
+
+import { VIRIDIS_LUT } from "../colors.js";
+import { el as make } from "../dom.js";
+
+const THUMB = 56; // pixels a side, at most
+
+function drawThumbnail(canvas, flat, n) {
+  const size = Math.min(THUMB, n);
+  canvas.width = size;
+  canvas.height = size;
+  const ctx2d = canvas.getContext("2d");
+  const image = ctx2d.createImageData(size, size);
+  const step = n / size;
+  for (let py = 0; py < size; py++) {
+    const r0 = Math.floor(py * step);
+    const r1 = Math.max(r0 + 1, Math.floor((py + 1) * step));
+    for (let px = 0; px < size; px++) {
+      const c0 = Math.floor(px * step);
+      const c1 = Math.max(c0 + 1, Math.floor((px + 1) * step));
+      let peak = 0; // max-pool so a sharp head stays sharp when shrunk
+      for (let r = r0; r < r1; r++) {
+        const base = r * n;
+        for (let c = c0; c < c1; c++) if (flat[base + c] > peak) peak = flat[base + c];
+      }
+      const [red, green, blue] = VIRIDIS_LUT[Math.round(Math.sqrt(peak) * 255)];
+      const o = (py * size + px) * 4;
+      image.data[o] = red;
+      image.data[o + 1] = green;
+      image.data[o + 2] = blue;
+      image.data[o + 3] = 255;
+    }
+  }
+  ctx2d.putImageData(image, 0, 0);
+}
+
+export async function renderGrid(ctx) {
+  const { session, state, el, info, onOpen } = ctx;
+  const { num_layers: layers, num_heads: heads, num_kv_heads: kvHeads } = info;
+  const key = `${session.model}|${session.text}|${session.textPair}`;
+  const grid = el.grid;
+  ctx.current = { kind: "grid", element: null };
+  if (grid.dataset.key === key) {
+    markSelected(grid, state.layer, state.head);
+    return;
+  }
+  grid.dataset.key = key;
+  grid.replaceChildren();
+  grid.style.gridTemplateColumns = `3.5em repeat(${heads}, minmax(24px, ${THUMB}px))`;
+  grid.setAttribute("role", "grid");
+  grid.setAttribute("aria-label", `${layers} layers by ${heads} heads`);
+  const perGroup = heads / kvHeads;
+  el.gridGqa.textContent =
+    kvHeads < heads
+      ? `This model shares each key/value head among ${perGroup} query heads (grouped-query attention): the labels kv0, kv1 … above the columns show which heads share keys.`
+      : "";
+  // Header: head numbers, and the key/value group for GQA models.
+  grid.append(make("div"));
+  for (let h = 0; h < heads; h++) {
+    const label = kvHeads < heads ? `h${h} · kv${Math.floor(h / perGroup)}` : `h${h}`;
+    grid.append(make("div", { text: label, className: "grid-label" }));
+  }
+  const canvases = [];
+  for (let l = 0; l < layers; l++) {
+    grid.append(make("div", { text: `L${l}`, className: "grid-label" }));
+    const row = [];
+    for (let h = 0; h < heads; h++) {
+      const canvas = make("canvas", {
+        attrs: { tabindex: "0", role: "gridcell", "aria-label": `Layer ${l}, head ${h}`, "data-layer": l, "data-head": h },
+      });
+      const open = () => onOpen(l, h);
+      canvas.addEventListener("click", open);
+      canvas.addEventListener("keydown", (e) => {
+        if (e.key === "Enter" || e.key === " ") {
+          e.preventDefault();
+          open();
+        }
+      });
+      grid.append(canvas);
+      row.push(canvas);
+    }
+    canvases.push(row);
+  }
+  markSelected(grid, state.layer, state.head);
+  for (let l = 0; l < layers; l++) {
+    if (grid.dataset.key !== key) return; // a newer sentence replaced this grid
+    el.gridStatus.textContent = `Loading layer ${l + 1} of ${layers}…`;
+    const maps = await session.coarseLayer(l);
+    const n = maps.meta.tokens.length;
+    for (let h = 0; h < heads; h++) drawThumbnail(canvases[l][h], maps.map(0, h), n);
+    await new Promise((resolve) => requestAnimationFrame(resolve)); // let the page breathe
+  }
+  el.gridStatus.textContent = `${layers * heads} heads shown.`;
+}
+
+function markSelected(grid, layer, head) {
+  for (const c of grid.querySelectorAll("canvas.selected")) c.classList.remove("selected");
+  const selected = grid.querySelector(`canvas[data-layer="${layer}"][data-head="${head}"]`);
+  if (selected) selected.classList.add("selected");
+}

@@ -1,0 +1,22 @@
+// One head as a heatmap: queries down, keys across, exact weights on hover.
+
+import { toMatrix } from "../binary.js";
+import { drawHeatmap } from "./plot.js";
+
+export async function renderHeatmap(ctx) {
+  const { session, state, el } = ctx;
+  const { layer, head } = state;
+  const maps = await session.layer(layer);
+  const tokens = maps.meta.tokens;
+  const n = tokens.length;
+  const z = toMatrix(maps.map(0, head), n, n);
+  ctx.current = { kind: "head", layer, head, tokens, matrix: z, element: el.heatmap };
+  const height = Math.min(900, Math.max(420, 18 * n + 140));
+  await drawHeatmap(el.heatmap, z, tokens, tokens, {
+    title: `${maps.meta.model} · layer ${layer} · head ${head} (rows: queries, columns: keys)`,
+    zmin: 0,
+    zmax: 1,
+    hoverName: "weight",
+    height,
+  });
+}

@@ -1,0 +1,99 @@
+// Token-to-token view: queries left, keys right, a line per weight above a threshold.
+
+import { HEAD_COLOURS } from "../colors.js";
+import { el as make } from "../dom.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+const ROW = 20;
+const WIDTH = 520;
+const LEFT_X = 150;
+const RIGHT_X = WIDTH - 150;
+
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+export async function renderLines(ctx) {
+  const { session, state, el, info } = ctx;
+  const heads = ctx.linesHeads && ctx.linesHeadsLayer === state.layer ? ctx.linesHeads : [state.head];
+  ctx.linesHeads = heads;
+  ctx.linesHeadsLayer = state.layer;
+  // Head checkboxes, rebuilt for the current layer.
+  const picks = el.linesHeads;
+  picks.querySelectorAll("label").forEach((n) => n.remove());
+  for (let h = 0; h < info.num_heads; h++) {
+    const box = make("input", { attrs: { type: "checkbox", value: String(h) } });
+    box.checked = heads.includes(h);
+    box.addEventListener("change", () => {
+      const chosen = [...picks.querySelectorAll("input:checked")].map((b) => Number(b.value));
+      ctx.linesHeads = chosen.length ? chosen : [state.head];
+      renderLines(ctx);
+    });
+    const label = make("label", {}, [box, make("span", { text: `h${h}` })]);
+    label.style.color = HEAD_COLOURS[h % HEAD_COLOURS.length];
+    picks.append(label);
+  }
+
+  const maps = await session.layer(state.layer);
+  const tokens = maps.meta.tokens;
+  const n = tokens.length;
+  const threshold = Number(el.linesThreshold.value);
+  el.linesThresholdValue.textContent = threshold.toFixed(2);
+  const root = svg("svg", { width: WIDTH, height: n * ROW + 30, role: "img", "aria-label": `Attention lines for heads ${heads.join(", ")} of layer ${state.layer}` });
+  root.append(svg("text", { x: LEFT_X, y: 14, "text-anchor": "end" }));
+  root.lastChild.textContent = "query";
+  root.append(svg("text", { x: RIGHT_X, y: 14 }));
+  root.lastChild.textContent = "key";
+  const lineLayer = svg("g", {});
+  root.append(lineLayer);
+  const lines = [];
+  for (const h of heads) {
+    const flat = maps.map(0, h);
+    const colour = HEAD_COLOURS[h % HEAD_COLOURS.length];
+    for (let q = 0; q < n; q++) {
+      for (let k = 0; k < n; k++) {
+        const w = flat[q * n + k];
+        if (w < threshold || w <= 0) continue;
+        const line = svg("line", {
+          x1: LEFT_X + 6, y1: 30 + q * ROW - 4, x2: RIGHT_X - 6, y2: 30 + k * ROW - 4,
+          stroke: colour, "stroke-width": 1 + 3 * w, "stroke-opacity": Math.min(1, 0.1 + w),
+        });
+        line.dataset.q = q;
+        line.dataset.k = k;
+        lines.push(line);
+        lineLayer.append(line);
+      }
+    }
+  }
+  const labels = [];
+  tokens.forEach((token, i) => {
+    for (const [x, side, anchor] of [[LEFT_X, "q", "end"], [RIGHT_X, "k", "start"]]) {
+      const text = svg("text", { x, y: 30 + i * ROW, "text-anchor": anchor, tabindex: "0" });
+      text.textContent = token; // user text: never parsed as markup
+      text.dataset.side = side;
+      text.dataset.index = i;
+      labels.push(text);
+      root.append(text);
+    }
+  });
+  function focus(side, index) {
+    for (const line of lines) {
+      const show = index === null || Number(line.dataset[side]) === index;
+      line.style.display = show ? "" : "none";
+    }
+    for (const label of labels) {
+      label.classList.toggle("dim", index !== null && !(label.dataset.side === side && Number(label.dataset.index) === index));
+    }
+  }
+  for (const label of labels) {
+    const activate = () => focus(label.dataset.side, Number(label.dataset.index));
+    label.addEventListener("mouseenter", activate);
+    label.addEventListener("focus", activate);
+    label.addEventListener("mouseleave", () => focus(null, null));
+    label.addEventListener("blur", () => focus(null, null));
+  }
+  el.lines.replaceChildren(root);
+  ctx.current = { kind: "svg", element: root, layer: state.layer, head: state.head, tokens, matrix: null };
+}

@@ -1,0 +1,56 @@
+// The mask a real model used: scores before softmax (forbidden cells are −∞) and weights after.
+
+import { el as make } from "../dom.js";
+import { drawHeatmap } from "./plot.js";
+
+function metric(label, value) {
+  return make("div", { className: "metric" }, [
+    make("div", { className: "label", text: label }),
+    make("div", { className: "value", text: value }),
+  ]);
+}
+
+export async function renderMask(ctx) {
+  const { session, state, el, info } = ctx;
+  const detail = await session.detail({ layer: state.layer, head: state.head });
+  const tokens = detail.tokens;
+  const n = tokens.length;
+  const segments = session.meta.segments;
+  const masked = detail.scaled_scores.map((row, q) => row.map((v, k) => (detail.mask[q][k] ? v : null)));
+  const allowed = detail.mask.flat().filter(Boolean).length;
+  const parts = [];
+  if (info.causal) {
+    parts.push("This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.");
+  } else {
+    parts.push("This is a bidirectional encoder: every token may look at every token, so nothing is masked (a batch of one sentence has no padding).");
+  }
+  if (segments) parts.push("With a sentence pair, segment A and segment B share one attention matrix; the lines mark where B starts, and the off-diagonal blocks are cross-segment attention.");
+  el.maskExplain.textContent = parts.join(" ");
+  const metrics = [metric("allowed pairs", `${allowed} of ${n * n}`), metric("masked (−∞) cells", String(n * n - allowed))];
+  const shapes = [];
+  if (segments) {
+    const b = segments.indexOf(1);
+    if (b > 0) {
+      let cross = 0;
+      let total = 0;
+      detail.weights.forEach((row, q) => row.forEach((w, k) => {
+        total += w;
+        if (segments[q] !== segments[k]) cross += w;
+      }));
+      metrics.push(metric("cross-segment share", `${((100 * cross) / total).toFixed(1)} %`));
+      const edge = b - 0.5;
+      shapes.push(
+        { type: "line", x0: edge, x1: edge, y0: -0.5, y1: n - 0.5, line: { color: "#e4572e", width: 2 } },
+        { type: "line", y0: edge, y1: edge, x0: -0.5, x1: n - 0.5, line: { color: "#e4572e", width: 2 } },
+      );
+    }
+  }
+  el.maskMetrics.replaceChildren(...metrics);
+  const common = { xTitle: "key", yTitle: "query" };
+  await drawHeatmap(el.maskBefore, masked, tokens, tokens, { ...common, title: "before softmax: scaled scores, blank = −∞", hoverName: "score" });
+  await drawHeatmap(el.maskAfter, detail.weights, tokens, tokens, { ...common, title: "after softmax: weights (masked = 0)", zmin: 0, zmax: 1, hoverName: "weight" });
+  if (shapes.length) {
+    for (const plot of [el.maskBefore, el.maskAfter]) window.Plotly.relayout(plot, { shapes });
+  }
+  ctx.current = { kind: "head", element: el.maskAfter, layer: state.layer, head: state.head, tokens, matrix: detail.weights };
+}

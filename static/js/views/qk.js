@@ -1,0 +1,51 @@
+// Query/key view: a token's q vector, every k, the elementwise products and the resulting weights.
+
+import { drawChart, drawHeatmap, escapeLabel } from "./plot.js";
+
+export async function renderQK(ctx) {
+  const { session, state, el } = ctx;
+  const tokens = session.meta.tokens;
+  const query = Math.min(state.query ?? defaultQuery(tokens), tokens.length - 1);
+  if (el.qkQuery.options.length !== tokens.length) {
+    el.qkQuery.replaceChildren(...tokens.map((t, i) => new Option(`${i}: ${t}`, String(i))));
+  }
+  el.qkQuery.value = String(query);
+  const detail = await session.detail({ layer: state.layer, head: state.head, query, scale: false });
+  const dims = detail.q[0].map((_, i) => `${i}`);
+  const label = tokens[query];
+  ctx.current = { kind: "detail", element: el.qkProducts, detail, tokens, layer: state.layer, head: state.head };
+  drawHeatmap(el.qkQ, [detail.q[query]], [`q(${label})`], dims, {
+    title: `query vector of “${label}” (head dim ${detail.head_dim})`, colorscale: "RdBu", hoverName: "q", height: 170,
+  });
+  drawHeatmap(el.qkK, detail.k, tokens, dims, {
+    title: `key vectors (kv head ${detail.kv_head})`, colorscale: "RdBu", xTitle: "dimension", hoverName: "k",
+  });
+  drawHeatmap(el.qkProducts, detail.products, tokens, dims, {
+    title: "q ∘ k: each row sums to the score", colorscale: "RdBu", xTitle: "dimension", hoverName: "q∘k",
+  });
+  const keys = tokens.map((t) => escapeLabel(t));
+  const scaledRow = detail.weights[query];
+  const unscaledRow = detail.counterfactual_weights[query];
+  const x = tokens.map((_, i) => i);
+  drawChart(
+    el.qkBars,
+    [
+      { type: "bar", name: `softmax(q·k × ${detail.model_scale.toFixed(3)}) — the model`, x, y: scaledRow, marker: { color: "#0072B2" },
+        customdata: keys, hovertemplate: "%{customdata}: %{y:.6f}<extra>scaled</extra>" },
+      { type: "bar", name: "softmax(q·k) — no scale", x, y: unscaledRow, marker: { color: "#D55E00" },
+        customdata: keys, hovertemplate: "%{customdata}: %{y:.6f}<extra>unscaled</extra>" },
+    ],
+    {
+      title: { text: `weights of “${escapeLabel(label)}”, scaled vs unscaled`, font: { size: 14 } },
+      barmode: "group",
+      xaxis: { tickmode: "array", tickvals: x, ticktext: keys, tickangle: -45, automargin: true },
+      yaxis: { range: [0, 1], title: { text: "weight" } },
+      legend: { orientation: "h", y: -0.35 },
+      height: 380,
+    },
+  );
+}
+
+function defaultQuery(tokens) {
+  return Math.min(tokens.length - 1, Math.floor(tokens.length / 2));
+}

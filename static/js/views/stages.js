@@ -1,0 +1,61 @@
+// Step by step: QKᵀ -> scale -> mask -> softmax -> weights × V, each stage a heatmap.
+
+import { el as make } from "../dom.js";
+import { drawHeatmap } from "./plot.js";
+
+const STAGES = [
+  ["scores", "1. Raw scores QKᵀ", "how well each query matches each key"],
+  ["scaled", "2. Scaled", "× scale ÷ temperature"],
+  ["masked", "3. Masked", "forbidden pairs become −∞ (blank)"],
+  ["weights", "4. Softmax weights", "each row sums to 1"],
+  ["output", "5. Output = weights × V", "each token's new vector for this head"],
+];
+
+/** Build (once) the five stage figures inside `container`; returns {key: plotElement}. */
+export function stageFigures(container) {
+  if (container.dataset.built) {
+    return Object.fromEntries(STAGES.map(([key]) => [key, container.querySelector(`[data-stage="${key}"]`)]));
+  }
+  const plots = {};
+  for (const [key, title, why] of STAGES) {
+    const plot = make("div", { className: "plot", attrs: { "data-stage": key } });
+    const caption = make("figcaption", { text: title }, [make("span", { className: "why", text: why })]);
+    container.append(make("figure", { className: "stage" }, [caption, plot]));
+    plots[key] = plot;
+  }
+  container.dataset.built = "1";
+  return plots;
+}
+
+/**
+ * Draw the stages. data: {scores, scaled, masked (null = −∞), weights, output} matrices;
+ * rows/cols: token labels; dims: output column labels.
+ */
+export async function drawStages(plots, data, rows, cols, dims, scaleNote) {
+  const small = rows.length * cols.length <= 400;
+  const common = { showText: small, xTitle: "key", yTitle: "query" };
+  plots.scaled.parentElement.querySelector(".why").textContent = scaleNote;
+  await drawHeatmap(plots.scores, data.scores, rows, cols, { ...common, hoverName: "score" });
+  await drawHeatmap(plots.scaled, data.scaled, rows, cols, { ...common, hoverName: "scaled" });
+  await drawHeatmap(plots.masked, data.masked, rows, cols, { ...common, hoverName: "masked" });
+  await drawHeatmap(plots.weights, data.weights, rows, cols, { ...common, zmin: 0, zmax: 1, hoverName: "weight" });
+  await drawHeatmap(plots.output, data.output, rows, dims, {
+    showText: rows.length * dims.length <= 400, xTitle: "value dim", yTitle: "query", hoverName: "output",
+  });
+}
+
+/** The stages of a real head, from the detail API. */
+export async function renderModelStages(ctx) {
+  const { session, state, el } = ctx;
+  const detail = await session.detail({ layer: state.layer, head: state.head });
+  const tokens = detail.tokens;
+  const plots = stageFigures(el.stepsGrid);
+  const masked = detail.scaled_scores.map((row, q) => row.map((v, k) => (detail.mask[q][k] ? v : null)));
+  const dims = detail.output[0].map((_, i) => `d${i}`);
+  await drawStages(
+    plots,
+    { scores: detail.scores, scaled: detail.scaled_scores, masked, weights: detail.weights, output: detail.output },
+    tokens, tokens, dims, `× ${detail.model_scale.toFixed(4)} (1/√${detail.head_dim})`,
+  );
+  ctx.current = { kind: "head", element: plots.weights, layer: state.layer, head: state.head, tokens, matrix: detail.weights };
+}

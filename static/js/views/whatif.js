@@ -1,0 +1,39 @@
+// The same real head without the 1/sqrt(d) scale, or at another temperature.
+
+import { el as make } from "../dom.js";
+import { drawHeatmap } from "./plot.js";
+
+function meanEntropy(matrix) {
+  let sum = 0;
+  for (const row of matrix) {
+    for (const p of row) if (p > 0) sum -= p * Math.log(p);
+  }
+  return sum / matrix.length;
+}
+
+function meanMax(matrix) {
+  return matrix.reduce((acc, row) => acc + Math.max(...row), 0) / matrix.length;
+}
+
+export async function renderWhatIf(ctx) {
+  const { session, state, el } = ctx;
+  const temperature = 10 ** Number(el.whatifTemperature.value);
+  el.whatifTemperatureValue.textContent = temperature.toFixed(2);
+  const unscaled = el.whatifUnscaled.checked;
+  const detail = await session.detail({
+    layer: state.layer, head: state.head, scale: unscaled ? false : true, temperature: Number(temperature.toFixed(4)),
+  });
+  const tokens = detail.tokens;
+  const label = `${unscaled ? "no 1/√d scale" : `× ${detail.model_scale.toFixed(3)}`}, temperature ${temperature.toFixed(2)}`;
+  const cards = [
+    ["model: mean entropy (nats)", meanEntropy(detail.weights).toFixed(3)],
+    ["what-if: mean entropy", meanEntropy(detail.counterfactual_weights).toFixed(3)],
+    ["model: mean max weight", meanMax(detail.weights).toFixed(3)],
+    ["what-if: mean max weight", meanMax(detail.counterfactual_weights).toFixed(3)],
+  ].map(([k, v]) => make("div", { className: "metric" }, [make("div", { className: "label", text: k }), make("div", { className: "value", text: v })]));
+  el.whatifMetrics.replaceChildren(...cards);
+  const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
+  await drawHeatmap(el.whatifModel, detail.weights, tokens, tokens, { ...common, title: `as the model computes it (× ${detail.model_scale.toFixed(3)})` });
+  await drawHeatmap(el.whatifCounterfactual, detail.counterfactual_weights, tokens, tokens, { ...common, title: label });
+  ctx.current = { kind: "head", element: el.whatifCounterfactual, layer: state.layer, head: state.head, tokens, matrix: detail.counterfactual_weights };
+}
