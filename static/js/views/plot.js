@@ -54,24 +54,33 @@ export function drawHeatmap(el, z, rows, cols, options = {}) {
   } else {
     trace.hovertemplate = `query %{y} → key %{x}<br>${name} %{z:.6f}<extra></extra>`;
   }
-  if (options.showText && rows.length * cols.length <= 400) {
+  const height = options.height ?? Math.min(820, Math.max(280, 18 * rows.length + 150));
+  const width = el.clientWidth || 600;
+  const cellWidth = (width - 140) / cols.length;
+  const cellHeight = (height - 150) / rows.length;
+  if (options.showText && cellWidth >= 34 && cellHeight >= 16) {
     trace.text = z.map((row) => row.map((v) => formatNumber(v, options.digits ?? 3)));
     trace.texttemplate = "%{text}";
     trace.textfont = { size: 12 };
   }
-  const tickEvery = Math.max(1, Math.ceil(Math.max(rows.length, cols.length) / 60));
-  const ticks = (labels) => ({
-    tickmode: "array",
-    tickvals: labels.map((_, i) => i).filter((i) => i % tickEvery === 0),
-    ticktext: labels.filter((_, i) => i % tickEvery === 0),
-    automargin: true,
-  });
+  // Label every k-th token so labels never overlap (~14 px a label across, ~13 px down).
+  const ticks = (labels, pixels, perLabel) => {
+    const every = Math.max(1, Math.ceil(labels.length / Math.max(1, Math.floor(pixels / perLabel))));
+    return {
+      tickmode: "array",
+      tickvals: labels.map((_, i) => i).filter((i) => i % every === 0),
+      ticktext: labels.filter((_, i) => i % every === 0),
+      automargin: true,
+    };
+  };
+  // With a title, the axis title joins it so the two never collide above the plot.
+  const title = options.title && options.xTitle ? `${options.title} — columns: ${options.xTitle}` : options.title;
   const layout = {
-    title: options.title ? { text: escapeLabel(options.title), font: { size: 14 }, y: 0.995, yanchor: "top" } : undefined,
-    margin: { t: options.title ? 40 : 10, r: 10, b: 10, l: 10 },
-    xaxis: { ...ticks(safeCols), side: "top", tickangle: -45, title: { text: options.xTitle || "" } },
-    yaxis: { ...ticks(safeRows), autorange: "reversed", title: { text: options.yTitle || "" } },
-    height: options.height,
+    title: title ? { text: escapeLabel(title), font: { size: 13 }, y: 0.995, yanchor: "top" } : undefined,
+    margin: { t: title ? 40 : 10, r: 10, b: 10, l: 10 },
+    xaxis: { ...ticks(safeCols, width - 140, 14), side: "top", tickangle: -45, title: { text: title ? "" : options.xTitle || "" } },
+    yaxis: { ...ticks(safeRows, height - 150, 13), autorange: "reversed", title: { text: options.yTitle || "" } },
+    height,
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, sans-serif" },

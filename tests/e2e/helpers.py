@@ -1,0 +1,21 @@
+"""Helpers for the browser tests."""
+
+import time
+
+
+def wait_js(page, expression: str, timeout: float = 30.0):
+    """Poll a JavaScript expression until it is truthy.
+
+    Playwright's wait_for_function compiles its argument with eval, which the app's
+    Content-Security-Policy forbids; page.evaluate does not, so the tests keep the CSP on.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = page.evaluate(
+            f"() => {{ try {{ return {expression}; }} catch (e) {{ return null; }} }}"
+        )
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {expression}")
+        time.sleep(0.1)

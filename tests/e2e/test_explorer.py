@@ -1,0 +1,174 @@
+"""The explorer and lab pages in a real browser, against a live server."""
+
+import json
+import urllib.parse
+import urllib.request
+
+import pytest
+
+from tests.e2e.helpers import wait_js
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SENTENCE = "The animal didn't cross the street because it was tired."
+
+
+def api_attention(base, **body):
+    request = urllib.request.Request(
+        f"{base}/api/attention",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
+def assert_same_matrix(got, expected, tol=1e-7):
+    assert len(got) == len(expected)
+    for got_row, expected_row in zip(got, expected, strict=True):
+        assert got_row == pytest.approx(expected_row, abs=tol)
+
+
+def run_sentence(page, base, text=SENTENCE, model=MINILM):
+    page.goto(f"{base}/")
+    wait_js(page, "document.querySelectorAll('#model option').length > 1")
+    page.select_option("#model", model)
+    page.fill("#text", text)
+    page.click("#run")
+    page.wait_for_selector("#result:not([hidden])", timeout=90_000)
+
+
+def wait_for_plot(page, selector):
+    wait_js(page, f"document.querySelector('{selector}').data.length > 0")
+
+
+def test_heatmap_shows_the_api_numbers_and_keyboard_moves(page, live_server):
+    run_sentence(page, live_server)
+    wait_for_plot(page, "#heatmap")
+    expected = api_attention(live_server, model=MINILM, text=SENTENCE, layers=[0], heads=[0])
+    z = page.evaluate("document.querySelector('#heatmap').data[0].z")
+    assert_same_matrix(z, expected["attentions"][0][0])
+    # Hover one cell: the tooltip shows the tokens and the exact weight.
+    q, k = 3, 2
+    page.evaluate(f"Plotly.Fx.hover(document.querySelector('#heatmap'), {{xval: {k}, yval: {q}}})")
+    hover = page.text_content("#heatmap .hoverlayer")
+    assert f"{expected['attentions'][0][0][q][k]:.6f}" in hover
+    assert expected["tokens"][q] in hover and expected["tokens"][k] in hover
+
+    page.focus("#views")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowDown")
+    wait_js(page, "document.querySelector('#head').value === '2'")
+    assert page.input_value("#layer") == "1"
+    params = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+    assert params["layer"] == ["1"] and params["head"] == ["2"]
+    wait_js(
+        page, "document.querySelector('#heatmap').layout.title.text.includes('layer 1 · head 2')"
+    )
+    expected = api_attention(live_server, model=MINILM, text=SENTENCE, layers=[1], heads=[2])
+    z = page.evaluate("document.querySelector('#heatmap').data[0].z")
+    assert_same_matrix(z, expected["attentions"][0][0])
+    assert not page.errors
+
+
+def test_all_heads_grid_opens_a_head(page, live_server):
+    run_sentence(page, live_server)
+    page.click("#tab-grid")
+    wait_js(
+        page,
+        "document.querySelector('#grid-status').textContent.includes('72 heads shown')",
+        timeout=30,
+    )
+    assert page.locator("#grid canvas").count() == 72
+    page.click("#grid canvas[data-layer='4'][data-head='7']")
+    page.wait_for_selector("#view-heatmap:not([hidden])")
+    assert (page.input_value("#layer"), page.input_value("#head")) == ("4", "7")
+    assert not page.errors
+
+
+def test_decoder_mask_view_is_causal(page, live_server):
+    run_sentence(page, live_server, text="One two three four five", model=SMOLLM2)
+    page.click("#tab-mask")
+    wait_for_plot(page, "#mask-after")
+    n = len(page.evaluate("document.querySelector('#mask-after').data[0].z"))
+    masked = page.inner_text("#mask-metrics")
+    assert str(n * (n - 1) // 2) in masked
+    after = page.evaluate("document.querySelector('#mask-after').data[0].z")
+    before = page.evaluate("document.querySelector('#mask-before').data[0].z")
+    for i in range(n):
+        for j in range(i + 1, n):
+            assert after[i][j] == 0 and before[i][j] is None
+    assert "causal" in page.inner_text("#mask-explain")
+    # The grid shows which query heads share a key/value head.
+    page.click("#tab-grid")
+    wait_js(page, "document.querySelector('#grid-status').textContent.includes('270')", timeout=60)
+    assert "kv0" in page.inner_text("#grid")
+    assert not page.errors
+
+
+def test_scaling_slider_changes_entropy(page, live_server):
+    page.goto(f"{live_server}/lab/scaling")
+    page.wait_for_selector("[data-metric='entropy-unscaled']")
+    before = page.inner_text("[data-metric='entropy-unscaled'] .value")
+    page.eval_on_selector(
+        "#dk", "el => { el.value = '11'; el.dispatchEvent(new Event('input', {bubbles: true})); }"
+    )
+    wait_js(page, "document.querySelector('#dk-value').textContent === '2048'")
+    wait_js(
+        page,
+        f"document.querySelector(\"[data-metric='entropy-unscaled'] .value\").textContent !== '{before}'",
+    )
+    unscaled = float(page.inner_text("[data-metric='entropy-unscaled'] .value"))
+    scaled = float(page.inner_text("[data-metric='entropy-scaled'] .value"))
+    assert unscaled < scaled
+    assert not page.errors
+
+
+def test_png_export_and_shared_url_reload(page, live_server, browser):
+    run_sentence(page, live_server)
+    page.select_option("#layer", "2")
+    page.select_option("#head", "5")
+    wait_for_plot(page, "#heatmap")
+    wait_js(page, "document.querySelector('#heatmap').layout.title.text.includes('head 5')")
+    with page.expect_download() as info:
+        page.click("[data-export='png']")
+    download = info.value
+    assert download.suggested_filename.endswith(".png")
+    with open(download.path(), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+    with page.expect_download() as info:
+        page.click("[data-export='csv']")
+    with open(info.value.path(), encoding="utf-8") as f:
+        header = f.readline()
+    assert header.startswith("query \\ key,[CLS]")
+
+    shared = page.url
+    other = browser.new_page()
+    other.goto(shared)
+    other.wait_for_selector("#result:not([hidden])", timeout=60_000)
+    wait_for_plot(other, "#heatmap")
+    assert (other.input_value("#layer"), other.input_value("#head")) == ("2", "5")
+    assert other.input_value("#text") == SENTENCE
+    other.close()
+
+
+def test_script_in_the_sentence_runs_nothing(page, live_server):
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    attack = '<img src=x onerror="window.__pwned=1;alert(1)"><script>window.__pwned=2</script>'
+    run_sentence(page, live_server, text=attack, model=SMOLLM2)
+    wait_for_plot(page, "#heatmap")
+    for tab in ("#tab-lines", "#tab-qk", "#tab-heatmap"):
+        page.click(tab)
+        page.wait_for_timeout(500)
+    assert page.evaluate("window.__pwned") is None
+    assert dialogs == []
+    assert page.locator("#result img, #result script").count() == 0
+    chips = page.locator("#tokens .token").all_inner_texts()
+    assert "".join(chips).replace("␣", " ") == attack
+    labels = page.evaluate("document.querySelector('#heatmap').layout.yaxis.ticktext")
+    assert any("&lt;" in label for label in labels)  # escaped for Plotly's label markup
+    assert page.input_value("#text") == attack
