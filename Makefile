@@ -48,7 +48,11 @@ format: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format .
 
 bench: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(PY) -m bench.run_all
+	HF_HUB_OFFLINE=1 $(PY) -m bench.attention_api
+
+screenshots: $(VENV)/.installed-test browser
+	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(VENV)/bin/uvicorn app.main:app --port 8765 & pid=$$!; \
+	  trap "kill $$pid" EXIT; sleep 5; $(PY) docs/make_screenshots.py http://127.0.0.1:8765
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

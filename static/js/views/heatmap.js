@@ -13,7 +13,7 @@ export async function renderHeatmap(ctx) {
   ctx.current = { kind: "head", layer, head, tokens, matrix: z, element: el.heatmap };
   const height = Math.min(900, Math.max(420, 18 * n + 140));
   await drawHeatmap(el.heatmap, z, tokens, tokens, {
-    title: `${maps.meta.model} · layer ${layer} · head ${head} (rows: queries, columns: keys)`,
+    title: `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`,
     zmin: 0,
     zmax: 1,
     hoverName: "weight",
