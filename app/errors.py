@@ -29,12 +29,20 @@ class ModelUnavailable(AtlasError):
     status = 503
 
 
+class RequestCancelled(AtlasError):
+    """The client went away; the forward pass stopped at the next layer boundary."""
+
+    status = 499
+
+
 def describe_validation_errors(errors: list[dict]) -> str:
     """One readable sentence from pydantic's error list, e.g. 'body.q: q is ragged: ...'."""
     parts = []
     for error in errors:
         where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
         message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
+        if message == "JSON decode error":
+            where, message = "", f"the body is not valid JSON (error at character {where or 0})"
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts) or "invalid request"
 

@@ -9,12 +9,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
 
 from app.api.routes import attention, core, health, lab, models
 from app.config import Settings, get_settings
 from app.errors import AtlasError, install_error_handlers
 from app.inference.cache import ForwardCache
+from app.limits import BodySizeLimit, RateLimit
 from app.models.manager import ModelManager
 from app.models.registry import build_registry
 from app.security import SecurityHeadersMiddleware
@@ -60,6 +62,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.forward_cache_entries, settings.forward_cache_bytes
     )
     install_error_handlers(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Content-Type"],
+        )
+    app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeadersMiddleware)
     app.include_router(health.router)
     app.include_router(core.router)

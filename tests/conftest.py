@@ -97,6 +97,7 @@ def make_settings(local_checkpoints: dict[str, Path], **overrides) -> Settings:
         "extra_models": extra,
         "cache_dir": str(CACHE_DIR),
         "max_loaded_models": 8,
+        "rate_limit_per_minute": 0,
         **overrides,
     }
     return Settings(**values)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from app.errors import InvalidInput
+from app.errors import InvalidInput, RequestCancelled
 from app.inference.tokens import display_tokens
 from app.models.families import attention_modules, hidden_input
 from app.models.loader import LoadedModel
@@ -57,14 +58,27 @@ def tokenize(loaded: LoadedModel, text: str, text_pair: str | None) -> dict[str,
     return {k: v for k, v in encoding.items() if k in accepted}
 
 
-def run_forward(loaded: LoadedModel, text: str, text_pair: str | None = None) -> ForwardResult:
-    """Run the model once with output_attentions=True, capturing each attention block's input."""
+def run_forward(
+    loaded: LoadedModel,
+    text: str,
+    text_pair: str | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> ForwardResult:
+    """Run the model once with output_attentions=True, capturing each attention block's input.
+
+    should_stop is polled before every layer; when it returns True the pass is abandoned
+    (RequestCancelled), so a client that hung up stops costing CPU within one layer.
+    """
     inputs = tokenize(loaded, text, text_pair)
     modules = attention_modules(loaded.model, loaded.family)
     captured: list[Tensor | None] = [None] * len(modules)
 
     def capture(index: int):
         def hook(_module, args, kwargs):
+            if should_stop is not None and should_stop():
+                raise RequestCancelled(
+                    "the client closed the request; the forward pass was stopped"
+                )
             captured[index] = hidden_input(args, kwargs).detach()
 
         return hook

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -11,7 +11,8 @@ from app.schemas.common import FiniteFloat
 MAX_CORE_TOKENS = 64
 MAX_CORE_DIMS = 256
 
-Matrix = list[list[FiniteFloat]]
+Row = Annotated[list[FiniteFloat], Field(min_length=1, max_length=MAX_CORE_DIMS)]
+Matrix = Annotated[list[Row], Field(min_length=1, max_length=MAX_CORE_TOKENS)]
 MaskKind = Literal[
     "none", "causal", "sliding_window", "dilated", "global", "random", "bigbird", "block_sparse",
     "custom",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from fastapi import Response
@@ -19,14 +19,21 @@ from app.serialize import BINARY_MEDIA_TYPE, encode_binary, float32_json, to_boo
 from attention_core import causal_mask, replay_layer
 from attention_core.sdpa import resolve_scale
 
+ShouldStop = Callable[[], bool] | None
+
 
 def forward_for(
-    manager: ModelManager, cache: ForwardCache, model_id: str, text: str, text_pair: str | None
+    manager: ModelManager,
+    cache: ForwardCache,
+    model_id: str,
+    text: str,
+    text_pair: str | None,
+    should_stop: ShouldStop = None,
 ) -> tuple[LoadedModel, ForwardResult, bool]:
     """The model and its forward pass over the text: from the cache, or one new forward pass."""
     loaded = manager.get(model_id)
     result, cached = cache.get_or_compute(
-        (model_id, text, text_pair), lambda: run_forward(loaded, text, text_pair)
+        (model_id, text, text_pair), lambda: run_forward(loaded, text, text_pair, should_stop)
     )
     return loaded, result, cached
 
@@ -49,12 +56,19 @@ def check_layer_head(loaded: LoadedModel, layer: int, head: int) -> None:
     _indices([head], loaded.arch.num_heads, "head")
 
 
-def attention_maps(manager: ModelManager, cache: ForwardCache, req: AttentionRequest) -> Response:
+def attention_maps(
+    manager: ModelManager,
+    cache: ForwardCache,
+    req: AttentionRequest,
+    should_stop: ShouldStop = None,
+) -> Response:
     """The requested [layer][head][query][key] maps, as JSON or compact binary."""
     loaded = manager.get(req.model)
     layers = _indices(req.layers, loaded.arch.num_layers, "layers")
     heads = _indices(req.heads, loaded.arch.num_heads, "heads")
-    loaded, result, cached = forward_for(manager, cache, req.model, req.text, req.text_pair)
+    loaded, result, cached = forward_for(
+        manager, cache, req.model, req.text, req.text_pair, should_stop
+    )
     maps = result.attentions[layers][:, heads]  # (len(layers), len(heads), T, T)
     meta = {
         "model": loaded.id,
@@ -86,12 +100,12 @@ def attention_maps(manager: ModelManager, cache: ForwardCache, req: AttentionReq
 
 
 def attention_detail(
-    manager: ModelManager, cache: ForwardCache, req: DetailRequest
+    manager: ModelManager, cache: ForwardCache, req: DetailRequest, should_stop: ShouldStop = None
 ) -> DetailResponse:
     """One head recomputed from the model's weights, with a scale/temperature counterfactual."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
-    loaded, result, _ = forward_for(manager, cache, req.model, req.text, req.text_pair)
+    loaded, result, _ = forward_for(manager, cache, req.model, req.text, req.text_pair, should_stop)
     if req.query is not None and req.query >= result.seq_len:
         raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
     seq = result.seq_len

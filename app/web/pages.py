@@ -59,4 +59,6 @@ def masks_lab(request: Request) -> HTMLResponse:
 @router.get("/lab/scaling", response_class=HTMLResponse)
 def scaling_lab(request: Request) -> HTMLResponse:
     page_data = {"default_model": MINILM_ID, "example_text": EXAMPLE_TEXT}
-    return templates.TemplateResponse(request, "scaling.html", {"page": "scaling", "page_data": page_data})
+    return templates.TemplateResponse(
+        request, "scaling.html", {"page": "scaling", "page_data": page_data}
+    )

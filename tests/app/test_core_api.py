@@ -75,7 +75,8 @@ def test_every_mask_kind_runs_and_zeros_masked_cells(client, extra):
     "change,message",
     [
         ({"q": [[1.0, 0.5], [0.3]]}, "q is ragged: row 0 has 2 numbers but row 1 has 1"),
-        ({"q": []}, "q must be a non-empty matrix"),
+        ({"q": []}, "q: List should have at least 1 item"),
+        ({"q": [[]]}, "q.0: List should have at least 1 item"),
         ({"k": [[1.0, 0.5, 0.1]] * 3}, "q has 2 columns but k has 3"),
         ({"v": [[0.1, 0.2]] * 2}, "k has 3 rows but v has 2"),
         ({"q": [[0.0] * 2] * 65}, "at most 64"),

@@ -1,4 +1,10 @@
-from fastapi import APIRouter, Response
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 
 from app.deps import CacheDep, ManagerDep
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
@@ -42,6 +48,29 @@ A 512-token MiniLM layer is 3.1 MB as u8 (12 heads), against ~60 MB as JSON.
 """
 
 
+T = TypeVar("T")
+
+
+async def until_disconnect(request: Request, work: Callable[[Callable[[], bool]], T]) -> T:
+    """Run `work(should_stop)` in the thread pool; should_stop turns True if the client leaves."""
+    gone = threading.Event()
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        while not done.is_set():
+            if await request.is_disconnected():
+                gone.set()
+                return
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await run_in_threadpool(work, gone.is_set)
+    finally:
+        done.set()
+        watcher.cancel()
+
+
 @router.post(
     "",
     response_model=AttentionResponse,
@@ -54,8 +83,10 @@ A 512-token MiniLM layer is 3.1 MB as u8 (12 heads), against ~60 MB as JSON.
         200: {"content": {BINARY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
     },
 )
-def post_attention(body: AttentionRequest, manager: ManagerDep, cache: CacheDep) -> Response:
-    return attention_maps(manager, cache, body)
+async def post_attention(
+    body: AttentionRequest, manager: ManagerDep, cache: CacheDep, request: Request
+) -> Response:
+    return await until_disconnect(request, lambda stop: attention_maps(manager, cache, body, stop))
 
 
 @router.post(
@@ -68,5 +99,9 @@ def post_attention(body: AttentionRequest, manager: ManagerDep, cache: CacheDep)
     "weights, and the same head at another scale or temperature.",
     responses=ERRORS,
 )
-def post_detail(body: DetailRequest, manager: ManagerDep, cache: CacheDep) -> DetailResponse:
-    return attention_detail(manager, cache, body)
+async def post_detail(
+    body: DetailRequest, manager: ManagerDep, cache: CacheDep, request: Request
+) -> DetailResponse:
+    return await until_disconnect(
+        request, lambda stop: attention_detail(manager, cache, body, stop)
+    )
