@@ -50,27 +50,33 @@ class BodySizeLimit:
                     await _reject(send, 413, message)
                     return
         received = 0
-        response_started = False
+        too_big = False
+        replaced = False
 
         async def limited_receive() -> Message:
-            nonlocal received
+            nonlocal received, too_big
             msg = await receive()
             if msg["type"] == "http.request":
                 received += len(msg.get("body", b""))
                 if received > self.max_bytes:
+                    too_big = True
                     raise _BodyTooLarge
             return msg
 
-        async def tracking_send(msg: Message) -> None:
-            nonlocal response_started
-            if msg["type"] == "http.response.start":
-                response_started = True
+        async def guarded_send(msg: Message) -> None:
+            # The framework turns a failed body read into its own error answer; swap in the 413.
+            nonlocal replaced
+            if too_big:
+                if not replaced:
+                    replaced = True
+                    await _reject(send, 413, message)
+                return
             await send(msg)
 
         try:
-            await self.app(scope, limited_receive, tracking_send)
+            await self.app(scope, limited_receive, guarded_send)
         except _BodyTooLarge:
-            if not response_started:
+            if not replaced:
                 await _reject(send, 413, message)
 
 

@@ -1,0 +1,263 @@
+"""Limits, faults, concurrency and hostile input: clear 4xx/503 answers, never a 500."""
+
+import json
+import shutil
+import threading
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from app.errors import RequestCancelled
+from app.inference.forward import run_forward
+from app.main import create_app
+from app.models.registry import MINILM_ID
+from tests.conftest import make_settings
+
+TEXT = "Robust servers answer clearly."
+
+
+def fresh_client(local_checkpoints, **overrides):
+    return TestClient(create_app(make_settings(local_checkpoints, **overrides)))
+
+
+def test_rate_limit_answers_429_with_retry_after_and_spares_health(local_checkpoints):
+    client = fresh_client(local_checkpoints, rate_limit_per_minute=3)
+    codes = [client.post("/api/lab/masks", json={"n": 3}).status_code for _ in range(5)]
+    assert codes[:3] == [200] * 3 and codes[3:] == [429, 429]
+    limited = client.post("/api/lab/masks", json={"n": 3})
+    assert int(limited.headers["retry-after"]) >= 1
+    assert "at most 3 a minute" in limited.json()["detail"]
+    assert all(client.get("/api/health").status_code == 200 for _ in range(10))
+
+
+def test_body_size_limit_answers_413(local_checkpoints):
+    client = fresh_client(local_checkpoints, max_body_bytes=4096)
+    response = client.post("/api/attention", json={"model": MINILM_ID, "text": "x" * 10_000})
+    assert response.status_code == 413
+    assert "larger than 4,096 bytes" in response.json()["detail"]
+
+    def chunks():  # no Content-Length: the limit is enforced while the body streams in
+        yield b'{"model": "m", "text": "'
+        for _ in range(10):
+            yield b"y" * 1000
+        yield b'"}'
+
+    streamed = client.post(
+        "/api/attention", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert streamed.status_code == 413
+
+
+def test_one_megabyte_body_and_deep_nesting_are_refused_cleanly(client):
+    huge = client.post("/api/attention", json={"model": MINILM_ID, "text": "a" * 1_100_000})
+    assert huge.status_code == 413
+    deep = "[" * 50_000 + "]" * 50_000
+    for route in ("/api/attention", "/api/core/attention", "/api/lab/masks"):
+        response = client.post(route, content=deep, headers={"Content-Type": "application/json"})
+        assert 400 <= response.status_code < 500
+        assert response.json()["detail"]
+    broken = client.post(
+        "/api/attention", content=b'{"model": ', headers={"Content-Type": "application/json"}
+    )
+    assert broken.status_code == 422 and "not valid JSON" in broken.json()["detail"]
+
+
+def test_security_headers_on_every_answer_and_cors_off_by_default(client, local_checkpoints):
+    for response in (
+        client.get("/"),
+        client.get("/api/models"),
+        client.post("/api/attention", json={"model": "nope", "text": "x"}),
+    ):
+        csp = response.headers["content-security-policy"]
+        assert (
+            "script-src 'self'" in csp
+            and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
+        )
+        assert response.headers["x-content-type-options"] == "nosniff"
+    preflight = client.options(
+        "/api/models",
+        headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "GET"},
+    )
+    assert "access-control-allow-origin" not in preflight.headers
+    allowed = fresh_client(local_checkpoints, cors_origins=["https://lab.example"])
+    answer = allowed.get("/api/models", headers={"Origin": "https://lab.example"})
+    assert answer.headers["access-control-allow-origin"] == "https://lab.example"
+
+
+def test_no_request_reaches_the_filesystem(client):
+    for model in ("../../etc/passwd", "/etc/passwd", "sentence-transformers/../../etc", "C:\\x"):
+        response = client.post("/api/attention", json={"model": model, "text": "hi"})
+        assert response.status_code == 404
+        assert "Unknown model" in response.json()["detail"]
+    assert client.get("/api/models/..%2F..%2Fetc%2Fpasswd/status").status_code == 404
+    assert client.get("/static/../app/config.py").status_code == 404
+
+
+def test_allow_list_hides_other_models(local_checkpoints):
+    client = fresh_client(local_checkpoints, allowed_models=[MINILM_ID])
+    assert [m["id"] for m in client.get("/api/models").json()["models"]] == [MINILM_ID]
+    response = client.post("/api/attention", json={"model": "local/gpt2-tiny", "text": "hi"})
+    assert response.status_code == 404
+
+
+def copy_checkpoint(source, target):
+    shutil.copytree(source, target)
+    return target
+
+
+def test_corrupt_and_missing_weights_answer_503_while_others_work(local_checkpoints, tmp_path):
+    corrupt = copy_checkpoint(local_checkpoints["local/gpt2-tiny"], tmp_path / "corrupt")
+    (corrupt / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    missing = copy_checkpoint(local_checkpoints["local/gpt2-tiny"], tmp_path / "missing")
+    (missing / "model.safetensors").unlink()
+    gone = tmp_path / "gone"
+    client = TestClient(
+        create_app(
+            make_settings(
+                local_checkpoints,
+                extra_models=[
+                    f"bad/corrupt={corrupt}",
+                    f"bad/missing={missing}",
+                    f"bad/gone={gone}",
+                ],
+            )
+        )
+    )
+    for model_id in ("bad/corrupt", "bad/missing", "bad/gone"):
+        response = client.post("/api/attention", json={"model": model_id, "text": TEXT})
+        assert response.status_code == 503, response.text
+        assert model_id in response.json()["detail"] or "config.json" in response.json()["detail"]
+    listed = {m["id"]: m for m in client.get("/api/models").json()["models"]}
+    assert listed["bad/gone"]["available"] is False
+    status = client.get("/api/models/bad/corrupt/status").json()
+    assert status["state"] == "failed" and status["error"]
+    assert client.post("/api/attention", json={"model": MINILM_ID, "text": TEXT}).status_code == 200
+
+
+def test_pickle_checkpoints_and_remote_code_are_never_used(local_checkpoints, tmp_path):
+    folder = copy_checkpoint(local_checkpoints["local/gpt2-tiny"], tmp_path / "pickled")
+    (folder / "model.safetensors").unlink()
+    torch.save({"x": torch.zeros(1)}, folder / "pytorch_model.bin")
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    marker = tmp_path / "pwned"
+    (remote / "config.json").write_text(
+        json.dumps({"model_type": "evil", "auto_map": {"AutoModel": "evil.EvilModel"}})
+    )
+    (remote / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    client = fresh_client(
+        local_checkpoints, extra_models=[f"bad/pickle={folder}", f"bad/remote={remote}"]
+    )
+    pickled = client.post("/api/attention", json={"model": "bad/pickle", "text": TEXT})
+    assert pickled.status_code == 503
+    remote_code = client.post("/api/attention", json={"model": "bad/remote", "text": TEXT})
+    assert remote_code.status_code == 503
+    assert "not supported" in remote_code.json()["detail"]
+    assert not marker.exists()
+
+
+def test_concurrent_first_requests_load_a_model_once(local_checkpoints):
+    app = create_app(make_settings(local_checkpoints))
+    client = TestClient(app)
+    codes = []
+    threads = [
+        threading.Thread(
+            target=lambda i=i: codes.append(
+                client.post(
+                    "/api/attention", json={"model": "local/bert-tiny", "text": f"load {i}"}
+                ).status_code
+            )
+        )
+        for i in range(10)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert codes == [200] * 10
+    assert app.state.manager.load_count["local/bert-tiny"] == 1
+
+
+def test_requests_for_different_models_do_not_corrupt_each_other(client):
+    jobs = [(MINILM_ID, f"The encoder reads sentence {i}.") for i in range(6)]
+    jobs += [("local/gpt2-tiny", f"The decoder reads sentence {i}.") for i in range(6)]
+    expected = {
+        job: client.post("/api/attention", json={"model": job[0], "text": job[1]}).json()
+        for job in jobs
+    }
+    client.app.state.forward_cache.clear_model(MINILM_ID)
+    client.app.state.forward_cache.clear_model("local/gpt2-tiny")
+    results = {}
+
+    def run(job):
+        results[job] = client.post("/api/attention", json={"model": job[0], "text": job[1]}).json()
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for job in jobs:
+        assert results[job]["attentions"] == expected[job]["attentions"]
+        assert results[job]["tokens"] == expected[job]["tokens"]
+
+
+def test_a_cancelled_forward_pass_stops_and_does_not_poison_the_cache(client, app):
+    loaded = app.state.manager.get(MINILM_ID)
+    layers_run = []
+
+    def stop_after_two():
+        layers_run.append(1)
+        return len(layers_run) > 2
+
+    with pytest.raises(RequestCancelled):
+        run_forward(loaded, "a cancelled request", None, stop_after_two)
+    assert len(layers_run) == 3  # stopped at the third layer of six
+    cache = app.state.forward_cache
+    with pytest.raises(RequestCancelled):
+        cache.get_or_compute(
+            (MINILM_ID, "cancel me", None),
+            lambda: run_forward(loaded, "cancel me", None, lambda: True),
+        )
+    response = client.post("/api/attention", json={"model": MINILM_ID, "text": "cancel me"})
+    assert response.status_code == 200 and response.json()["cached"] is False
+
+
+def test_forward_cache_respects_its_byte_bound(local_checkpoints):
+    app = create_app(
+        make_settings(local_checkpoints, forward_cache_bytes=3_000_000, forward_cache_entries=100)
+    )
+    client = TestClient(app)
+    for i in range(30):
+        text = " ".join(["word"] * 40) + f" {i}"
+        assert (
+            client.post(
+                "/api/attention", json={"model": MINILM_ID, "text": text, "layers": [0]}
+            ).status_code
+            == 200
+        )
+    cache = app.state.forward_cache
+    assert 0 < cache.nbytes <= 3_000_000
+    assert len(cache) < 30
+
+
+@pytest.mark.slow
+def test_biggest_input_on_biggest_default_model_fits(client, app):
+    from app.models.registry import SMOLLM2_ID
+
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    text = " ".join(["token"] * 600)
+    ids = loaded.tokenizer(text)["input_ids"][: loaded.max_tokens]
+    text = loaded.tokenizer.decode(ids)
+    n = len(loaded.tokenizer(text)["input_ids"])
+    assert n == loaded.max_tokens == 512
+    response = client.post(
+        "/api/attention", json={"model": SMOLLM2_ID, "text": text, "format": "u8", "layers": [29]}
+    )
+    assert response.status_code == 200
+    cache = app.state.forward_cache
+    assert cache.nbytes <= cache.max_bytes
+    assert client.post(
+        "/api/attention", json={"model": SMOLLM2_ID, "text": text, "format": "u8", "layers": [0]}
+    ).json
