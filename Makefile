@@ -54,5 +54,9 @@ screenshots: $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(VENV)/bin/uvicorn app.main:app --port 8765 & pid=$$!; \
 	  trap "kill $$pid" EXIT; sleep 5; $(PY) docs/make_screenshots.py http://127.0.0.1:8765
 
+# Builds the Dockerfile with podman from a locally made base image, runs it, checks it, cleans up.
+docker-test:
+	bash .ci/docker-test.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -158,6 +158,10 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
         (staging / CONVERTED_MANIFEST).write_text(
             json.dumps({"source_gguf_sha256": SMOLLM2_GGUF_SHA256, "sha256": digest})
         )
+        # mkdtemp and some writers make files private; other users (a container's) must read them.
+        staging.chmod(0o755)
+        for path in staging.iterdir():
+            path.chmod(0o644)
         try:
             staging.rename(target)  # atomic: another process may have won the race
         except OSError:
