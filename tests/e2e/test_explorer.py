@@ -31,9 +31,10 @@ def assert_same_matrix(got, expected, tol=1e-7):
         assert got_row == pytest.approx(expected_row, abs=tol)
 
 
-def run_sentence(page, base, text=SENTENCE, model=MINILM):
-    page.goto(f"{base}/")
-    wait_js(page, "document.querySelectorAll('#model option').length > 1")
+def run_sentence(page, base, text=SENTENCE, model=MINILM, navigate=True):
+    if navigate:
+        page.goto(f"{base}/")
+        wait_js(page, "document.querySelectorAll('#model option').length > 1")
     page.select_option("#model", model)
     page.fill("#text", text)
     page.click("#run")
@@ -90,7 +91,20 @@ def test_all_heads_grid_opens_a_head(page, live_server):
 
 
 def test_decoder_mask_view_is_causal(page, live_server):
-    run_sentence(page, live_server, text="One two three four five", model=SMOLLM2)
+    page.goto(f"{live_server}/")
+    wait_js(page, "document.querySelectorAll('#model option').length > 1")
+    # Record every status line, to see the loading progress of a model not loaded yet.
+    page.evaluate(
+        """() => {
+          const status = document.querySelector('#run-status');
+          window.__statuses = [];
+          new MutationObserver(() => window.__statuses.push(status.textContent))
+            .observe(status, {childList: true, characterData: true, subtree: true});
+        }"""
+    )
+    run_sentence(page, live_server, text="One two three four five", model=SMOLLM2, navigate=False)
+    statuses = page.evaluate("window.__statuses")
+    assert any(s.startswith(f"Loading {SMOLLM2}") for s in statuses), statuses
     page.click("#tab-mask")
     wait_for_plot(page, "#mask-after")
     n = len(page.evaluate("document.querySelector('#mask-after').data[0].z"))
@@ -172,3 +186,16 @@ def test_script_in_the_sentence_runs_nothing(page, live_server):
     labels = page.evaluate("document.querySelector('#heatmap').layout.yaxis.ticktext")
     assert any("&lt;" in label for label in labels)  # escaped for Plotly's label markup
     assert page.input_value("#text") == attack
+
+
+def test_api_errors_show_next_to_the_input(page, live_server):
+    page.goto(f"{live_server}/")
+    wait_js(page, "document.querySelectorAll('#model option').length > 1")
+    page.fill("#text", "word " * 700)
+    page.click("#run")
+    wait_js(page, "!document.querySelector('#run-error').hidden")
+    message = page.inner_text("#run-error")
+    assert "accepts at most 512 tokens" in message
+    unavailable = page.locator("#model option[value='gpt2']")
+    assert unavailable.is_disabled()
+    assert "huggingface-cli download gpt2" in unavailable.get_attribute("title")
