@@ -33,7 +33,8 @@ browser:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 run: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(VENV)/bin/uvicorn app.main:app --host $(HOST) --port $(PORT)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/uvicorn app.main:app --host $(HOST) --port $(PORT) \
+	  --log-level $${ATLAS_LOG_LEVEL:-info}
 
 test: $(VENV)/.installed-test browser
 	$(VENV)/bin/ruff check .

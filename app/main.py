@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    log.setLevel(settings.log_level.upper())
     app.state.manager = ModelManager(
         build_registry(settings.extra_models, settings.allowed_models),
         cache_dir=Path(settings.cache_dir),
