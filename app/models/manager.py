@@ -66,7 +66,7 @@ class ModelManager:
 
     def peek_config(self, model_id: str) -> tuple[dict | None, object]:
         spec = self.spec(model_id)
-        config = read_config(spec)
+        config = read_config(spec, self.cache_dir)
         return config, family_of(spec, config)
 
     def get(self, model_id: str) -> LoadedModel:

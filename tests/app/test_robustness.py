@@ -261,3 +261,22 @@ def test_biggest_input_on_biggest_default_model_fits(client, app):
     assert client.post(
         "/api/attention", json={"model": SMOLLM2_ID, "text": text, "format": "u8", "layers": [0]}
     ).json
+
+
+def test_loaded_models_are_bounded_least_recently_used_first(local_checkpoints):
+    app = create_app(make_settings(local_checkpoints, max_loaded_models=2))
+    client = TestClient(app)
+    for model in ("local/bert-tiny", "local/gpt2-tiny", "local/bert-tiny", "local/roberta-tiny"):
+        assert client.post("/api/attention", json={"model": model, "text": TEXT}).status_code == 200
+    loaded = {m["id"]: m["loaded"] for m in client.get("/api/models").json()["models"]}
+    # gpt2-tiny was used least recently when roberta-tiny arrived.
+    assert (
+        loaded["local/bert-tiny"] and loaded["local/roberta-tiny"] and not loaded["local/gpt2-tiny"]
+    )
+    assert (
+        client.post(
+            "/api/attention", json={"model": "local/gpt2-tiny", "text": "again"}
+        ).status_code
+        == 200
+    )
+    assert app.state.manager.load_count["local/gpt2-tiny"] == 2

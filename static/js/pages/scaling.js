@@ -1,16 +1,14 @@
 // Scaled vs unscaled softmax: live numbers from POST /api/lab/scaling, and a real head.
 
 import { api } from "../api.js";
-import { $, el as make, readPageData, showError } from "../dom.js";
+import { $, metricCard, readPageData, showError } from "../dom.js";
+import { meanEntropy } from "../stats.js";
 import { drawChart, drawHeatmap, plotlyReady } from "../views/plot.js";
 
 const page = readPageData();
 
 function metric(id, label, value) {
-  return make("div", { className: "metric", attrs: { "data-metric": id } }, [
-    make("div", { className: "label", text: label }),
-    make("div", { className: "value", text: value }),
-  ]);
+  return metricCard(label, value, id);
 }
 
 let pending = null;
@@ -77,10 +75,9 @@ async function compareRealHead() {
     return;
   }
   showError(error, "");
-  const entropy = (m) => m.reduce((acc, row) => acc - row.reduce((s, p) => (p > 0 ? s + p * Math.log(p) : s), 0), 0) / m.length;
   $("#real-metrics").replaceChildren(
-    metric("real-entropy-scaled", "mean entropy with the scale", entropy(d.weights).toFixed(3)),
-    metric("real-entropy-unscaled", "mean entropy without it", entropy(d.counterfactual_weights).toFixed(3)),
+    metric("real-entropy-scaled", "mean entropy with the scale", meanEntropy(d.weights).toFixed(3)),
+    metric("real-entropy-unscaled", "mean entropy without it", meanEntropy(d.counterfactual_weights).toFixed(3)),
   );
   await plotlyReady();
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };

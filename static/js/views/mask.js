@@ -1,14 +1,7 @@
 // The mask a real model used: scores before softmax (forbidden cells are −∞) and weights after.
 
-import { el as make } from "../dom.js";
+import { metricCard as metric } from "../dom.js";
 import { drawHeatmap } from "./plot.js";
-
-function metric(label, value) {
-  return make("div", { className: "metric" }, [
-    make("div", { className: "label", text: label }),
-    make("div", { className: "value", text: value }),
-  ]);
-}
 
 export async function renderMask(ctx) {
   const { session, state, el, info } = ctx;

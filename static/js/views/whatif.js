@@ -1,19 +1,8 @@
 // The same real head without the 1/sqrt(d) scale, or at another temperature.
 
-import { el as make } from "../dom.js";
+import { metricCard } from "../dom.js";
+import { meanEntropy, meanMax } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
-
-function meanEntropy(matrix) {
-  let sum = 0;
-  for (const row of matrix) {
-    for (const p of row) if (p > 0) sum -= p * Math.log(p);
-  }
-  return sum / matrix.length;
-}
-
-function meanMax(matrix) {
-  return matrix.reduce((acc, row) => acc + Math.max(...row), 0) / matrix.length;
-}
 
 export async function renderWhatIf(ctx) {
   const { session, state, el } = ctx;
@@ -30,7 +19,7 @@ export async function renderWhatIf(ctx) {
     ["what-if: mean entropy", meanEntropy(detail.counterfactual_weights).toFixed(3)],
     ["model: mean max weight", meanMax(detail.weights).toFixed(3)],
     ["what-if: mean max weight", meanMax(detail.counterfactual_weights).toFixed(3)],
-  ].map(([k, v]) => make("div", { className: "metric" }, [make("div", { className: "label", text: k }), make("div", { className: "value", text: v })]));
+  ].map(([label, value]) => metricCard(label, value));
   el.whatifMetrics.replaceChildren(...cards);
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
   await drawHeatmap(el.whatifModel, detail.weights, tokens, tokens, { ...common, title: `as the model computes it (× ${detail.model_scale.toFixed(3)})` });
