@@ -11,8 +11,7 @@ export class AttentionSession {
     this.text = text;
     this.textPair = textPair || null;
     this.meta = null; // tokens, num_layers, num_heads, causal, segments ...
-    this.exact = new Map(); // layer -> decoded f32 maps (all heads)
-    this.coarse = new Map(); // layer -> decoded u8 maps
+    this.exact = new Map(); // layer -> decoded f32 maps (all heads), kept for the session
     this.details = new Map();
     this.controller = new AbortController();
   }
@@ -47,9 +46,9 @@ export class AttentionSession {
     return this.fetchLayer(layer, "f32", this.exact);
   }
 
-  /** Quantised maps of one layer, for thumbnails. */
+  /** Quantised maps of one layer, for thumbnails: not kept, the canvases hold the picture. */
   coarseLayer(layer) {
-    return this.fetchLayer(layer, "u8", this.coarse);
+    return this.fetchLayer(layer, "u8", new Map());
   }
 
   /** One head in depth (q, k, v, scores, mask, counterfactual) from the replay API. */
