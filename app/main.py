@@ -53,6 +53,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     log.setLevel(settings.log_level.upper())
+    if not log.handlers:  # uvicorn configures only its own loggers
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
+        log.addHandler(handler)
     app.state.manager = ModelManager(
         build_registry(settings.extra_models, settings.allowed_models),
         cache_dir=Path(settings.cache_dir),

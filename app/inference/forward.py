@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from app.errors import InvalidInput, RequestCancelled
 from app.inference.tokens import display_tokens
 from app.models.families import attention_modules, hidden_input
 from app.models.loader import LoadedModel
+
+log = logging.getLogger("attention_atlas")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ def run_forward(
     def capture(index: int):
         def hook(_module, args, kwargs):
             if should_stop is not None and should_stop():
+                log.info("client gone: stopped %s's forward pass at layer %d", loaded.id, index)
                 raise RequestCancelled(
                     "the client closed the request; the forward pass was stopped"
                 )

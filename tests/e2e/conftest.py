@@ -25,6 +25,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+live_server_log: dict = {}
+
+
+@pytest.fixture(scope="session")
+def server_log(live_server):
+    """A function returning what the live server has logged so far."""
+    return lambda: live_server_log["path"].read_text(errors="replace")
+
+
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory):
     """Base URL of a real server (uvicorn in a subprocess) on a free loopback port."""
@@ -55,6 +64,7 @@ def live_server(tmp_path_factory):
         stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
+    live_server_log["path"] = log_path
     deadline = time.monotonic() + 60
     while True:
         try:

@@ -1,6 +1,7 @@
 """The real server (uvicorn) stays responsive: health answers during long work."""
 
 import json
+import socket
 import threading
 import time
 import urllib.request
@@ -45,3 +46,23 @@ def test_health_answers_while_a_long_request_runs(live_server):
     assert finished["status"] == 200
     # Health checks were answered while the forward pass was still running.
     assert health_times and health_times[0] < finished["at"]
+
+
+def test_a_client_that_hangs_up_stops_its_forward_pass(live_server, server_log):
+    post(live_server, "/api/attention", {"model": SMOLLM2, "text": "warm up", "layers": [0]})
+    text = "A request nobody waits for: " + "the quick brown fox jumps over the lazy dog. " * 45
+    data = json.dumps({"model": SMOLLM2, "text": text, "format": "u8"}).encode()
+    host, port = live_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as conn:
+        conn.sendall(
+            b"POST /api/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + b"Content-Length: %d\r\n\r\n" % len(data)
+            + data
+        )
+        time.sleep(0.2)  # the 420-token forward pass takes about a second; hang up early
+    deadline = time.monotonic() + 30
+    while "client gone: stopped" not in server_log():
+        assert time.monotonic() < deadline, server_log()[-2000:]
+        time.sleep(0.1)
+    status, _ = post(live_server, "/api/attention", {"model": SMOLLM2, "text": text, "layers": [0]})
+    assert status == 200

@@ -46,6 +46,7 @@ async function draw() {
     drawHeatmap(plot, z, words, words, {
       zmin: 0, zmax: 1, hoverName: "allowed (1) / −∞ (0)", xTitle: "key", yTitle: "query",
       colorscale: [[0, "#f3f4f8"], [1, "#3b4cca"]],
+      showScale: false,
     });
   }
 }

@@ -46,6 +46,7 @@ export function drawHeatmap(el, z, rows, cols, options = {}) {
     zmin: options.zmin,
     zmax: options.zmax,
     hoverongaps: false,
+    showscale: options.showScale ?? true,
     colorbar: { thickness: 10, outlinewidth: 0 },
   };
   if (withLabels) {
