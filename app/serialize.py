@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
+import struct
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -96,9 +99,6 @@ def quantize(weights: Tensor, fmt: str) -> bytes:
 
 def encode_binary(meta: dict, weights: Tensor, fmt: str) -> bytes:
     """The body described above. weights: (layers, heads, seq, seq)."""
-    import json
-    import struct
-
     code, bound, decode = BINARY_FORMATS[fmt]
     meta = {
         **meta,
@@ -117,11 +117,6 @@ def encode_binary(meta: dict, weights: Tensor, fmt: str) -> bytes:
 
 def decode_binary(body: bytes) -> tuple[dict, Tensor]:
     """Inverse of encode_binary: (metadata, float32 weights). Used by tests and Python clients."""
-    import json
-    import struct
-
-    import numpy as np
-
     if body[:4] != BINARY_MAGIC:
         raise ValueError("not an Attention Atlas binary map (bad magic)")
     version, code, _, meta_len = struct.unpack("<BBHI", body[4:12])

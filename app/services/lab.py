@@ -17,7 +17,7 @@ from app.schemas.lab import (
     ScalingResponse,
     SoftmaxSide,
 )
-from app.serialize import to_bool_lists
+from app.serialize import to_bool_lists, to_lists
 
 CURVE_D_K = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 CURVE_DRAWS = 128
@@ -100,8 +100,8 @@ def all_masks(req: MasksRequest) -> MasksResponse:
 def _side(logits: torch.Tensor) -> SoftmaxSide:
     stats = ac.softmax_stats(logits)
     return SoftmaxSide(
-        logits=logits.tolist(),
-        weights=stats.weights.tolist(),
+        logits=to_lists(logits),
+        weights=to_lists(stats.weights),
         entropy=float(stats.entropy),
         max_weight=float(stats.max_weight),
         effective_tokens=float(stats.effective_tokens),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 
@@ -20,8 +20,6 @@ router = APIRouter(include_in_schema=False)
 @router.get("/static/vendor/{name}")
 def vendor_plotly(name: str) -> FileResponse:
     """Only the exact bundle name resolves; nothing from the request touches the filesystem."""
-    from fastapi import HTTPException
-
     if name != plotly_js_name():
         raise HTTPException(404, detail=f"no such vendor file; plotly.js is {plotly_js_name()}")
     return FileResponse(
