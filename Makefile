@@ -49,6 +49,7 @@ format: $(VENV)/.installed-test
 	$(VENV)/bin/ruff format .
 
 bench: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) -m bench.core_kernels
 	HF_HUB_OFFLINE=1 $(PY) -m bench.attention_api
 
 screenshots: $(VENV)/.installed-test browser
