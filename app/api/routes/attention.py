@@ -44,7 +44,7 @@ All integers little-endian:
 
 float32: exact. float16: |decoded − exact| ≤ 2⁻¹² (weights lie in [0, 1]).
 uint8: `w = q / 255`, |error| ≤ 1/510.
-A 512-token MiniLM layer is 3.1 MB as u8 (12 heads), against ~60 MB as JSON.
+A 512-token MiniLM layer (12 heads) is 3.1 MB as u8, 12.6 MB as f32, about 41 MB as JSON.
 """
 
 
