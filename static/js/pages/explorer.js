@@ -38,7 +38,13 @@ const RENDERERS = {
 
 let models = [];
 let session = null;
-const ctx = { el, current: null, onOpen: (layer, head) => state.set({ layer, head, view: "heatmap" }) };
+const ctx = {
+  el,
+  current: null,
+  onOpen: (layer, head) => state.set({ layer, head, view: "heatmap" }),
+  // A renderer that awaited data checks this before drawing: a newer render may have begun.
+  isStale: (token) => token !== renderToken,
+};
 
 function modelInfo(id) {
   return models.find((m) => m.id === id);
@@ -178,7 +184,7 @@ async function render() {
   await plotlyReady();
   const info = session.meta;
   try {
-    Object.assign(ctx, { session, state: current, info });
+    Object.assign(ctx, { session, state: current, info, renderToken: token });
     await RENDERERS[current.view](ctx);
     if (token === renderToken) showError(el.error, "");
   } catch (err) {
@@ -204,9 +210,14 @@ el.model.addEventListener("change", () => {
 el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value) }));
 el.head.addEventListener("change", () => state.set({ head: Number(el.head.value) }));
 el.qkQuery.addEventListener("change", () => state.set({ query: Number(el.qkQuery.value) }));
-el.linesThreshold.addEventListener("input", () => render());
+let sliderTimer = null;
+function renderSoon() {
+  clearTimeout(sliderTimer);
+  sliderTimer = setTimeout(render, 120); // sliders fire many events; draw once they settle
+}
+el.linesThreshold.addEventListener("input", renderSoon);
 el.whatifUnscaled.addEventListener("change", () => render());
-el.whatifTemperature.addEventListener("input", () => render());
+el.whatifTemperature.addEventListener("input", renderSoon);
 for (const tab of document.querySelectorAll('[role="tab"]')) {
   tab.addEventListener("click", () => state.set({ view: tab.dataset.view }));
   tab.addEventListener("keydown", (event) => {

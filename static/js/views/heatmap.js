@@ -4,9 +4,11 @@ import { toMatrix } from "../binary.js";
 import { drawHeatmap } from "./plot.js";
 
 export async function renderHeatmap(ctx) {
+  const token = ctx.renderToken;
   const { session, state, el } = ctx;
   const { layer, head } = state;
   const maps = await session.layer(layer);
+  if (ctx.isStale(token)) return;
   const tokens = maps.meta.tokens;
   const n = tokens.length;
   const z = toMatrix(maps.map(0, head), n, n);

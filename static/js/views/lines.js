@@ -16,6 +16,7 @@ function svg(tag, attrs) {
 }
 
 export async function renderLines(ctx) {
+  const token = ctx.renderToken;
   const { session, state, el, info } = ctx;
   const heads = ctx.linesHeads && ctx.linesHeadsLayer === state.layer ? ctx.linesHeads : [state.head];
   ctx.linesHeads = heads;
@@ -37,6 +38,7 @@ export async function renderLines(ctx) {
   }
 
   const maps = await session.layer(state.layer);
+  if (ctx.isStale(token)) return;
   const tokens = maps.meta.tokens;
   const n = tokens.length;
   const threshold = Number(el.linesThreshold.value);

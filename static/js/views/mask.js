@@ -4,8 +4,10 @@ import { metricCard as metric } from "../dom.js";
 import { drawHeatmap } from "./plot.js";
 
 export async function renderMask(ctx) {
+  const token = ctx.renderToken;
   const { session, state, el, info } = ctx;
   const detail = await session.detail({ layer: state.layer, head: state.head });
+  if (ctx.isStale(token)) return;
   const tokens = detail.tokens;
   const n = tokens.length;
   const segments = session.meta.segments;

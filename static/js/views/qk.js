@@ -3,6 +3,7 @@
 import { drawChart, drawHeatmap, escapeLabel } from "./plot.js";
 
 export async function renderQK(ctx) {
+  const token = ctx.renderToken;
   const { session, state, el } = ctx;
   const tokens = session.meta.tokens;
   const query = Math.min(state.query ?? defaultQuery(tokens), tokens.length - 1);
@@ -11,6 +12,7 @@ export async function renderQK(ctx) {
   }
   el.qkQuery.value = String(query);
   const detail = await session.detail({ layer: state.layer, head: state.head, query, scale: false });
+  if (ctx.isStale(token)) return;
   const dims = detail.q[0].map((_, i) => `${i}`);
   const label = tokens[query];
   ctx.current = { kind: "detail", element: el.qkProducts, detail, tokens, layer: state.layer, head: state.head };

@@ -46,8 +46,10 @@ export async function drawStages(plots, data, rows, cols, dims, scaleNote) {
 
 /** The stages of a real head, from the detail API. */
 export async function renderModelStages(ctx) {
+  const token = ctx.renderToken;
   const { session, state, el } = ctx;
   const detail = await session.detail({ layer: state.layer, head: state.head });
+  if (ctx.isStale(token)) return;
   const tokens = detail.tokens;
   const plots = stageFigures(el.stepsGrid);
   const masked = detail.scaled_scores.map((row, q) => row.map((v, k) => (detail.mask[q][k] ? v : null)));

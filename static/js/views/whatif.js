@@ -5,6 +5,7 @@ import { meanEntropy, meanMax } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
 
 export async function renderWhatIf(ctx) {
+  const token = ctx.renderToken;
   const { session, state, el } = ctx;
   const temperature = 10 ** Number(el.whatifTemperature.value);
   el.whatifTemperatureValue.textContent = temperature.toFixed(2);
@@ -12,6 +13,7 @@ export async function renderWhatIf(ctx) {
   const detail = await session.detail({
     layer: state.layer, head: state.head, scale: unscaled ? false : true, temperature: Number(temperature.toFixed(4)),
   });
+  if (ctx.isStale(token)) return;
   const tokens = detail.tokens;
   const label = `${unscaled ? "no 1/√d scale" : `× ${detail.model_scale.toFixed(3)}`}, temperature ${temperature.toFixed(2)}`;
   const cards = [
