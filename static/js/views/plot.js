@@ -45,6 +45,7 @@ export function drawHeatmap(el, z, rows, cols, options = {}) {
     colorscale: options.colorscale || COLORSCALE,
     zmin: options.zmin,
     zmax: options.zmax,
+    zmid: options.zmid, // 0 for signed data, so the diverging colours meet at zero
     hoverongaps: false,
     showscale: options.showScale ?? true,
     colorbar: { thickness: 10, outlinewidth: 0 },

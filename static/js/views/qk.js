@@ -17,13 +17,13 @@ export async function renderQK(ctx) {
   const label = tokens[query];
   ctx.current = { kind: "detail", element: el.qkProducts, detail, tokens, layer: state.layer, head: state.head };
   drawHeatmap(el.qkQ, [detail.q[query]], [`q(${label})`], dims, {
-    title: `query vector of “${label}” (head dim ${detail.head_dim})`, colorscale: "RdBu", hoverName: "q", height: 170,
+    title: `query vector of “${label}” (head dim ${detail.head_dim})`, colorscale: "RdBu", zmid: 0, hoverName: "q", height: 170,
   });
   drawHeatmap(el.qkK, detail.k, tokens, dims, {
-    title: `key vectors (kv head ${detail.kv_head})`, colorscale: "RdBu", xTitle: "dimension", hoverName: "k",
+    title: `key vectors (kv head ${detail.kv_head})`, colorscale: "RdBu", zmid: 0, xTitle: "dimension", hoverName: "k",
   });
   drawHeatmap(el.qkProducts, detail.products, tokens, dims, {
-    title: "q ∘ k: each row sums to the score", colorscale: "RdBu", xTitle: "dimension", hoverName: "q∘k",
+    title: "q ∘ k: each row sums to the score", colorscale: "RdBu", zmid: 0, xTitle: "dimension", hoverName: "q∘k",
   });
   const keys = tokens.map((t) => escapeLabel(t));
   const scaledRow = detail.weights[query];
