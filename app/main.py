@@ -62,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cache_dir=Path(settings.cache_dir),
         token_limit=settings.max_tokens,
         max_loaded=settings.max_loaded_models,
+        hub_downloads=settings.hub_downloads,
     )
     app.state.forward_cache = ForwardCache(
         settings.forward_cache_entries, settings.forward_cache_bytes

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from attention_core.heads import repeat_kv, split_heads
-from attention_core.positional import apply_rope
+from attention_core.positional import apply_rope, rope_cos_sin
 from attention_core.sdpa import AttentionTrace, Scale, scaled_dot_product_attention
 
 
@@ -49,9 +49,8 @@ class Rope:
     @classmethod
     def from_inv_freq(cls, inv_freq: Tensor, seq_len: int, attention_scaling: float = 1.0) -> Rope:
         positions = torch.arange(seq_len, dtype=torch.float32)
-        angles = positions.unsqueeze(-1) * inv_freq.float()  # (seq, head_dim/2)
-        emb = torch.cat((angles, angles), dim=-1)  # (seq, head_dim)
-        return cls(cos=emb.cos() * attention_scaling, sin=emb.sin() * attention_scaling)
+        cos, sin = rope_cos_sin(positions, 2 * inv_freq.shape[0], inv_freq=inv_freq)  # (seq, hd)
+        return cls(cos=cos * attention_scaling, sin=sin * attention_scaling)
 
 
 @dataclass(frozen=True)

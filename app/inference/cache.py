@@ -19,8 +19,6 @@ class ForwardCache:
         self._bytes = 0
         self._guard = threading.Lock()
         self._inflight: dict[Hashable, threading.Lock] = {}
-        self.hits = 0
-        self.misses = 0
 
     @property
     def nbytes(self) -> int:
@@ -36,19 +34,16 @@ class ForwardCache:
         with self._guard:
             if key in self._items:
                 self._items.move_to_end(key)
-                self.hits += 1
                 return self._items[key], True
             key_lock = self._inflight.setdefault(key, threading.Lock())
         with key_lock:
             with self._guard:
                 if key in self._items:  # computed by the request we waited for
                     self._items.move_to_end(key)
-                    self.hits += 1
                     return self._items[key], True
             try:
                 result = compute()
                 with self._guard:
-                    self.misses += 1
                     self._store(key, result)
             finally:
                 with self._guard:

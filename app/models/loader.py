@@ -17,7 +17,6 @@ from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
     Progress,
     family_of,
-    hub_downloads_allowed,
     minilm_folder,
     read_config,
     smollm2_folder,
@@ -38,7 +37,6 @@ class LoadedModel:
     model: nn.Module
     arch: Architecture
     max_tokens: int
-    parameter_bytes: int
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -50,7 +48,9 @@ class LoadedModel:
         return self.family.causal
 
 
-def _location(spec: ModelSpec, cache_dir: Path, progress: Progress) -> tuple[str | Path, bool]:
+def _location(
+    spec: ModelSpec, cache_dir: Path, progress: Progress, hub_downloads: bool
+) -> tuple[str | Path, bool]:
     """(what to pass to from_pretrained, local_files_only)."""
     if spec.source is Source.MINILM_PACKAGE:
         return minilm_folder(progress), True
@@ -58,14 +58,19 @@ def _location(spec: ModelSpec, cache_dir: Path, progress: Progress) -> tuple[str
         return smollm2_folder(cache_dir, progress), True
     if spec.source is Source.FOLDER:
         return spec.folder, True
-    return spec.id, not hub_downloads_allowed()
+    return spec.id, not hub_downloads
 
 
 def load_model(
-    spec: ModelSpec, *, cache_dir: Path, token_limit: int, progress: Progress
+    spec: ModelSpec,
+    *,
+    cache_dir: Path,
+    token_limit: int,
+    progress: Progress,
+    hub_downloads: bool = False,
 ) -> LoadedModel:
     """Load `spec` or raise ModelUnavailable saying why (never anything else for a bad model)."""
-    reason = unavailable_reason(spec)
+    reason = unavailable_reason(spec, hub_downloads)
     if reason is not None:
         raise ModelUnavailable(reason)
     family = family_of(spec, read_config(spec))
@@ -75,7 +80,7 @@ def load_model(
             "RoBERTa, GPT-2 and Llama-family checkpoints"
         )
     try:
-        location, local_only = _location(spec, cache_dir, progress)
+        location, local_only = _location(spec, cache_dir, progress, hub_downloads)
         progress("loading tokenizer", 0.85)
         tokenizer = AutoTokenizer.from_pretrained(
             location, local_files_only=local_only, trust_remote_code=False
@@ -100,7 +105,6 @@ def load_model(
             f"'{spec.id}': model type {model.config.model_type!r} is not supported"
         )
     arch = architecture(model.config, family)
-    params = sum(p.numel() * p.element_size() for p in model.parameters())
     progress("ready", 1.0)
     return LoadedModel(
         spec=spec,
@@ -109,7 +113,6 @@ def load_model(
         model=model,
         arch=arch,
         max_tokens=min(arch.max_positions, token_limit),
-        parameter_bytes=params,
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from app.errors import ModelUnavailable, UnknownModel
 from app.models.loader import LoadedModel, load_model
 from app.models.registry import ModelSpec
-from app.models.sources import family_of, read_config, unavailable_reason
+from app.models.sources import family_of, hub_reachable, read_config, unavailable_reason
 
 
 @dataclass
@@ -29,12 +29,19 @@ class LoadState:
 
 class ModelManager:
     def __init__(
-        self, registry: dict[str, ModelSpec], *, cache_dir: Path, token_limit: int, max_loaded: int
+        self,
+        registry: dict[str, ModelSpec],
+        *,
+        cache_dir: Path,
+        token_limit: int,
+        max_loaded: int,
+        hub_downloads: bool = False,
     ) -> None:
         self.registry = registry
         self.cache_dir = cache_dir
         self.token_limit = token_limit
         self.max_loaded = max_loaded
+        self.hub_downloads = hub_reachable(hub_downloads)
         self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()
         self._states: dict[str, LoadState] = {mid: LoadState() for mid in registry}
         self._locks: dict[str, threading.Lock] = {mid: threading.Lock() for mid in registry}
@@ -62,7 +69,7 @@ class ModelManager:
             return self._loaded.get(model_id)
 
     def unavailable_reason(self, model_id: str) -> str | None:
-        return unavailable_reason(self.spec(model_id))
+        return unavailable_reason(self.spec(model_id), self.hub_downloads)
 
     def peek_config(self, model_id: str) -> tuple[dict | None, object]:
         spec = self.spec(model_id)
@@ -104,6 +111,7 @@ class ModelManager:
                 cache_dir=self.cache_dir,
                 token_limit=self.token_limit,
                 progress=progress,
+                hub_downloads=self.hub_downloads,
             )
         except ModelUnavailable as err:
             self._states[model_id] = LoadState(state="failed", error=err.message)

@@ -35,10 +35,9 @@ def package_folder(name: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def hub_downloads_allowed() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True") and os.environ.get(
-        "ATLAS_HUB_DOWNLOADS", "0"
-    ) in ("1", "true", "True")
+def hub_reachable(downloads_wanted: bool) -> bool:
+    """Whether Hub downloads may be tried: the operator wants them and HF_HUB_OFFLINE is not set."""
+    return downloads_wanted and os.environ.get("HF_HUB_OFFLINE", "0") not in ("1", "true", "True")
 
 
 def _cached_hub_file(model_id: str, filename: str) -> Path | None:
@@ -48,7 +47,7 @@ def _cached_hub_file(model_id: str, filename: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def unavailable_reason(spec: ModelSpec) -> str | None:
+def unavailable_reason(spec: ModelSpec, hub_downloads: bool = False) -> str | None:
     """None when the model can be loaded here; otherwise why not and how to fix it.
 
     Never touches the network: only installed packages, folders and the HF cache are looked at.
@@ -70,7 +69,7 @@ def unavailable_reason(spec: ModelSpec) -> str | None:
         return None
     if _cached_hub_file(spec.id, "config.json") is not None:
         return None
-    if hub_downloads_allowed():
+    if hub_downloads:
         return None
     return (
         f"'{spec.id}' is not in the local HuggingFace cache and Hub downloads are off. "

@@ -23,19 +23,16 @@ ShouldStop = Callable[[], bool] | None
 
 
 def forward_for(
-    manager: ModelManager,
+    loaded: LoadedModel,
     cache: ForwardCache,
-    model_id: str,
     text: str,
     text_pair: str | None,
     should_stop: ShouldStop = None,
-) -> tuple[LoadedModel, ForwardResult, bool]:
-    """The model and its forward pass over the text: from the cache, or one new forward pass."""
-    loaded = manager.get(model_id)
-    result, cached = cache.get_or_compute(
-        (model_id, text, text_pair), lambda: run_forward(loaded, text, text_pair, should_stop)
+) -> tuple[ForwardResult, bool]:
+    """The forward pass over the text: from the cache, or one new forward pass."""
+    return cache.get_or_compute(
+        (loaded.id, text, text_pair), lambda: run_forward(loaded, text, text_pair, should_stop)
     )
-    return loaded, result, cached
 
 
 def _indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
@@ -66,9 +63,7 @@ def attention_maps(
     loaded = manager.get(req.model)
     layers = _indices(req.layers, loaded.arch.num_layers, "layers")
     heads = _indices(req.heads, loaded.arch.num_heads, "heads")
-    loaded, result, cached = forward_for(
-        manager, cache, req.model, req.text, req.text_pair, should_stop
-    )
+    result, cached = forward_for(loaded, cache, req.text, req.text_pair, should_stop)
     maps = result.attentions[layers][:, heads]  # (len(layers), len(heads), T, T)
     meta = {
         "model": loaded.id,
@@ -105,7 +100,7 @@ def attention_detail(
     """One head recomputed from the model's weights, with a scale/temperature counterfactual."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
-    loaded, result, _ = forward_for(manager, cache, req.model, req.text, req.text_pair, should_stop)
+    result, _ = forward_for(loaded, cache, req.text, req.text_pair, should_stop)
     if req.query is not None and req.query >= result.seq_len:
         raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
     seq = result.seq_len

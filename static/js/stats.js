@@ -9,6 +9,11 @@ export function meanEntropy(matrix) {
   return sum / matrix.length;
 }
 
+/** Scaled scores with null (plotted blank, shown as −∞) where the mask forbids the pair. */
+export function maskedScores(detail) {
+  return detail.scaled_scores.map((row, q) => row.map((v, k) => (detail.mask[q][k] ? v : null)));
+}
+
 /** Mean of each row's largest weight. */
 export function meanMax(matrix) {
   return matrix.reduce((acc, row) => acc + Math.max(...row), 0) / matrix.length;

@@ -51,3 +51,16 @@ def test_uncached_hub_model_is_503_with_the_fix(local_checkpoints, tmp_path, mon
     response = client.post("/api/attention", json={"model": "distilgpt2", "text": "hi"})
     assert response.status_code == 503
     assert "huggingface-cli download distilgpt2" in response.json()["detail"]
+
+
+def test_hub_downloads_setting_and_offline_mode(local_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+
+    def gpt2_available(**overrides):
+        client = TestClient(create_app(make_settings(local_checkpoints, **overrides)))
+        return {m["id"]: m for m in client.get("/api/models").json()["models"]}["gpt2"]["available"]
+
+    assert gpt2_available(hub_downloads=True) is False  # HF_HUB_OFFLINE=1 wins (set by the tests)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert gpt2_available(hub_downloads=False) is False
+    assert gpt2_available(hub_downloads=True) is True  # would download on first use

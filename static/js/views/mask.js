@@ -1,6 +1,7 @@
 // The mask a real model used: scores before softmax (forbidden cells are −∞) and weights after.
 
 import { metricCard as metric } from "../dom.js";
+import { maskedScores } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
 
 export async function renderMask(ctx) {
@@ -11,7 +12,7 @@ export async function renderMask(ctx) {
   const tokens = detail.tokens;
   const n = tokens.length;
   const segments = session.meta.segments;
-  const masked = detail.scaled_scores.map((row, q) => row.map((v, k) => (detail.mask[q][k] ? v : null)));
+  const masked = maskedScores(detail);
   const allowed = detail.mask.flat().filter(Boolean).length;
   const parts = [];
   if (info.causal) {

@@ -1,6 +1,7 @@
 // Step by step: QKᵀ -> scale -> mask -> softmax -> weights × V, each stage a heatmap.
 
 import { el as make } from "../dom.js";
+import { maskedScores } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
 
 const STAGES = [
@@ -52,7 +53,7 @@ export async function renderModelStages(ctx) {
   if (ctx.isStale(token)) return;
   const tokens = detail.tokens;
   const plots = stageFigures(el.stepsGrid);
-  const masked = detail.scaled_scores.map((row, q) => row.map((v, k) => (detail.mask[q][k] ? v : null)));
+  const masked = maskedScores(detail);
   const dims = detail.output[0].map((_, i) => `d${i}`);
   await drawStages(
     plots,
