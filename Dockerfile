@@ -72,4 +72,4 @@ USER atlas
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
   CMD python3 -c "import os, sys, urllib.request; r = urllib.request.urlopen('http://127.0.0.1:%s/api/health' % os.environ.get('PORT', '8000'), timeout=4); sys.exit(0 if r.status == 200 else 1)"
-CMD ["sh", "-c", "exec uvicorn app.main:app --host 0.0.0.0 --port \"$PORT\" --log-level \"$ATLAS_LOG_LEVEL\" --no-server-header"]
+CMD ["sh", "-c", "exec python3 -m app --host 0.0.0.0 --port \"$PORT\" --log-level \"$ATLAS_LOG_LEVEL\""]

@@ -33,8 +33,8 @@ browser:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
 run: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(VENV)/bin/uvicorn app.main:app --host $(HOST) --port $(PORT) \
-	  --log-level $${ATLAS_LOG_LEVEL:-info}
+	HF_HUB_OFFLINE=1 $(PY) -m app --host $(HOST) --port $(PORT) \
+	    --log-level $${ATLAS_LOG_LEVEL:-info}
 
 test: $(VENV)/.installed-test browser
 	$(VENV)/bin/ruff check .
@@ -53,7 +53,7 @@ bench: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m bench.attention_api
 
 screenshots: $(VENV)/.installed-test browser
-	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(VENV)/bin/uvicorn app.main:app --port 8765 & pid=$$!; \
+	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(PY) -m app --port 8765 & pid=$$!; \
 	  trap "kill $$pid" EXIT; sleep 5; $(PY) docs/make_screenshots.py http://127.0.0.1:8765
 
 # Builds the Dockerfile with podman from a locally made base image, runs it, checks it, cleans up.

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -38,7 +39,43 @@ class Settings(BaseSettings):
     )
     cors_origins: list[str] = Field(default_factory=list, description="Empty: CORS off.")
     max_body_bytes: int = Field(1_000_000, ge=1024, le=100_000_000)
+    body_timeout_seconds: float = Field(
+        20.0, gt=0, le=600, description="A request body must keep arriving within this (408)."
+    )
+    send_timeout_seconds: float = Field(
+        30.0, gt=0, le=3600, description="A reader that takes nothing for this long is dropped."
+    )
+    max_answer_bytes: int = Field(
+        128 * 2**20, ge=2**20, le=2**34, description="Largest binary /api/attention answer."
+    )
+    inflight_bytes: int = Field(
+        768 * 2**20,
+        ge=2**20,
+        description="Forward-pass bytes that answers being sent may hold at once; more wait.",
+    )
+    inflight_wait_seconds: float = Field(
+        10.0, ge=0, le=600, description="How long an answer waits for the in-flight budget (503)."
+    )
     rate_limit_per_minute: int = Field(600, ge=0, description="Per client; 0 turns it off.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or networks (CIDR) of reverse proxies whose X-Forwarded-For is "
+        "believed; empty (the default) believes no one.",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, values: list[str]) -> list[str]:
+        for value in values:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"trusted_proxies holds {value!r}, which is not an IP address or network; "
+                    "list your reverse proxies' addresses (trusting everyone would let any "
+                    "client choose its own address)"
+                ) from None
+        return values
 
 
 @lru_cache

@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 
 from app.config import Settings
 from app.inference.cache import ForwardCache
+from app.inference.inflight import AnswerBudget
 from app.models.manager import ModelManager
 
 
@@ -23,6 +24,11 @@ def get_cache(request: Request) -> ForwardCache:
     return request.app.state.forward_cache
 
 
+def get_budget(request: Request) -> AnswerBudget:
+    return request.app.state.answer_budget
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 ManagerDep = Annotated[ModelManager, Depends(get_manager)]
 CacheDep = Annotated[ForwardCache, Depends(get_cache)]
+BudgetDep = Annotated[AnswerBudget, Depends(get_budget)]

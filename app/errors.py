@@ -1,32 +1,74 @@
-"""Domain errors, and the one place they become HTTP responses."""
+"""Domain errors, and the one place they become HTTP responses.
+
+Every error body is {"detail": sentence, "code": one of ERROR_CODES}, middleware included.
+"""
 
 from __future__ import annotations
+
+import logging
+from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic_core import PydanticCustomError
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger("attention_atlas")
+
+ErrorCode = Literal[
+    "invalid_body",  # 400: not JSON, not UTF-8, or a number JSON parsers refuse
+    "invalid_field",  # 422: the body breaks its JSON Schema (type, range, pattern, length)
+    "input_rule",  # 422: the body fits the schema but breaks a rule JSON Schema cannot state
+    "unknown_model",  # 404
+    "not_found",  # 404 for a path that is not a route
+    "method_not_allowed",  # 405
+    "body_timeout",  # 408: the request body did not arrive in time
+    "too_large",  # 413: the request body is over the limit
+    "rate_limited",  # 429
+    "model_unavailable",  # 503: the model cannot be loaded here; the detail says why
+    "busy",  # 503: too many large answers in flight; retry after Retry-After seconds
+]
+INPUT_RULE: ErrorCode = "input_rule"
 
 
 class AtlasError(Exception):
     """Base for errors a client can act on. `status` is the HTTP status it maps to."""
 
     status = 400
+    code: ErrorCode = "invalid_body"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.headers = headers or {}
 
 
 class InvalidInput(AtlasError):
+    """The request fits its schema but breaks a rule that depends on the model or the text."""
+
     status = 422
+    code: ErrorCode = INPUT_RULE
 
 
 class UnknownModel(AtlasError):
     status = 404
+    code: ErrorCode = "unknown_model"
 
 
 class ModelUnavailable(AtlasError):
     status = 503
+    code: ErrorCode = "model_unavailable"
+
+
+class ServerBusy(AtlasError):
+    """Too many large answers are being sent; the client should retry after `retry_after` s."""
+
+    status = 503
+    code: ErrorCode = "busy"
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message, {"Retry-After": str(retry_after)})
 
 
 class RequestCancelled(AtlasError):
@@ -35,30 +77,71 @@ class RequestCancelled(AtlasError):
     status = 499
 
 
+def input_rule(message: str) -> PydanticCustomError:
+    """A validator's error for a rule JSON Schema cannot state (ragged rows, shapes that must
+    agree); the 422 answer carries code 'input_rule' so clients can tell it from a type error."""
+    return PydanticCustomError(INPUT_RULE, message)
+
+
 def describe_validation_errors(errors: list[dict]) -> str:
-    """One readable sentence from pydantic's error list, e.g. 'body.q: q is ragged: ...'."""
+    """One readable sentence from pydantic's error list, e.g. 'q: q is ragged: ...'."""
     parts = []
     for error in errors:
         where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
         message = str(error.get("msg", "invalid value")).removeprefix("Value error, ")
-        if message == "JSON decode error":
-            where, message = "", f"the body is not valid JSON (error at character {where or 0})"
         parts.append(f"{where}: {message}" if where else message)
     return "; ".join(parts) or "invalid request"
+
+
+def error_body(detail: str, code: ErrorCode, **extra) -> dict:
+    return {"detail": detail, "code": code, **extra}
+
+
+HTTP_CODES: dict[int, ErrorCode] = {
+    400: "invalid_body",
+    404: "not_found",
+    405: "method_not_allowed",
+    408: "body_timeout",
+    413: "too_large",
+    429: "rate_limited",
+}
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AtlasError)
     async def atlas_error(_: Request, exc: AtlasError) -> JSONResponse:
-        return JSONResponse({"detail": exc.message}, status_code=exc.status)
+        return JSONResponse(
+            error_body(exc.message, exc.code), status_code=exc.status, headers=exc.headers
+        )
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        raw = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in raw):
+            position = next(iter(raw[0].get("loc", ())[1:]), 0)
+            return JSONResponse(
+                error_body(f"the body is not valid JSON (error at character {position})",
+                           "invalid_body"),
+                status_code=400,
+            )  # fmt: skip
         # The offending input is not echoed back: it may be a megabyte of text.
         errors = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-            for e in exc.errors()
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in raw
         ]
+        code = INPUT_RULE if all(e.get("type") == INPUT_RULE for e in raw) else "invalid_field"
         return JSONResponse(
-            {"detail": describe_validation_errors(errors), "errors": errors}, status_code=422
+            error_body(describe_validation_errors(errors), code, errors=errors), status_code=422
+        )
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        detail = exc.detail
+        if exc.status_code == 400 and detail == "There was an error parsing the body":
+            detail = (
+                "the body could not be parsed: send UTF-8 JSON (integers of at most 4300 digits)"
+            )
+        return JSONResponse(
+            error_body(str(detail), HTTP_CODES.get(exc.status_code, "invalid_body")),
+            status_code=exc.status_code,
+            headers=exc.headers,
         )

@@ -1,16 +1,30 @@
-"""Request-size limit (413) and a per-client rate limit (429), as pure ASGI middleware."""
+"""Transport limits as pure ASGI middleware: request bodies (size 413, time 408), stalled
+readers (answers go out in bounded chunks; a reader that takes none for too long is dropped),
+and a per-client rate limit (429)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import threading
 import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.errors import ErrorCode, error_body
 
-async def _reject(send: Send, status: int, detail: str, headers: list | None = None) -> None:
-    body = json.dumps({"detail": detail}).encode()
+log = logging.getLogger("attention_atlas")
+
+SEND_CHUNK_BYTES = 256 * 1024
+"""Largest piece of an answer handed to the server at once. The server buffers at most one
+piece (plus its socket buffers) for a reader that has stopped reading."""
+
+
+async def _reject(
+    send: Send, status: int, code: ErrorCode, detail: str, headers: list | None = None
+) -> None:
+    body = json.dumps(error_body(detail, code)).encode()
     await send(
         {
             "type": "http.response.start",
@@ -25,69 +39,144 @@ async def _reject(send: Send, status: int, detail: str, headers: list | None = N
     await send({"type": "http.response.body", "body": body})
 
 
-class BodySizeLimit:
-    """Refuse bodies over max_bytes with 413, by Content-Length or while streaming."""
+class _BodyRefused(Exception):
+    def __init__(self, status: int, code: ErrorCode, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail = status, code, detail
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+
+class RequestBodyGuard:
+    """Refuse bodies over max_bytes (413, by Content-Length or while streaming) and bodies whose
+    next piece takes longer than timeout seconds to arrive (408)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
+
+    def _too_big(self) -> _BodyRefused:
+        return _BodyRefused(
+            413,
+            "too_large",
+            f"the request body is larger than {self.max_bytes:,} bytes; send less "
+            "(the limit is ATLAS_MAX_BODY_BYTES)",
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        message = (
-            f"the request body is larger than {self.max_bytes:,} bytes; send less "
-            "(the limit is ATLAS_MAX_BODY_BYTES)"
-        )
         for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    too_big = int(value) > self.max_bytes
-                except ValueError:
-                    too_big = False
-                if too_big:
-                    await _reject(send, 413, message)
-                    return
-        received = 0
-        too_big = False
-        replaced = False
-
-        async def limited_receive() -> Message:
-            nonlocal received, too_big
-            msg = await receive()
-            if msg["type"] == "http.request":
-                received += len(msg.get("body", b""))
-                if received > self.max_bytes:
-                    too_big = True
-                    raise _BodyTooLarge
-            return msg
-
-        async def guarded_send(msg: Message) -> None:
-            # The framework turns a failed body read into its own error answer; swap in the 413.
-            nonlocal replaced
-            if too_big:
-                if not replaced:
-                    replaced = True
-                    await _reject(send, 413, message)
+            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
+                refusal = self._too_big()
+                await _reject(send, refusal.status, refusal.code, refusal.detail)
                 return
-            await send(msg)
+        received = 0
+        body_done = False
+        refused: _BodyRefused | None = None
+        started = False
+
+        async def guarded_receive() -> Message:
+            nonlocal received, body_done, refused
+            if body_done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout)
+            except asyncio.TimeoutError:
+                refused = _BodyRefused(
+                    408,
+                    "body_timeout",
+                    f"the request body did not arrive within {self.timeout:g} s; send it at once",
+                )
+                raise refused from None
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
+                if received > self.max_bytes:
+                    refused = self._too_big()
+                    raise refused
+            else:
+                body_done = True
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            # The framework may turn a failed body read into its own error answer: swap ours in.
+            nonlocal started
+            if refused is not None:
+                if not started:
+                    started = True
+                    await _reject(send, refused.status, refused.code, refused.detail)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
 
         try:
-            await self.app(scope, limited_receive, guarded_send)
-        except _BodyTooLarge:
-            if not replaced:
-                await _reject(send, 413, message)
+            await self.app(scope, guarded_receive, guarded_send)
+        except _BodyRefused as refusal:
+            if not started:
+                await _reject(send, refusal.status, refusal.code, refusal.detail)
 
 
-class _BodyTooLarge(Exception):
+class _ReaderStalled(Exception):
     pass
+
+
+class SendGuard:
+    """Hand answers to the server in pieces of at most SEND_CHUNK_BYTES, and give up on a
+    reader that has not taken a piece within `timeout` seconds.
+
+    The server writes each piece only once the previous one has drained, so a reader that
+    stops reading holds at most one piece here; after the timeout its answer is abandoned and
+    the connection closed, which frees whatever the answer was holding.
+    """
+
+    def __init__(self, app: ASGIApp, timeout: float) -> None:
+        self.app = app
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_in_pieces(message: Message) -> None:
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            body = message.get("body", b"")
+            more = message.get("more_body", False)
+            view = memoryview(body)
+            offsets = range(0, max(len(body), 1), SEND_CHUNK_BYTES)
+            for start in offsets:
+                piece = bytes(view[start : start + SEND_CHUNK_BYTES])
+                last = start + SEND_CHUNK_BYTES >= len(body)
+                try:
+                    await asyncio.wait_for(
+                        send({"type": "http.response.body", "body": piece,
+                              "more_body": more or not last}),
+                        self.timeout,
+                    )  # fmt: skip
+                except asyncio.TimeoutError:
+                    raise _ReaderStalled from None
+
+        try:
+            await self.app(scope, receive, send_in_pieces)
+        except _ReaderStalled:
+            client = (scope.get("client") or ("?", 0))[0]
+            log.warning(
+                "stopped sending %s to %s: it read nothing for %g s",
+                scope.get("path", ""),
+                client,
+                self.timeout,
+            )
 
 
 class RateLimit:
     """Token bucket per client address: `per_minute` requests a minute, bursts up to that many.
 
-    Only /api/ routes count, except /api/health (health checks must never be throttled).
+    Only /api/ routes count, except /api/health (health checks must never be throttled). The
+    client address is the connection's peer; behind a reverse proxy, ProxyHeaders (added only
+    for the proxies the operator trusts) replaces it with the forwarded one first.
     """
 
     def __init__(self, app: ASGIApp, per_minute: int, max_clients: int = 10_000) -> None:
@@ -134,6 +223,7 @@ class RateLimit:
             await _reject(
                 send,
                 429,
+                "rate_limited",
                 f"too many requests: at most {self.per_minute} a minute per client; retry in {retry} s",
                 [(b"retry-after", retry.encode())],
             )

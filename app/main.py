@@ -11,12 +11,14 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.staticfiles import StaticFiles
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app.api.routes import attention, core, health, lab, models
 from app.config import Settings, get_settings
 from app.errors import AtlasError, install_error_handlers
 from app.inference.cache import ForwardCache
-from app.limits import BodySizeLimit, RateLimit
+from app.inference.inflight import AnswerBudget
+from app.limits import RateLimit, RequestBodyGuard, SendGuard
 from app.models.manager import ModelManager
 from app.models.registry import build_registry
 from app.security import SecurityHeadersMiddleware
@@ -67,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.forward_cache = ForwardCache(
         settings.forward_cache_entries, settings.forward_cache_bytes
     )
+    app.state.answer_budget = AnswerBudget(settings.inflight_bytes, settings.inflight_wait_seconds)
     install_error_handlers(app)
     if settings.cors_origins:
         app.add_middleware(
@@ -76,8 +79,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Content-Type"],
         )
     app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    if settings.trusted_proxies:  # only their X-Forwarded-For names the client
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
+    app.add_middleware(
+        RequestBodyGuard,
+        max_bytes=settings.max_body_bytes,
+        timeout=settings.body_timeout_seconds,
+    )
     app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(SendGuard, timeout=settings.send_timeout_seconds)
     app.include_router(health.router)
     app.include_router(core.router)
     app.include_router(models.router)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -37,6 +39,11 @@ def to_bool_lists(t: Tensor) -> list:
     return t.detach().bool().cpu().tolist()
 
 
+def _float32_rows(block: Tensor) -> list[str]:
+    """Each row of a 2-D float32 block as a JSON array of 9-significant-digit numbers."""
+    return ["[" + ",".join([format(x, ".9g") for x in row]) + "]" for row in block.tolist()]
+
+
 def float32_json(t: Tensor) -> str:
     """A float32 tensor as JSON nested arrays, each number with 9 significant digits.
 
@@ -46,8 +53,7 @@ def float32_json(t: Tensor) -> str:
     values = t.detach().to(torch.float32).cpu()
     if values.dim() == 0:
         return format(values.item(), ".9g")
-    rows = values.reshape(-1, values.shape[-1]).tolist() if values.numel() else []
-    text_rows = ["[" + ",".join([format(x, ".9g") for x in row]) + "]" for row in rows]
+    text_rows = _float32_rows(values.reshape(-1, values.shape[-1])) if values.numel() else []
     for size in reversed(values.shape[:-1]):
         text_rows = [
             "[" + ",".join(text_rows[i : i + size]) + "]" for i in range(0, len(text_rows), size)
@@ -85,6 +91,11 @@ BINARY_FORMATS = {
 BINARY_MEDIA_TYPE = "application/vnd.attention-atlas.maps"
 
 
+JSON_BYTES_PER_WEIGHT = 16  # at most: "-1.23456789e-05" is 15 characters, plus a comma
+BYTES_PER_WEIGHT = {"json": JSON_BYTES_PER_WEIGHT, "f32": 4, "f16": 2, "u8": 1}
+PIECE_BYTES = 1 << 20  # a streamed answer is produced about this much at a time
+
+
 def quantize(weights: Tensor, fmt: str) -> bytes:
     """Attention weights in [0, 1] as f32, f16 or u8 bytes, C order, little-endian."""
     if fmt == "f32":
@@ -93,26 +104,90 @@ def quantize(weights: Tensor, fmt: str) -> bytes:
         array = weights.to(torch.float16).contiguous().numpy()
         return array.astype("<f2", copy=False).tobytes()
     if fmt == "u8":
-        return (weights * 255).round().clamp(0, 255).to(torch.uint8).contiguous().numpy().tobytes()
+        # In float64, w * 255 is exact for every float32 w (24 + 8 bits < 53), so the rounding
+        # is too: in float32 the product can land on k + 0.5 and round past the 1/510 bound.
+        codes = (weights.to(torch.float64) * 255).round().clamp(0, 255).to(torch.uint8)
+        return codes.contiguous().numpy().tobytes()
     raise ValueError(f"unknown binary format {fmt!r}")
 
 
-def encode_binary(meta: dict, weights: Tensor, fmt: str) -> bytes:
-    """The body described above. weights: (layers, heads, seq, seq)."""
-    code, bound, decode = BINARY_FORMATS[fmt]
-    meta = {
-        **meta,
-        "shape": list(weights.shape),
-        "dtype": fmt,
-        "error_bound": bound,
-        "decode": decode,
-    }
-    meta_bytes = json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    head = (
-        BINARY_MAGIC + struct.pack("<BBHI", BINARY_VERSION, code, 0, len(meta_bytes)) + meta_bytes
-    )
-    padding = b"\0" * (-len(head) % 8)
-    return head + padding + quantize(weights, fmt)
+def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:
+    """An upper bound on the size of a maps answer, from the request alone (before any work):
+    the weights at their format's width plus room for the metadata (tokens and ids)."""
+    return weights * BYTES_PER_WEIGHT[fmt] + 320 * tokens + 4096
+
+
+@dataclass(frozen=True)
+class MapsAnswer:
+    """Attention maps framed for the wire, produced piece by piece.
+
+    layer_maps(i) returns the i-th requested layer's maps, (heads, q_len, k_len) float32; the
+    body is built from those one block of rows at a time, so no second copy of all the maps
+    is ever held. shape is (layers, heads, q_len, k_len).
+    """
+
+    meta: dict
+    fmt: str
+    shape: tuple[int, int, int, int]
+    layer_maps: Callable[[int], Tensor]
+
+    @property
+    def media_type(self) -> str:
+        return "application/json" if self.fmt == "json" else BINARY_MEDIA_TYPE
+
+    def _binary_head(self) -> bytes:
+        code, bound, decode = BINARY_FORMATS[self.fmt]
+        meta = {
+            **self.meta,
+            "shape": list(self.shape),
+            "dtype": self.fmt,
+            "error_bound": bound,
+            "decode": decode,
+        }
+        meta_bytes = json.dumps(meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        head = (
+            BINARY_MAGIC
+            + struct.pack("<BBHI", BINARY_VERSION, code, 0, len(meta_bytes))
+            + meta_bytes
+        )
+        return head + b"\0" * (-len(head) % 8)
+
+    @property
+    def content_length(self) -> int | None:
+        """Exact size of a binary body; None for JSON (its numbers vary in width)."""
+        if self.fmt == "json":
+            return None
+        return len(self._binary_head()) + math.prod(self.shape) * BYTES_PER_WEIGHT[self.fmt]
+
+    def _row_blocks(self, maps: Tensor) -> Iterator[Tensor]:
+        """(heads, q, k) -> blocks of whole rows, each about PIECE_BYTES on the wire."""
+        width = maps.shape[-1] * BYTES_PER_WEIGHT[self.fmt]
+        rows = max(1, PIECE_BYTES // max(width, 1))
+        for head in maps:
+            for start in range(0, head.shape[0], rows):
+                yield head[start : start + rows]
+
+    def chunks(self) -> Iterator[bytes]:
+        if self.fmt != "json":
+            yield self._binary_head()
+            for i in range(self.shape[0]):
+                for block in self._row_blocks(self.layer_maps(i)):
+                    yield quantize(block, self.fmt)
+            return
+        head = json.dumps(self.meta, ensure_ascii=False, allow_nan=False)
+        yield (head[:-1] + ', "attentions": [').encode("utf-8")
+        for i in range(self.shape[0]):
+            maps = self.layer_maps(i)  # (heads, q, k)
+            yield b"[" if i == 0 else b",["
+            for h, head_map in enumerate(maps):
+                rows = max(1, PIECE_BYTES // (head_map.shape[-1] * JSON_BYTES_PER_WEIGHT))
+                for start in range(0, head_map.shape[0], rows):
+                    text = ",".join(_float32_rows(head_map[start : start + rows]))
+                    opener = ("[" if h == 0 else ",[") if start == 0 else ","
+                    yield (opener + text).encode("ascii")
+                yield b"]"
+            yield b"]"
+        yield b"]}"
 
 
 def decode_binary(body: bytes) -> tuple[dict, Tensor]:

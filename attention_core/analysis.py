@@ -36,12 +36,30 @@ def softmax_jacobian(weights: Tensor) -> Tensor:
 def jacobian_frobenius_norm(weights: Tensor) -> Tensor:
     """||diag(p) - p p^T||_F without building the matrix. (..., k_len) -> (...).
 
-    Expanding the square: sum p^2 - 2 sum p^3 + (sum p^2)^2. Near one-hot rows it tends to 0
-    (the softmax saturates and gradients vanish); uniform rows over n keys give sqrt(n-1)/n.
+    The entries are p_i (1 - p_i) on the diagonal and -p_i p_j off it, so
+        ||J||^2 = sum_i p_i^2 (1 - p_i)^2 + sum_{i != j} p_i^2 p_j^2.
+    Near a one-hot row the norm tends to 0 (the softmax saturates and gradients vanish);
+    uniform rows over n keys give sqrt(n-1)/n. Written as sums of positive terms, with
+    1 - p_max taken as the sum of the other weights, it keeps its relative accuracy when the
+    row saturates (the expanded form sum p^2 - 2 sum p^3 + (sum p^2)^2 cancels to 0 there).
+    The squares are summed in float64, where they do not underflow before the root is taken;
+    the result has the input's dtype.
     """
-    s2 = (weights**2).sum(dim=-1)
-    s3 = (weights**3).sum(dim=-1)
-    return (s2 - 2 * s3 + s2**2).clamp_min(0).sqrt()
+    dtype = weights.dtype
+    weights = weights.to(torch.float64)
+    top = weights.argmax(dim=-1, keepdim=True)  # (..., 1)
+    is_top = torch.zeros_like(weights, dtype=torch.bool).scatter(-1, top, True)
+    others = torch.where(is_top, torch.zeros((), dtype=weights.dtype), weights)  # (..., k_len)
+    p_top = weights.gather(-1, top)  # (..., 1)
+    rest = others.sum(dim=-1, keepdim=True)  # 1 - p_top, without cancellation
+    # Only the largest weight can exceed 1/2, so 1 - p_i is accurate for every other key.
+    one_minus = torch.where(is_top, rest, 1 - weights)  # (..., k_len)
+    diagonal = (weights * one_minus).square().sum(dim=-1)
+    s2 = others.square().sum(dim=-1)  # sum of p_j^2 over the other keys
+    s4 = others.square().square().sum(dim=-1)
+    pairs_with_top = 2 * p_top.squeeze(-1).square() * s2
+    pairs_among_others = (s2.square() - s4).clamp_min(0)
+    return (diagonal + pairs_with_top + pairs_among_others).sqrt().to(dtype)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.tokens import display_tokens
-from app.models.families import attention_modules, hidden_input
+from app.models.families import Architecture, attention_modules, hidden_input
 from app.models.loader import LoadedModel
 
 log = logging.getLogger("attention_atlas")
@@ -35,6 +35,13 @@ class ForwardResult:
     @property
     def nbytes(self) -> int:
         return self.attentions.nbytes + self.hidden_inputs.nbytes
+
+    @staticmethod
+    def nbytes_for(arch: Architecture, seq_len: int) -> int:
+        """What a forward pass over seq_len tokens will hold, known before it runs."""
+        maps = arch.num_layers * arch.num_heads * seq_len * seq_len
+        hidden = arch.num_layers * seq_len * arch.d_model
+        return 4 * (maps + hidden)
 
     @property
     def seq_len(self) -> int:
@@ -59,6 +66,11 @@ def tokenize(loaded: LoadedModel, text: str, text_pair: str | None) -> dict[str,
         )
     accepted = inspect.signature(loaded.model.forward).parameters
     return {k: v for k, v in encoding.items() if k in accepted}
+
+
+def count_tokens(loaded: LoadedModel, text: str, text_pair: str | None) -> int:
+    """Tokens the text will have (the same checks as a forward pass, without running one)."""
+    return int(tokenize(loaded, text, text_pair)["input_ids"].shape[1])
 
 
 def run_forward(

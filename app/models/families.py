@@ -26,23 +26,26 @@ class Architecture:
     num_kv_heads: int
     head_dim: int
     max_positions: int
+    d_model: int  # width of the hidden states entering each attention block
 
 
 def architecture(c: PretrainedConfig, family: Family) -> Architecture:
     """Layer and head counts from a model's config object."""
     if family is Family.GPT2:
         heads = c.n_head
-        return Architecture(c.n_layer, heads, heads, c.n_embd // heads, c.n_positions)
+        return Architecture(c.n_layer, heads, heads, c.n_embd // heads, c.n_positions, c.n_embd)
     if c.model_type == "distilbert":
         heads = c.n_heads
-        return Architecture(c.n_layers, heads, heads, c.dim // heads, c.max_position_embeddings)
+        return Architecture(
+            c.n_layers, heads, heads, c.dim // heads, c.max_position_embeddings, c.dim
+        )
     heads = c.num_attention_heads
     kv = getattr(c, "num_key_value_heads", None) or heads
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
     max_positions = c.max_position_embeddings
     if c.model_type in ("roberta", "xlm-roberta"):
         max_positions -= c.pad_token_id + 1  # RoBERTa's positions start after the padding index
-    return Architecture(c.num_hidden_layers, heads, kv, head_dim, max_positions)
+    return Architecture(c.num_hidden_layers, heads, kv, head_dim, max_positions, c.hidden_size)
 
 
 def architecture_from_dict(config: dict, family: Family) -> Architecture | None:

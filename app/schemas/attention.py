@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.schemas.common import FiniteFloat
+from app.schemas.common import (
+    NOT_BLANK,
+    FiniteFloat,
+    Index,
+    PositiveScale,
+    StrictModel,
+    index_list,
+)
 
 MAX_TEXT_CHARS = 20_000
 MAX_INDEX_LIST = 512
-MAX_JSON_WEIGHTS = 4_000_000  # about 50 MB of JSON; binary formats have no such limit
+MAX_JSON_WEIGHTS = 4_000_000  # about 50 MB of JSON; binary answers are bounded in bytes instead
+LayerList = index_list(MAX_INDEX_LIST, "Layer indices")
+HeadList = index_list(MAX_INDEX_LIST, "Head indices")
 
 EXAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
 
 
 def check_text(value: str | None, name: str) -> str | None:
-    """Text a tokenizer can take: not blank, valid Unicode (no lone surrogates)."""
+    """Text a tokenizer can take: not blank (NOT_BLANK), valid Unicode (no lone surrogates)."""
     if value is None:
         return None
-    if not value.strip():
+    if not re.search(NOT_BLANK, value):
         raise ValueError(f"{name} is empty; type a sentence")
     try:
         value.encode("utf-8")
@@ -31,7 +41,7 @@ def check_text(value: str | None, name: str) -> str | None:
     return value
 
 
-class TextRequest(BaseModel):
+class TextRequest(StrictModel):
     model: str = Field(
         description="A model id from GET /api/models.",
         examples=["sentence-transformers/all-MiniLM-L6-v2"],
@@ -43,11 +53,13 @@ class TextRequest(BaseModel):
         "the model's max_tokens tokens).",
         max_length=MAX_TEXT_CHARS,
         examples=[EXAMPLE_TEXT],
+        json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
     )
     text_pair: str | None = Field(
         None,
         description="Second sentence (segment B), BERT-family models only.",
         max_length=MAX_TEXT_CHARS,
+        json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
     )
 
     @field_validator("text")
@@ -64,8 +76,8 @@ class TextRequest(BaseModel):
 class AttentionRequest(TextRequest):
     """Which maps to return: all layers and heads by default."""
 
-    model_config = {
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        json_schema_extra={
             "examples": [
                 {"model": "sentence-transformers/all-MiniLM-L6-v2", "text": EXAMPLE_TEXT},
                 {
@@ -77,14 +89,10 @@ class AttentionRequest(TextRequest):
                 },
             ]
         }
-    }
+    )
 
-    layers: list[int] | None = Field(
-        None, max_length=MAX_INDEX_LIST, description="Layer indices (0-based); all when omitted."
-    )
-    heads: list[int] | None = Field(
-        None, max_length=MAX_INDEX_LIST, description="Head indices (0-based); all when omitted."
-    )
+    layers: LayerList | None = None
+    heads: HeadList | None = None
     format: Literal["json", "f32", "f16", "u8"] = Field(
         "json",
         description=f"json: float32 values, exact (at most {MAX_JSON_WEIGHTS:,} weights). "
@@ -116,8 +124,8 @@ class AttentionResponse(BaseModel):
 class DetailRequest(TextRequest):
     """One head in depth, recomputed from the model's own weights (the replay)."""
 
-    model_config = {
-        "json_schema_extra": {
+    model_config = ConfigDict(
+        json_schema_extra={
             "examples": [
                 {
                     "model": "sentence-transformers/all-MiniLM-L6-v2",
@@ -128,26 +136,21 @@ class DetailRequest(TextRequest):
                 }
             ]
         }
-    }
-
-    layer: int = Field(0, ge=0, description="0-based layer index.")
-    head: int = Field(0, ge=0, description="0-based query-head index.")
-    query: int | None = Field(
-        None, ge=0, description="A query token whose elementwise q∘k products to return."
     )
-    scale: bool | FiniteFloat = Field(
+
+    layer: Index = Field(0, description="0-based layer index.")
+    head: Index = Field(0, description="0-based query-head index.")
+    query: Index | None = Field(
+        None, description="A query token whose elementwise q∘k products to return."
+    )
+    scale: bool | PositiveScale = Field(
         True,
         description="Counterfactual scale: true = the model's own 1/sqrt(d), false = unscaled, "
-        "or a positive number.",
+        "or a number in (0, 1e6].",
     )
-    temperature: FiniteFloat = Field(1.0, gt=0, le=1e6, description="Counterfactual temperature.")
-
-    @field_validator("scale")
-    @classmethod
-    def _scale_positive(cls, v: bool | float) -> bool | float:
-        if not isinstance(v, bool) and not 0 < v <= 1e6:
-            raise ValueError(f"scale must be true, false or a number in (0, 1e6]; got {v}")
-        return v
+    temperature: FiniteFloat = Field(
+        1.0, ge=1e-6, le=1e6, description="Counterfactual temperature, in [1e-6, 1e6]."
+    )
 
 
 class DetailResponse(BaseModel):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.schemas.common import FiniteFloat
+from app.errors import input_rule
+from app.schemas.common import FiniteFloat, PositiveScale, Seed, StrictModel, index_list, json_int
 
 MAX_CORE_TOKENS = 64
 MAX_CORE_DIMS = 256
@@ -34,44 +35,52 @@ def _check_matrix(name: str, m: Matrix) -> tuple[int, int]:
     rows, cols = len(m), len(m[0])
     ragged = [i for i, row in enumerate(m) if len(row) != cols]
     if ragged:
-        raise ValueError(
+        raise input_rule(
             f"{name} is ragged: row 0 has {cols} numbers but row {ragged[0]} has {len(m[ragged[0]])}"
         )
     return rows, cols
 
 
-class CoreAttentionRequest(BaseModel):
+class CoreAttentionRequest(StrictModel):
     """Matrices for one attention head, plus how to mask and scale it.
 
     q is (q_len, d_k), k is (k_len, d_k), v is (k_len, d_v); at most 64 tokens and 256 dims.
     """
 
-    model_config = {"json_schema_extra": {"examples": [SEED_EXAMPLE]}}
+    model_config = ConfigDict(json_schema_extra={"examples": [SEED_EXAMPLE]})
 
     q: Matrix = Field(description="Queries, (q_len, d_k).")
     k: Matrix = Field(description="Keys, (k_len, d_k).")
     v: Matrix = Field(description="Values, (k_len, d_v).")
     mask: MaskKind = "none"
-    window: int | None = Field(
+    window: json_int(ge=0, le=MAX_CORE_TOKENS) | None = Field(
+        None, description="sliding_window/dilated/bigbird: reach each side."
+    )
+    dilation: json_int(ge=1, le=MAX_CORE_TOKENS) = Field(
+        2, description="dilated: gap between keys."
+    )
+    global_tokens: index_list(MAX_CORE_TOKENS, "global/bigbird: global positions") = Field(
+        default_factory=lambda: [0]
+    )
+    num_random: json_int(ge=0, le=MAX_CORE_TOKENS) = Field(
+        2, description="random/bigbird: keys a row."
+    )
+    seed: Seed = Field(0, description="random/bigbird: reproducible draw.")
+    block_size: json_int(ge=1, le=MAX_CORE_TOKENS) = Field(2, description="block_sparse.")
+    custom_mask: (
+        list[Annotated[list[bool], Field(min_length=1, max_length=MAX_CORE_TOKENS)]] | None
+    ) = Field(
         None,
-        ge=0,
-        le=MAX_CORE_TOKENS,
-        description="sliding_window/dilated/bigbird: reach each side.",
+        min_length=1,
+        max_length=MAX_CORE_TOKENS,
+        description="custom: (q_len, k_len), true = may attend.",
     )
-    dilation: int = Field(2, ge=1, le=MAX_CORE_TOKENS, description="dilated: gap between keys.")
-    global_tokens: list[int] = Field(
-        default_factory=lambda: [0], max_length=MAX_CORE_TOKENS, description="global/bigbird."
+    scale: bool | PositiveScale = Field(
+        True, description="true: 1/sqrt(d_k); false: unscaled; a number in (0, 1e6]: that factor."
     )
-    num_random: int = Field(2, ge=0, le=MAX_CORE_TOKENS, description="random/bigbird: keys a row.")
-    seed: int = Field(0, ge=0, le=2**31 - 1, description="random/bigbird: reproducible draw.")
-    block_size: int = Field(2, ge=1, le=MAX_CORE_TOKENS, description="block_sparse.")
-    custom_mask: list[list[bool]] | None = Field(
-        None, max_length=MAX_CORE_TOKENS, description="custom: (q_len, k_len), true = may attend."
+    temperature: FiniteFloat = Field(
+        1.0, ge=1e-6, le=1e6, description="Softmax temperature, in [1e-6, 1e6]."
     )
-    scale: bool | FiniteFloat = Field(
-        True, description="true: 1/sqrt(d_k); false: unscaled; a positive number: that factor."
-    )
-    temperature: FiniteFloat = Field(1.0, gt=0, le=1e6, description="Softmax temperature.")
 
     @model_validator(mode="after")
     def _shapes_fit(self) -> CoreAttentionRequest:
@@ -79,23 +88,21 @@ class CoreAttentionRequest(BaseModel):
         k_len, d_k2 = _check_matrix("k", self.k)
         v_len, _ = _check_matrix("v", self.v)
         if d_k != d_k2:
-            raise ValueError(f"q has {d_k} columns but k has {d_k2}: queries and keys share d_k")
+            raise input_rule(f"q has {d_k} columns but k has {d_k2}: queries and keys share d_k")
         if k_len != v_len:
-            raise ValueError(f"k has {k_len} rows but v has {v_len}: each key needs one value")
-        if not isinstance(self.scale, bool) and self.scale <= 0:
-            raise ValueError(f"scale must be true, false or a positive number; got {self.scale}")
+            raise input_rule(f"k has {k_len} rows but v has {v_len}: each key needs one value")
         if self.mask in ("sliding_window", "dilated", "bigbird") and self.window is None:
-            raise ValueError(f"mask '{self.mask}' needs a 'window' (an integer >= 0)")
+            raise input_rule(f"mask '{self.mask}' needs a 'window' (an integer >= 0)")
         if self.mask == "custom":
             if self.custom_mask is None:
-                raise ValueError(
+                raise input_rule(
                     "mask 'custom' needs 'custom_mask', a (q_len, k_len) boolean matrix"
                 )
             shape = (len(self.custom_mask), len(self.custom_mask[0]) if self.custom_mask else 0)
             if shape != (q_len, k_len) or any(len(r) != k_len for r in self.custom_mask):
-                raise ValueError(f"custom_mask must be ({q_len}, {k_len}) to fit q and k")
+                raise input_rule(f"custom_mask must be ({q_len}, {k_len}) to fit q and k")
         if self.mask in ("sliding_window", "dilated", "bigbird", "block_sparse") and q_len != k_len:
-            raise ValueError(f"mask '{self.mask}' needs q and k of the same length")
+            raise input_rule(f"mask '{self.mask}' needs q and k of the same length")
         return self
 
 

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.common import FiniteFloat
+from app.schemas.common import FiniteFloat, Seed, StrictModel, index_list, json_int
 
 MAX_LAB_TOKENS = 256
 
 
-class MasksRequest(BaseModel):
-    model_config = {"json_schema_extra": {"examples": [{"n": 12, "window": 2}]}}
+Tokens = json_int(ge=1, le=MAX_LAB_TOKENS)
+Reach = json_int(ge=0, le=MAX_LAB_TOKENS)
+GlobalTokens = index_list(MAX_LAB_TOKENS, "Global token positions, each below n")
 
-    n: int = Field(12, ge=1, le=MAX_LAB_TOKENS, description="Number of tokens.")
-    window: int = Field(2, ge=0, le=MAX_LAB_TOKENS, description="Sliding/dilated/BigBird reach.")
-    dilation: int = Field(2, ge=1, le=MAX_LAB_TOKENS)
-    global_tokens: list[int] = Field(default_factory=lambda: [0], max_length=MAX_LAB_TOKENS)
-    num_random: int = Field(2, ge=0, le=MAX_LAB_TOKENS)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    block_size: int = Field(4, ge=1, le=MAX_LAB_TOKENS)
+
+class MasksRequest(StrictModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"n": 12, "window": 2}]})
+
+    n: Tokens = Field(12, description="Number of tokens.")
+    window: Reach = Field(2, description="Sliding/dilated/BigBird reach.")
+    dilation: json_int(ge=1, le=MAX_LAB_TOKENS) = 2
+    global_tokens: GlobalTokens = Field(default_factory=lambda: [0])
+    num_random: Reach = 2
+    seed: Seed = 0
+    block_size: json_int(ge=1, le=MAX_LAB_TOKENS) = 4
 
 
 class MaskView(BaseModel):
@@ -35,13 +40,13 @@ class MasksResponse(BaseModel):
     masks: list[MaskView]
 
 
-class ScalingRequest(BaseModel):
-    model_config = {"json_schema_extra": {"examples": [{"d_k": 64, "temperature": 1.0}]}}
+class ScalingRequest(StrictModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"d_k": 64, "temperature": 1.0}]})
 
-    d_k: int = Field(64, ge=1, le=4096, description="Dimension of queries and keys.")
+    d_k: json_int(ge=1, le=4096) = Field(64, description="Dimension of queries and keys.")
     temperature: FiniteFloat = Field(1.0, ge=0.05, le=100)
-    n_keys: int = Field(12, ge=2, le=64, description="How many keys one query compares with.")
-    seed: int = Field(0, ge=0, le=2**31 - 1)
+    n_keys: json_int(ge=2, le=64) = Field(12, description="How many keys one query compares with.")
+    seed: Seed = 0
 
 
 class SoftmaxSide(BaseModel):

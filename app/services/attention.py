@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Callable, Sequence
 
 import torch
-from fastapi import Response
 
 from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
-from app.inference.forward import ForwardResult, run_forward
+from app.inference.forward import ForwardResult, count_tokens, run_forward
+from app.inference.inflight import AnswerBudget, Reservation
 from app.models import families
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.attention import MAX_JSON_WEIGHTS, AttentionRequest, DetailRequest, DetailResponse
-from app.serialize import BINARY_MEDIA_TYPE, encode_binary, float32_json, to_bool_lists, to_lists
-from attention_core import causal_mask, replay_layer
+from app.serialize import (
+    BYTES_PER_WEIGHT,
+    MapsAnswer,
+    answer_bytes_bound,
+    to_bool_lists,
+    to_lists,
+)
+from attention_core import causal_mask, masked_softmax, replay_layer
 from attention_core.sdpa import resolve_scale
 
 ShouldStop = Callable[[], bool] | None
@@ -36,10 +42,9 @@ def forward_for(
 
 
 def _indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
+    """The requested indices (distinct and non-empty, by the schema) checked against the model."""
     if requested is None:
         return list(range(count))
-    if not requested:
-        raise InvalidInput(f"{what} is an empty list; omit it to get all {count}")
     bad = [i for i in requested if not 0 <= i < count]
     if bad:
         raise InvalidInput(
@@ -53,18 +58,75 @@ def check_layer_head(loaded: LoadedModel, layer: int, head: int) -> None:
     _indices([head], loaded.arch.num_heads, "head")
 
 
+def _check_answer_size(fmt: str, layers: int, heads: int, seq: int, max_answer_bytes: int) -> None:
+    """Refuse an answer over its limit, from the request alone, saying how to ask for less."""
+    weights = layers * heads * seq * seq
+    per_layer = heads * seq * seq
+    if fmt == "json":
+        if weights <= MAX_JSON_WEIGHTS:
+            return
+        fit = MAX_JSON_WEIGHTS // per_layer
+        raise InvalidInput(
+            f"as JSON this answer would hold {weights:,} weights (about "
+            f"{answer_bytes_bound(fmt, weights, seq) // 2**20} MB); the JSON limit is "
+            f"{MAX_JSON_WEIGHTS:,}. Ask for fewer layers or heads ({_fit_hint(fit)} at this "
+            "length), or use format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
+        )
+    size = answer_bytes_bound(fmt, weights, seq)
+    if size <= max_answer_bytes:
+        return
+    fit = (max_answer_bytes - answer_bytes_bound(fmt, 0, seq)) // (
+        per_layer * BYTES_PER_WEIGHT[fmt]
+    )
+    smaller = "" if fmt == "u8" else ", or use format 'u8' (1 byte a weight, error <= 1/510)"
+    raise InvalidInput(
+        f"this answer would be {size / 2**20:,.1f} MB in format '{fmt}'; one answer may be at "
+        f"most {max_answer_bytes / 2**20:,.0f} MB. Ask for fewer layers or heads "
+        f"({_fit_hint(fit)} at this length){smaller}."
+    )
+
+
+def _fit_hint(layers: int) -> str:
+    return (
+        f"at most {layers} layer{'s' if layers != 1 else ''} of these heads"
+        if layers
+        else ("fewer heads: not even one layer of these heads fits")
+    )
+
+
 def attention_maps(
     manager: ModelManager,
     cache: ForwardCache,
+    budget: AnswerBudget,
     req: AttentionRequest,
+    max_answer_bytes: int,
     should_stop: ShouldStop = None,
-) -> Response:
-    """The requested [layer][head][query][key] maps, as JSON or compact binary."""
+) -> tuple[MapsAnswer, Reservation]:
+    """The requested [layer][head][query][key] maps, framed for streaming.
+
+    Everything is sized from the request before any work: the indices against the model, the
+    answer's bytes against its limit, and the forward pass it reads against the in-flight
+    budget. The caller streams answer.chunks() and must release the reservation afterwards.
+    """
     loaded = manager.get(req.model)
     layers = _indices(req.layers, loaded.arch.num_layers, "layers")
     heads = _indices(req.heads, loaded.arch.num_heads, "heads")
-    result, cached = forward_for(loaded, cache, req.text, req.text_pair, should_stop)
-    maps = result.attentions[layers][:, heads]  # (len(layers), len(heads), T, T)
+    seq = count_tokens(loaded, req.text, req.text_pair)
+    _check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes)
+    key = (loaded.id, req.text, req.text_pair)
+    reservation = budget.reserve(key, ForwardResult.nbytes_for(loaded.arch, seq))
+    try:
+        result, cached = forward_for(loaded, cache, req.text, req.text_pair, should_stop)
+    except BaseException:
+        reservation.release()
+        raise
+    all_heads = heads == list(range(loaded.arch.num_heads))
+    head_index = torch.tensor(heads)
+
+    def layer_maps(i: int) -> torch.Tensor:
+        maps = result.attentions[layers[i]]  # (H, T, T): a view of the cached pass
+        return maps if all_heads else maps.index_select(0, head_index)
+
     meta = {
         "model": loaded.id,
         "tokens": result.tokens,
@@ -81,17 +143,26 @@ def attention_maps(
         "cached": cached,
         "forward_ms": round(result.forward_seconds * 1000, 3),
     }
-    if req.format == "json":
-        if maps.numel() > MAX_JSON_WEIGHTS:
-            raise InvalidInput(
-                f"as JSON this answer would hold {maps.numel():,} weights (about "
-                f"{maps.numel() * 13 // 2**20} MB); the JSON limit is {MAX_JSON_WEIGHTS:,}. Ask for "
-                "fewer layers or heads, or use format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
-            )
-        head = json.dumps(meta, ensure_ascii=False)
-        body = head[:-1] + ', "attentions": ' + float32_json(maps) + "}"
-        return Response(body, media_type="application/json")
-    return Response(encode_binary(meta, maps, req.format), media_type=BINARY_MEDIA_TYPE)
+    answer = MapsAnswer(meta, req.format, (len(layers), len(heads), seq, seq), layer_maps)
+    return answer, reservation
+
+
+def counterfactual_weights(
+    scores: torch.Tensor, mask: torch.Tensor | None, scale: float, temperature: float
+) -> torch.Tensor:
+    """softmax(scores * scale / temperature) over allowed keys, (T, T) -> (T, T) float32.
+
+    Computed in float64, where scores times any factor the schema admits stay finite (a
+    temperature of 1e-40 gives one-hot rows, not NaN); a factor past float64's range is refused.
+    """
+    factor = scale / temperature
+    logits = scores.to(torch.float64) * factor
+    if not (math.isfinite(factor) and torch.isfinite(logits).all()):
+        raise InvalidInput(
+            f"scale / temperature = {scale:g} / {temperature:g} overflows: the scores would be "
+            "infinite. Use a larger temperature or a smaller scale."
+        )
+    return masked_softmax(logits, mask).to(torch.float32)
 
 
 def attention_detail(
@@ -110,16 +181,8 @@ def attention_detail(
     hidden = result.hidden_inputs[req.layer].unsqueeze(0)  # (1, T, d_model)
     with torch.inference_mode():
         actual = replay_layer(hidden, proj, mask, rope=rope, heads=[req.head])
-        scale = proj.scale if req.scale is True else resolve_scale(req.scale, proj.head_dim)
-        what_if = replay_layer(
-            hidden,
-            proj,
-            mask,
-            rope=rope,
-            heads=[req.head],
-            scale=scale,
-            temperature=req.temperature,
-        )
+    scale = proj.scale if req.scale is True else resolve_scale(req.scale, proj.head_dim)
+    what_if = counterfactual_weights(actual.trace.scores[0, 0], mask, scale, req.temperature)
     kv_head = req.head // (proj.n_heads // proj.n_kv_heads)
     q = actual.q[0, req.head]  # (T, hd)
     k = actual.k[0, kv_head]  # (T, hd)
@@ -145,7 +208,7 @@ def attention_detail(
         replay_max_abs_diff=diff,
         counterfactual_scale=scale,
         counterfactual_temperature=req.temperature,
-        counterfactual_weights=to_lists(what_if.trace.weights[0, 0]),
+        counterfactual_weights=to_lists(what_if),
         query=req.query,
         products=None if req.query is None else to_lists(q[req.query] * k),
     )

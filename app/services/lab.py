@@ -26,8 +26,14 @@ VARIANCE_SAMPLES = 2048
 
 def all_masks(req: MasksRequest) -> MasksResponse:
     n = req.n
+    outside = [i for i in req.global_tokens if i >= n]
+    if outside:
+        raise InvalidInput(
+            f"global_tokens {outside[:5]} out of range: with n = {n} tokens they must lie in "
+            f"0 to {n - 1}"
+        )
+    global_ids = sorted(req.global_tokens)
     try:
-        global_ids = sorted({i for i in req.global_tokens if 0 <= i < n}) or [0]
         masks = [
             (
                 "full",

@@ -86,7 +86,7 @@ def test_every_mask_kind_runs_and_zeros_masked_cells(client, extra):
         ({"mask": "custom", "custom_mask": [[True]]}, "custom_mask must be (3, 3)"),
         ({"mask": "global", "global_tokens": [7]}, "global token indices must lie in [0, 3)"),
         ({"mask": "nonsense"}, "mask"),
-        ({"scale": -1}, "scale must be"),
+        ({"scale": -1}, "scale.constrained-float: Input should be greater than 0"),
         ({"temperature": 0}, "temperature"),
         ({"q": [["a", "b"]] * 3}, "q"),
     ],

@@ -60,7 +60,7 @@ def test_one_megabyte_body_and_deep_nesting_are_refused_cleanly(client):
     broken = client.post(
         "/api/attention", content=b'{"model": ', headers={"Content-Type": "application/json"}
     )
-    assert broken.status_code == 422 and "not valid JSON" in broken.json()["detail"]
+    assert broken.status_code == 400 and "not valid JSON" in broken.json()["detail"]
 
 
 def test_security_headers_on_every_answer_and_cors_off_by_default(client, local_checkpoints):

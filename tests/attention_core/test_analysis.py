@@ -61,3 +61,37 @@ def test_unscaled_softmax_at_512_is_more_peaked_than_scaled():
     assert unscaled.entropy.mean() < 0.25 * scaled.entropy.mean()
     assert unscaled.max_weight.mean() > 0.9 > scaled.max_weight.mean()
     assert unscaled.jacobian_norm.mean() < scaled.jacobian_norm.mean()
+
+
+def _exact_jacobian_norm(logits: list[float]) -> float:
+    """||diag(p) - p p^T||_F with 50-digit arithmetic (mpmath ships with sympy, torch's dep)."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+    exps = [mpmath.e ** mpmath.mpf(x) for x in logits]
+    total = sum(exps)
+    p = [e / total for e in exps]
+    square = sum(
+        ((p[i] if i == j else 0) - p[i] * p[j]) ** 2 for i in range(len(p)) for j in range(len(p))
+    )
+    return float(mpmath.sqrt(square))
+
+
+@pytest.mark.parametrize(
+    "logits",
+    [
+        [20.0, 0.0, 0.0, 0.0],
+        [40.0, 0.0, 1.0, -3.0],
+        [80.0, 0.0],
+        [1.0, 2.0, 0.5, 1.5],
+        [0.0, 0.0, 0.0],
+        [15.0, 15.0, -10.0],
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_jacobian_norm_keeps_relative_accuracy_when_softmax_saturates(logits, dtype):
+    exact = _exact_jacobian_norm(logits)
+    got = jacobian_frobenius_norm(torch.softmax(torch.tensor(logits, dtype=dtype), -1)).item()
+    tolerance = 1e-5 if dtype is torch.float32 else 1e-12
+    assert got == pytest.approx(exact, rel=tolerance)
+    assert got > 0

@@ -1,28 +1,17 @@
 """A live uvicorn server and Debian's Chromium driven by Playwright, for end-to-end tests."""
 
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.live import start_server
+
 CHROMIUM = "/usr/bin/chromium"
 # Without the networking flags Chromium's background connections fail on a closed network.
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 live_server_log: dict = {}
@@ -36,56 +25,15 @@ def server_log(live_server):
 
 @pytest.fixture(scope="session")
 def live_server(tmp_path_factory):
-    """Base URL of a real server (uvicorn in a subprocess) on a free loopback port."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "ATLAS_PRELOAD": "[]",
-        "ATLAS_CACHE_DIR": str(REPO / "var" / "cache"),
-        "ATLAS_RATE_LIMIT_PER_MINUTE": "0",
-    }
+    """Base URL of a real server (`python -m app`, as `make run` starts it) on a free port."""
     log_path = tmp_path_factory.mktemp("server") / "uvicorn.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "app.main:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
     live_server_log["path"] = log_path
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/api/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                log.close()
-                output = log_path.read_text(errors="replace")
-                pytest.fail(f"the server did not start:\n{output[-3000:]}")
-            time.sleep(0.2)
-    yield base
-    process.terminate()
     try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    log.close()
+        server = start_server(log_path)
+    except RuntimeError as err:
+        pytest.fail(str(err))
+    yield server.base
+    server.stop()
 
 
 @pytest.fixture(scope="session")

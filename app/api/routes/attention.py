@@ -5,26 +5,19 @@ from typing import TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
-from app.deps import CacheDep, ManagerDep
+from app.api.responses import BODY_ROUTE, errors
+from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
+from app.inference.inflight import Reservation
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
-from app.schemas.common import ErrorDetail
-from app.serialize import BINARY_MEDIA_TYPE
+from app.serialize import BINARY_MEDIA_TYPE, MapsAnswer
 from app.services.attention import attention_detail, attention_maps
 
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
-ERRORS = {
-    404: {
-        "model": ErrorDetail,
-        "description": "Unknown model; the message lists the available ones.",
-    },
-    422: {"model": ErrorDetail, "description": "Empty or too long text, layer/head out of range."},
-    503: {
-        "model": ErrorDetail,
-        "description": "Model not available here; says why and how to fix it.",
-    },
-}
+ERRORS = errors(*BODY_ROUTE, 404, 503)
 
 BINARY_DOC = """
 **Binary formats** (`format` = `f32`, `f16` or `u8`) answer `application/vnd.attention-atlas.maps`.
@@ -45,6 +38,11 @@ All integers little-endian:
 float32: exact. float16: |decoded − exact| ≤ 2⁻¹² (weights lie in [0, 1]).
 uint8: `w = q / 255`, |error| ≤ 1/510.
 A 512-token MiniLM layer (12 heads) is 3.1 MB as u8, 12.6 MB as f32, about 41 MB as JSON.
+
+**Limits, checked from the request before any work**: `layers` and `heads` hold distinct
+indices below the model's counts; a JSON answer holds at most 4,000,000 weights; a binary
+answer is at most `ATLAS_MAX_ANSWER_BYTES` (128 MiB by default; the 422 says how many layers
+fit). Answers are streamed as they are produced; binary answers carry Content-Length.
 """
 
 
@@ -71,6 +69,24 @@ async def until_disconnect(request: Request, work: Callable[[Callable[[], bool]]
         watcher.cancel()
 
 
+class AnswerStream(StreamingResponse):
+    """A maps answer streamed piece by piece; its in-flight reservation is released when the
+    stream ends for any reason (sent, client gone, reader stalled)."""
+
+    def __init__(self, answer: MapsAnswer, reservation: Reservation) -> None:
+        headers = {}
+        if answer.content_length is not None:
+            headers["content-length"] = str(answer.content_length)
+        super().__init__(answer.chunks(), media_type=answer.media_type, headers=headers)
+        self.reservation = reservation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.reservation.release()
+
+
 @router.post(
     "",
     response_model=AttentionResponse,
@@ -84,9 +100,18 @@ async def until_disconnect(request: Request, work: Callable[[Callable[[], bool]]
     },
 )
 async def post_attention(
-    body: AttentionRequest, manager: ManagerDep, cache: CacheDep, request: Request
+    body: AttentionRequest,
+    manager: ManagerDep,
+    cache: CacheDep,
+    budget: BudgetDep,
+    settings: SettingsDep,
+    request: Request,
 ) -> Response:
-    return await until_disconnect(request, lambda stop: attention_maps(manager, cache, body, stop))
+    answer, reservation = await until_disconnect(
+        request,
+        lambda stop: attention_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
+    )
+    return AnswerStream(answer, reservation)
 
 
 @router.post(

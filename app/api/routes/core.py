@@ -1,6 +1,6 @@
 from fastapi import APIRouter
 
-from app.schemas.common import ErrorDetail
+from app.api.responses import BODY_ROUTE, errors
 from app.schemas.core import CoreAttentionRequest, CoreAttentionResponse
 from app.services.core_attention import run_core_attention
 
@@ -11,7 +11,7 @@ router = APIRouter(prefix="/api/core", tags=["attention_core"])
     "/attention",
     response_model=CoreAttentionResponse,
     summary="Run the from-scratch attention on your own Q, K, V",
-    responses={422: {"model": ErrorDetail, "description": "Shapes, sizes or values are invalid."}},
+    responses=errors(*BODY_ROUTE),
 )
 def core_attention(body: CoreAttentionRequest) -> CoreAttentionResponse:
     """Scaled dot-product attention with every stage returned: raw scores, scaled scores,

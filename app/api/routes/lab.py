@@ -1,12 +1,12 @@
 from fastapi import APIRouter
 
-from app.schemas.common import ErrorDetail
+from app.api.responses import BODY_ROUTE, errors
 from app.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
 from app.services.lab import all_masks, scaling_demo
 
 router = APIRouter(prefix="/api/lab", tags=["lab"])
 
-ERRORS = {422: {"model": ErrorDetail, "description": "A parameter is out of range."}}
+ERRORS = errors(*BODY_ROUTE)
 
 
 @router.post(

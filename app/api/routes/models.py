@@ -1,9 +1,9 @@
 from fastapi import APIRouter, Path
 
+from app.api.responses import errors
 from app.deps import ManagerDep
 from app.models.families import architecture_from_dict
 from app.models.registry import MINILM_ID, SMOLLM2_ID, Source
-from app.schemas.common import ErrorDetail
 from app.schemas.models import LoadStatus, ModelInfo, ModelList
 
 router = APIRouter(prefix="/api/models", tags=["models"])
@@ -37,7 +37,9 @@ def describe(manager: ManagerDep, model_id: str) -> ModelInfo:
     )
 
 
-@router.get("", response_model=ModelList, summary="Models this server knows")
+@router.get(
+    "", response_model=ModelList, summary="Models this server knows", responses=errors(413, 429)
+)
 def list_models(manager: ManagerDep) -> ModelList:
     """Every model on the operator's allow-list, whether it can be loaded here and why not."""
     return ModelList(
@@ -59,7 +61,9 @@ def _status(manager: ManagerDep, model_id: str) -> LoadStatus:
     )
 
 
-NOT_FOUND = {404: {"model": ErrorDetail, "description": "No such model on this server."}}
+NOT_FOUND = errors(
+    404, 413, 422, 429, e404="No such model on this server.", e422="The model id is too long."
+)
 
 
 @router.get("/{model_id:path}/status", response_model=LoadStatus, responses=NOT_FOUND)

@@ -1,0 +1,33 @@
+"""`python -m app`: serve Attention Atlas with uvicorn, as `make run` and the Docker image do.
+
+uvicorn's own proxy-header handling is switched off: by default it believes X-Forwarded-For
+from 127.0.0.1, so any local client could pick its own address (and dodge the rate limit).
+Forwarded headers are trusted only from ATLAS_TRUSTED_PROXIES, inside the app.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m app", description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--log-level", default=os.environ.get("ATLAS_LOG_LEVEL", "info"))
+    args = parser.parse_args(argv)
+    uvicorn.run(
+        "app.main:app",
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        proxy_headers=False,
+        server_header=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The error answers each route documents in OpenAPI: every status a route can give, with the
+one body shape all errors share (ErrorDetail)."""
+
+from __future__ import annotations
+
+from app.schemas.common import ErrorDetail
+
+_DESCRIPTIONS = {
+    400: "The body is not UTF-8 JSON (or holds a number JSON parsers refuse).",
+    404: "Unknown model; the message lists the available ones.",
+    408: "The request body did not arrive within ATLAS_BODY_TIMEOUT_SECONDS.",
+    413: "The request body is larger than ATLAS_MAX_BODY_BYTES.",
+    422: "The body breaks its schema (code 'invalid_field') or a rule the schema cannot state "
+    "(code 'input_rule', e.g. more tokens than the model takes); the detail says which.",
+    429: "Over the per-client rate limit; retry after the Retry-After header's seconds.",
+    503: "The model cannot be loaded here (code 'model_unavailable', with the reason and the "
+    "fix), or the server is busy sending other large answers (code 'busy', with Retry-After).",
+}
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}}
+
+
+def errors(*statuses: int, **descriptions: str) -> dict:
+    """OpenAPI `responses` for these statuses; descriptions override by name, e.g. e422=..."""
+    out = {}
+    for status in statuses:
+        entry: dict = {
+            "model": ErrorDetail,
+            "description": descriptions.get(f"e{status}", _DESCRIPTIONS[status]),
+        }
+        if status in (429, 503):
+            entry["headers"] = _RETRY_AFTER
+        out[status] = entry
+    return out
+
+
+BODY_ROUTE = (400, 408, 413, 422, 429)
+"""Every route that reads a JSON body can answer these."""

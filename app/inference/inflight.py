@@ -1,0 +1,84 @@
+"""A bound on what answers in flight may hold in memory.
+
+An answer streamed to a slow client keeps its forward pass alive until the last byte is sent,
+whether or not the cache still holds it. Each answer reserves the bytes of the forward pass it
+reads before that pass is computed or looked up; a pass read by several answers at once is
+counted once. When the budget is spent, new large answers wait a little and then get 503 with
+Retry-After, so the memory held for answers never exceeds `max_bytes`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Hashable
+
+from app.errors import ServerBusy
+
+
+class Reservation:
+    """What one answer holds; release() is idempotent and must run when the answer ends."""
+
+    def __init__(self, budget: AnswerBudget, key: Hashable) -> None:
+        self._budget = budget
+        self._key = key
+        self._released = False
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._budget._release(self._key)
+
+
+class AnswerBudget:
+    """Reserve bytes per forward pass (by key), with a wait of at most `wait_seconds`."""
+
+    def __init__(self, max_bytes: int, wait_seconds: float) -> None:
+        self.max_bytes = max_bytes
+        self.wait_seconds = wait_seconds
+        self._held: dict[Hashable, tuple[int, int]] = {}  # key -> (bytes, answers reading it)
+        self._cond = threading.Condition()
+
+    @property
+    def held_bytes(self) -> int:
+        with self._cond:
+            return sum(size for size, _ in self._held.values())
+
+    def reserve(self, key: Hashable, nbytes: int) -> Reservation:
+        """Count `nbytes` for `key` (once, however many answers read it), or raise ServerBusy."""
+        if nbytes > self.max_bytes:
+            raise ServerBusy(
+                f"this answer needs {nbytes / 2**20:,.0f} MB of forward-pass data in memory, "
+                f"more than the {self.max_bytes / 2**20:,.0f} MB this server lets answers hold "
+                "(ATLAS_INFLIGHT_BYTES); send a shorter text",
+                retry_after=60,
+            )
+        deadline = time.monotonic() + self.wait_seconds
+        with self._cond:
+            while True:
+                if key in self._held:
+                    size, readers = self._held[key]
+                    self._held[key] = (size, readers + 1)
+                    return Reservation(self, key)
+                in_use = sum(size for size, _ in self._held.values())
+                if in_use + nbytes <= self.max_bytes:
+                    self._held[key] = (nbytes, 1)
+                    return Reservation(self, key)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ServerBusy(
+                        f"the server is sending {in_use / 2**20:,.0f} MB of other answers and "
+                        f"this one needs {nbytes / 2**20:,.0f} MB more; retry shortly",
+                        retry_after=max(1, math.ceil(self.wait_seconds)),
+                    )
+                self._cond.wait(left)
+
+    def _release(self, key: Hashable) -> None:
+        with self._cond:
+            size, readers = self._held[key]
+            if readers > 1:
+                self._held[key] = (size, readers - 1)
+            else:
+                del self._held[key]
+            self._cond.notify_all()
