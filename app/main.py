@@ -19,6 +19,7 @@ from app.errors import AtlasError, install_error_handlers
 from app.inference.cache import ForwardCache
 from app.inference.inflight import AnswerBudget
 from app.limits import RateLimit, RequestBodyGuard, SendGuard
+from app.memory import return_freed_memory_to_the_os
 from app.models.manager import ModelManager
 from app.models.registry import build_registry
 from app.security import SecurityHeadersMiddleware
@@ -47,6 +48,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    return_freed_memory_to_the_os()
     app = FastAPI(
         title="Attention Atlas",
         version="0.1.0",

@@ -115,7 +115,9 @@ def run_forward(
         raise RuntimeError(
             f"'{loaded.id}' returned no attentions: it must run with eager attention"
         )
-
+    layers = list(output.attentions)
+    del output  # only `layers` holds the model's maps now, so they can be freed one by one
+    attentions = _stack_releasing(layers)  # (L, H, T, T)
     ids = inputs["input_ids"][0].tolist()
     labels, raw, special = display_tokens(loaded.tokenizer, ids)
     segments = None
@@ -131,10 +133,21 @@ def run_forward(
         token_ids=ids,
         special=special,
         segments=segments,
-        attentions=torch.stack([a[0] for a in output.attentions]).float(),  # (L, H, T, T)
+        attentions=attentions,
         hidden_inputs=torch.stack([h[0] for h in captured]).float(),  # (L, T, D)
         forward_seconds=seconds,
     )
+
+
+def _stack_releasing(layers: list[Tensor]) -> Tensor:
+    """[(1, H, T, T)] * L -> (L, H, T, T) float32, letting go of each layer once copied, so the
+    pass never holds two full copies of its maps (torch.stack would)."""
+    first = layers[0]
+    out = torch.empty((len(layers), *first.shape[1:]), dtype=torch.float32)
+    for i in range(len(layers)):
+        out[i] = layers[i][0]
+        layers[i] = None  # the model's own tensor is freed here, not after the loop
+    return out
 
 
 def _segments_from_separators(ids: list[int], sep_id: int | None) -> list[int]:

@@ -29,32 +29,49 @@ class Architecture:
     d_model: int  # width of the hidden states entering each attention block
 
 
+def _count(config: PretrainedConfig, name: str, minimum: int = 1) -> int:
+    value = getattr(config, name, None)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; config.json has {value!r}")
+    return value
+
+
 def architecture(c: PretrainedConfig, family: Family) -> Architecture:
-    """Layer and head counts from a model's config object."""
+    """Layer and head counts from a model's config object, checked: ValueError names the field
+    of config.json that no model could have (0 heads, a width heads do not divide...)."""
     if family is Family.GPT2:
-        heads = c.n_head
-        return Architecture(c.n_layer, heads, heads, c.n_embd // heads, c.n_positions, c.n_embd)
-    if c.model_type == "distilbert":
-        heads = c.n_heads
-        return Architecture(
-            c.n_layers, heads, heads, c.dim // heads, c.max_position_embeddings, c.dim
-        )
-    heads = c.num_attention_heads
-    kv = getattr(c, "num_key_value_heads", None) or heads
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
-    max_positions = c.max_position_embeddings
+        names = ("n_layer", "n_head", "n_head", "n_embd", "n_positions")
+    elif c.model_type == "distilbert":
+        names = ("n_layers", "n_heads", "n_heads", "dim", "max_position_embeddings")
+    else:
+        kv = "num_key_value_heads" if getattr(c, "num_key_value_heads", None) else None
+        names = (
+            "num_hidden_layers", "num_attention_heads", kv or "num_attention_heads",
+            "hidden_size", "max_position_embeddings",
+        )  # fmt: skip
+    layers, heads, kv_heads, width, positions = (_count(c, name) for name in names)
+    if heads % kv_heads:
+        raise ValueError(f"{names[2]} = {kv_heads} does not divide {names[1]} = {heads}")
+    head_dim = getattr(c, "head_dim", None) or width // heads
+    if not getattr(c, "head_dim", None) and width % heads:
+        raise ValueError(f"{names[3]} = {width} does not divide into {names[1]} = {heads} heads")
     if c.model_type in ("roberta", "xlm-roberta"):
-        max_positions -= c.pad_token_id + 1  # RoBERTa's positions start after the padding index
-    return Architecture(c.num_hidden_layers, heads, kv, head_dim, max_positions, c.hidden_size)
+        positions -= c.pad_token_id + 1  # RoBERTa's positions start after the padding index
+    if positions < 2:
+        raise ValueError(f"{names[4]} = {positions} leaves no room for a sentence")
+    return Architecture(layers, heads, kv_heads, head_dim, positions, width)
 
 
-def architecture_from_dict(config: dict, family: Family) -> Architecture | None:
-    """The same facts from a config.json read off disk, or None if it is not understood."""
+def architecture_from_dict(config: dict, family: Family) -> Architecture:
+    """The same facts from a config.json read off disk; ValueError says what is wrong."""
     try:
         fields = {k: v for k, v in config.items() if k != "model_type"}
-        return architecture(AutoConfig.for_model(config["model_type"], **fields), family)
-    except (KeyError, ValueError, TypeError, AttributeError):
-        return None
+        parsed = AutoConfig.for_model(config["model_type"], **fields)
+    except KeyError as err:
+        raise ValueError(f"config.json has no {err.args[0]!r}") from None
+    except Exception as err:  # transformers validates configs in many ways
+        raise ValueError(f"config.json cannot be read: {str(err).splitlines()[0][:200]}") from None
+    return architecture(parsed, family)
 
 
 def attention_modules(model: nn.Module, family: Family) -> list[nn.Module]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from app.errors import ModelUnavailable
-from app.models.families import Architecture, architecture
+from app.models.families import Architecture, architecture, architecture_from_dict
 from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
     Progress,
@@ -23,6 +25,7 @@ from app.models.sources import (
     unavailable_reason,
 )
 
+log = logging.getLogger("attention_atlas")
 hf_logging.disable_progress_bar()
 hf_logging.set_verbosity_error()
 
@@ -73,12 +76,15 @@ def load_model(
     reason = unavailable_reason(spec, hub_downloads)
     if reason is not None:
         raise ModelUnavailable(reason)
-    family = family_of(spec, read_config(spec))
+    config = read_config(spec)
+    family = family_of(spec, config)
     if family is None and spec.source is not Source.HUB:
         raise ModelUnavailable(
             f"'{spec.id}': architecture not supported; Attention Atlas reads BERT, DistilBERT, "
             "RoBERTa, GPT-2 and Llama-family checkpoints"
         )
+    if config is not None and family is not None:
+        _check_config(spec.id, config, family)
     try:
         location, local_only = _location(spec, cache_dir, progress, hub_downloads)
         progress("loading tokenizer", 0.85)
@@ -86,25 +92,31 @@ def load_model(
             location, local_files_only=local_only, trust_remote_code=False
         )
         progress("loading weights", 0.9)
-        model = AutoModel.from_pretrained(
+        model, loading = AutoModel.from_pretrained(
             location,
             local_files_only=local_only,
             trust_remote_code=False,
             use_safetensors=True,
             attn_implementation="eager",
             dtype=torch.float32,
+            output_loading_info=True,
         )
     except ModelUnavailable:
         raise
     except Exception as err:  # any failure to read a checkpoint is the model's, not the server's
+        log.warning("loading %s failed: %s", spec.id, err)
         raise ModelUnavailable(f"'{spec.id}' could not be loaded: {_first_line(err)}") from err
+    _check_weights(spec.id, loading)
     model.eval().requires_grad_(False)
     family = family or family_of(spec, model.config.to_dict())
     if family is None:
         raise ModelUnavailable(
             f"'{spec.id}': model type {model.config.model_type!r} is not supported"
         )
-    arch = architecture(model.config, family)
+    try:
+        arch = architecture(model.config, family)
+    except ValueError as err:
+        raise ModelUnavailable(f"'{spec.id}' cannot be used: {err}") from None
     progress("ready", 1.0)
     return LoadedModel(
         spec=spec,
@@ -116,6 +128,51 @@ def load_model(
     )
 
 
+UNUSED_HEAD_PREFIXES = (
+    "lm_head.", "cls.", "qa_outputs.", "classifier.", "pre_classifier.", "score.",
+    "vocab_transform.", "vocab_layer_norm.", "vocab_projector.",
+)  # fmt: skip
+"""Task heads a checkpoint may carry that the base model (all attention needs) leaves out."""
+OPTIONAL_MISSING_PREFIXES = ("pooler.",)
+"""Weights the base model has but attention never reads (BertModel's pooler)."""
+
+
+def _check_config(model_id: str, config: dict, family: Family) -> None:
+    try:
+        architecture_from_dict(config, family)
+    except ValueError as err:
+        raise ModelUnavailable(f"'{model_id}' cannot be used: {err}") from None
+
+
+def _check_weights(model_id: str, loading: dict) -> None:
+    """Refuse a checkpoint whose weights do not fit its config: a layer the file lacks would
+    run with random weights, and weights the config has no place for were meant for another
+    model. Task heads the base model does not use (lm_head, cls ...) are fine."""
+    missing = sorted(
+        k for k in loading["missing_keys"] if not k.startswith(OPTIONAL_MISSING_PREFIXES)
+    )
+    unused = sorted(k for k in loading["unexpected_keys"] if not k.startswith(UNUSED_HEAD_PREFIXES))
+    mismatched = sorted(
+        str(k[0] if isinstance(k, tuple) else k) for k in loading["mismatched_keys"]
+    )
+    problems = [
+        f"{len(found)} {what} weights (e.g. {found[0]})"
+        for found, what in ((missing, "missing"), (unused, "unused"), (mismatched, "misshapen"))
+        if found
+    ]
+    if problems:
+        raise ModelUnavailable(
+            f"'{model_id}': its weights do not match its config.json: {'; '.join(problems)}. "
+            "The checkpoint is incomplete or its config was edited; use a checkpoint saved "
+            "whole by save_pretrained."
+        )
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"/]+/)*[^\s'\",;:]*")
+
+
 def _first_line(err: BaseException) -> str:
+    """The error's first line for a client, without any server path in it."""
     text = str(err).strip().splitlines()
-    return text[0][:300] if text else type(err).__name__
+    line = text[0][:300] if text else type(err).__name__
+    return _ABSOLUTE_PATH.sub("<path>", line)

@@ -79,7 +79,7 @@ def parse_extra_model(entry: str) -> ModelSpec:
     if "=" in entry:
         model_id, folder = (part.strip() for part in entry.split("=", 1))
         return ModelSpec(
-            model_id, Source.FOLDER, f"Local checkpoint at {folder}.", None, Path(folder)
+            model_id, Source.FOLDER, "A local checkpoint added by the operator.", None, Path(folder)
         )
     return ModelSpec(entry.strip(), Source.HUB, "Added by the operator.")
 

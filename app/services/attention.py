@@ -41,6 +41,28 @@ def forward_for(
     )
 
 
+def reserved_forward(
+    loaded: LoadedModel,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    text: str,
+    text_pair: str | None,
+    should_stop: ShouldStop = None,
+) -> tuple[ForwardResult, bool, Reservation]:
+    """The forward pass, with its bytes reserved in the in-flight budget before it is computed
+    or looked up: (result, was_cached, reservation). Release the reservation when done with it."""
+    seq = count_tokens(loaded, text, text_pair)
+    reservation = budget.reserve(
+        (loaded.id, text, text_pair), ForwardResult.nbytes_for(loaded.arch, seq)
+    )
+    try:
+        result, cached = forward_for(loaded, cache, text, text_pair, should_stop)
+    except BaseException:
+        reservation.release()
+        raise
+    return result, cached, reservation
+
+
 def _indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
     """The requested indices (distinct and non-empty, by the schema) checked against the model."""
     if requested is None:
@@ -113,13 +135,9 @@ def attention_maps(
     heads = _indices(req.heads, loaded.arch.num_heads, "heads")
     seq = count_tokens(loaded, req.text, req.text_pair)
     _check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes)
-    key = (loaded.id, req.text, req.text_pair)
-    reservation = budget.reserve(key, ForwardResult.nbytes_for(loaded.arch, seq))
-    try:
-        result, cached = forward_for(loaded, cache, req.text, req.text_pair, should_stop)
-    except BaseException:
-        reservation.release()
-        raise
+    result, cached, reservation = reserved_forward(
+        loaded, cache, budget, req.text, req.text_pair, should_stop
+    )
     all_heads = heads == list(range(loaded.arch.num_heads))
     head_index = torch.tensor(heads)
 
@@ -166,12 +184,25 @@ def counterfactual_weights(
 
 
 def attention_detail(
-    manager: ModelManager, cache: ForwardCache, req: DetailRequest, should_stop: ShouldStop = None
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: DetailRequest,
+    should_stop: ShouldStop = None,
 ) -> DetailResponse:
     """One head recomputed from the model's weights, with a scale/temperature counterfactual."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
-    result, _ = forward_for(loaded, cache, req.text, req.text_pair, should_stop)
+    result, _, reservation = reserved_forward(
+        loaded, cache, budget, req.text, req.text_pair, should_stop
+    )
+    try:
+        return _detail(loaded, result, req)
+    finally:
+        reservation.release()
+
+
+def _detail(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> DetailResponse:
     if req.query is not None and req.query >= result.seq_len:
         raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
     seq = result.seq_len

@@ -125,8 +125,8 @@ async def post_attention(
     responses=ERRORS,
 )
 async def post_detail(
-    body: DetailRequest, manager: ManagerDep, cache: CacheDep, request: Request
+    body: DetailRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> DetailResponse:
     return await until_disconnect(
-        request, lambda stop: attention_detail(manager, cache, body, stop)
+        request, lambda stop: attention_detail(manager, cache, budget, body, stop)
     )

@@ -2,39 +2,13 @@ from fastapi import APIRouter, Path
 
 from app.api.responses import errors
 from app.deps import ManagerDep
-from app.models.families import architecture_from_dict
-from app.models.registry import MINILM_ID, SMOLLM2_ID, Source
-from app.schemas.models import LoadStatus, ModelInfo, ModelList
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+from app.schemas.models import LoadStatus, ModelList
+from app.services.models import describe
 
 router = APIRouter(prefix="/api/models", tags=["models"])
 
 ModelIdPath = Path(description="A model id from GET /api/models.", max_length=300)
-
-
-def describe(manager: ManagerDep, model_id: str) -> ModelInfo:
-    """What we know of a model without loading it (config.json when it is on this machine)."""
-    spec = manager.spec(model_id)
-    reason = manager.unavailable_reason(model_id)
-    loaded = manager.loaded_or_none(model_id)
-    if loaded is not None:
-        family, arch = loaded.family, loaded.arch
-    else:
-        config, family = manager.peek_config(model_id)
-        arch = architecture_from_dict(config, family) if config and family else None
-    return ModelInfo(
-        id=spec.id,
-        family=family.value if family else None,
-        causal=family.causal if family else None,
-        num_layers=arch.num_layers if arch else None,
-        num_heads=arch.num_heads if arch else None,
-        num_kv_heads=arch.num_kv_heads if arch else None,
-        max_tokens=min(arch.max_positions, manager.token_limit) if arch else None,
-        available=reason is None,
-        unavailable_reason=reason,
-        loaded=loaded is not None,
-        embedded=spec.source in (Source.MINILM_PACKAGE, Source.SMOLLM2_PACKAGE),
-        description=spec.description,
-    )
 
 
 @router.get(

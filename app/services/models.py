@@ -1,0 +1,42 @@
+"""What /api/models says about each model, without loading it."""
+
+from __future__ import annotations
+
+from app.models.families import architecture_from_dict
+from app.models.manager import ModelManager
+from app.models.registry import Source
+from app.schemas.models import ModelInfo
+
+
+def describe(manager: ModelManager, model_id: str) -> ModelInfo:
+    """What we know of a model without loading it (config.json when it is on this machine).
+
+    A config that no model could have makes this model unavailable, with the reason; it never
+    makes the list fail for the other models."""
+    spec = manager.spec(model_id)
+    reason = manager.unavailable_reason(model_id)
+    loaded = manager.loaded_or_none(model_id)
+    arch = None
+    if loaded is not None:
+        family, arch = loaded.family, loaded.arch
+    else:
+        config, family = manager.peek_config(model_id)
+        if config and family:
+            try:
+                arch = architecture_from_dict(config, family)
+            except ValueError as err:
+                reason = reason or f"'{model_id}' cannot be used: {err}"
+    return ModelInfo(
+        id=spec.id,
+        family=family.value if family else None,
+        causal=family.causal if family else None,
+        num_layers=arch.num_layers if arch else None,
+        num_heads=arch.num_heads if arch else None,
+        num_kv_heads=arch.num_kv_heads if arch else None,
+        max_tokens=min(arch.max_positions, manager.token_limit) if arch else None,
+        available=reason is None,
+        unavailable_reason=reason,
+        loaded=loaded is not None,
+        embedded=spec.source in (Source.MINILM_PACKAGE, Source.SMOLLM2_PACKAGE),
+        description=spec.description,
+    )
