@@ -56,7 +56,9 @@ def test_a_bad_config_makes_one_model_unavailable_not_the_list(
 
 
 @pytest.mark.parametrize("change,word", [({"n_layer": 3}, "missing"), ({"n_layer": 1}, "unused")])
-def test_weights_that_do_not_match_the_config_are_refused(local_checkpoints, tmp_path, change, word):
+def test_weights_that_do_not_match_the_config_are_refused(
+    local_checkpoints, tmp_path, change, word
+):
     bad = edited_copy(local_checkpoints["local/gpt2-tiny"], tmp_path / "bad", **change)
     client = client_with(local_checkpoints, **{"bad/layers": bad})
     response = client.post("/api/attention", json={"model": "bad/layers", "text": TEXT})
