@@ -109,3 +109,43 @@ def test_u8_answer_decodes_within_bound(client):
     exact = post(client, layers=[0]).json()["attentions"]
     _, weights = decode_binary(post(client, layers=[0], format="u8").content)
     assert (weights - torch.tensor(exact)).abs().max().item() <= U8_ERROR_BOUND
+
+
+def test_an_answer_over_the_limit_says_how_many_layers_fit(local_checkpoints):
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+    from tests.conftest import make_settings
+
+    client = TestClient(create_app(make_settings(local_checkpoints, max_answer_bytes=2**20)))
+    text = " ".join(["attention"] * 250)  # 252 tokens: one head of one layer is 254 KB in f32
+    response = client.post(
+        "/api/attention", json={"model": MINILM_ID, "text": text, "heads": [0], "format": "f32"}
+    )
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert "at most 1 MB" in detail and "at most 3 layers" in detail and "'u8'" in detail
+    every_head = client.post(
+        "/api/attention", json={"model": MINILM_ID, "text": text, "format": "f32"}
+    )
+    assert "not even one layer" in every_head.json()["detail"]
+    in_u8 = client.post("/api/attention", json={"model": MINILM_ID, "text": text, "format": "u8"})
+    assert "at most 1 layer of these heads" in in_u8.json()["detail"]
+    fits = client.post(
+        "/api/attention",
+        json={"model": MINILM_ID, "text": text, "heads": [0], "layers": [0, 1, 2], "format": "f32"},
+    )
+    assert fits.status_code == 200 and int(fits.headers["content-length"]) == len(fits.content)
+
+
+def test_a_corrupt_embedded_file_names_a_fix_that_works_and_no_path(tmp_path):
+    from app.errors import ModelUnavailable
+    from app.models.weights import verify_sha256
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"not the published weights")
+    for path in (weights, tmp_path / "missing.safetensors"):
+        with pytest.raises(ModelUnavailable) as caught:
+            verify_sha256(path, "0" * 64, what="MiniLM")
+        assert "make reinstall-models" in caught.value.message
+        assert str(tmp_path) not in caught.value.message
