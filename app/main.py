@@ -54,6 +54,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description="See how transformer attention works and what real models attend to.",
         lifespan=lifespan,
+        docs_url=None,  # served by app.web.pages from local files, not FastAPI's CDN pages
+        redoc_url=None,
     )
     app.state.settings = settings
     log.setLevel(settings.log_level.upper())

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from app.models.registry import MINILM_ID
 from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from app.schemas.core import SEED_EXAMPLE
-from app.web.assets import PLOTLY_JS, TEMPLATES_DIR, plotly_js_name
+from app.web.assets import (
+    PLOTLY_JS,
+    TEMPLATES_DIR,
+    docs_asset_name,
+    docs_assets,
+    plotly_js_name,
+)
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["plotly_js"] = plotly_js_name
@@ -17,16 +23,41 @@ templates.env.globals["plotly_js"] = plotly_js_name
 router = APIRouter(include_in_schema=False)
 
 
+VENDOR_TYPES = {".js": "text/javascript", ".css": "text/css"}
+
+
 @router.get("/static/vendor/{name}")
-def vendor_plotly(name: str) -> FileResponse:
-    """Only the exact bundle name resolves; nothing from the request touches the filesystem."""
-    if name != plotly_js_name():
-        raise HTTPException(404, detail=f"no such vendor file; plotly.js is {plotly_js_name()}")
+def vendor_file(name: str) -> FileResponse:
+    """plotly.js and the API docs' Swagger UI / ReDoc, from the installed packages. Only exact,
+    versioned names resolve; nothing from the request touches the filesystem."""
+    files = {plotly_js_name(): PLOTLY_JS, **docs_assets()}
+    path = files.get(name)
+    if path is None:
+        raise HTTPException(404, detail=f"no such vendor file; there are {sorted(files)}")
     return FileResponse(
-        PLOTLY_JS,
-        media_type="text/javascript",
+        path,
+        media_type=VENDOR_TYPES[path.suffix],
         headers={"Cache-Control": "public, max-age=31536000, immutable"},
     )
+
+
+@router.get("/docs", response_class=HTMLResponse)
+def api_docs(request: Request) -> HTMLResponse:
+    """Swagger UI, served from this server; its start-up script is a static file (strict CSP)."""
+    return templates.TemplateResponse(
+        request,
+        "api_docs.html",
+        {
+            "swagger_js": docs_asset_name("swagger-ui-bundle.js"),
+            "swagger_css": docs_asset_name("swagger-ui.css"),
+        },
+    )
+
+
+@router.get("/redoc")
+def api_redoc() -> RedirectResponse:
+    """ReDoc loads its logo from a CDN whatever it is told; the one docs UI is /docs."""
+    return RedirectResponse("/docs", status_code=308)
 
 
 @router.get("/lab/step-by-step", response_class=HTMLResponse)
