@@ -50,6 +50,11 @@ for doc in docs:
         container["resources"]["limits"]["cpu"] = cpus
         container["resources"]["requests"]["cpu"] = cpus
         container["env"].append({"name": "ATLAS_RATE_LIMIT_PER_MINUTE", "value": "0"})
+        # podman publishes each containerPort on the host, so two replicas would collide;
+        # nginx reaches each pod on its own address instead, as a Service would.
+        container.pop("ports")
+        for probe in ("readinessProbe", "livenessProbe"):
+            container[probe]["httpGet"]["port"] = 8000
 print(yaml.safe_dump_all(docs, sort_keys=False))
 PY
 podman kube play --replace "$WORK/kube.yaml" >/dev/null

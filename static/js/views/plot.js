@@ -4,11 +4,16 @@
 
 export const COLORSCALE = "Viridis";
 
+// Offline: no button may send a chart anywhere (plotly.js shows "Share chart..." by default).
 const BASE_CONFIG = {
   responsive: true,
   displaylogo: false,
+  showSendToCloud: false,
+  showEditInChartStudio: false,
+  showLink: false,
+  plotlyServerURL: "",
   toImageButtonOptions: { format: "png", scale: 2 },
-  modeBarButtonsToRemove: ["select2d", "lasso2d"],
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "sendChartToCloud", "editInChartStudio"],
 };
 
 export function escapeLabel(text) {

@@ -1,0 +1,39 @@
+"""Every page and every explorer tab, opened and drawn, for checks that apply to all of them."""
+
+from tests.e2e.helpers import wait_js
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+SENTENCE = "The animal didn't cross the street because it was tired."
+EXPLORER_TABS = ("heatmap", "grid", "lines", "qk", "mask", "whatif", "steps")
+LAB_PAGES = ("/lab/step-by-step", "/lab/masks", "/lab/scaling")
+ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, "/docs")
+
+
+def settle(page) -> None:
+    """Until no request is pending and every chart on the page has drawn."""
+    page.wait_for_load_state("networkidle")
+    wait_js(
+        page,
+        "[...document.querySelectorAll('.js-plotly-plot, .plot')].every("
+        "p => p.offsetParent === null || (p.data && p.data.length) || !p.classList.contains('plot'))",
+    )
+    page.wait_for_timeout(150)
+
+
+def open_view(page, base: str, view: str, model: str = MINILM, text: str = SENTENCE) -> None:
+    """Navigate to a page, or run the explorer on a sentence and open one tab."""
+    if not view.startswith("explorer:"):
+        page.goto(base + view)
+        if view == "/docs":
+            wait_js(page, "document.querySelectorAll('.opblock').length > 0")
+        settle(page)
+        return
+    tab = view.split(":", 1)[1]
+    from urllib.parse import urlencode
+
+    page.goto(f"{base}/?{urlencode({'model': model, 'text': text, 'view': tab})}")
+    page.wait_for_selector("#result:not([hidden])", timeout=90_000)
+    page.wait_for_selector(f"#view-{tab}:not([hidden])")
+    if tab == "grid":
+        wait_js(page, "document.querySelector('#grid-status').textContent.includes('shown')", 60)
+    settle(page)

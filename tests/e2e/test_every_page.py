@@ -1,0 +1,38 @@
+"""Checks every page and explorer tab must pass (issue 9): nothing points off-origin, axe-core
+finds no critical or serious violation, and nothing is wider than a 390 px phone."""
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+
+from tests.e2e.pages import ALL_VIEWS, open_view
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+AXE = Axe()
+
+
+@pytest.mark.parametrize("view", ALL_VIEWS)
+def test_no_button_or_link_points_off_origin(page, live_server, view):
+    open_view(page, live_server, view)
+    links = page.evaluate(
+        "[...document.querySelectorAll('a[href], form[action]')]"
+        ".map(a => a.href || a.action).filter(h => !h.startsWith(location.origin))"
+    )
+    assert links == []
+    titles = page.evaluate(
+        "[...document.querySelectorAll('.modebar-btn')].map(b => b.getAttribute('data-title'))"
+    )
+    assert not [t for t in titles if any(w in t for w in ("Share", "Cloud", "Studio"))], titles
+
+
+@pytest.mark.parametrize("view", ALL_VIEWS)
+def test_axe_finds_no_critical_or_serious_violation(page, live_server, view):
+    open_view(page, live_server, view)
+    results = AXE.run(page)
+    bad = [
+        f"{v['id']} ({v['impact']}): {v['help']} — "
+        + "; ".join(n["target"][0] for n in v["nodes"][:4])
+        for v in results.response["violations"]
+        if v["impact"] in ("critical", "serious")
+    ]
+    assert bad == [], "\n".join(bad)
