@@ -14,5 +14,38 @@ export const VIRIDIS_LUT = Array.from({ length: 256 }, (_, i) => {
   return VIRIDIS[lo].map((c, k) => Math.round(c + (VIRIDIS[hi][k] - c) * f));
 });
 
-/** Distinct colours for overlaying heads (colour-blind friendly, Okabe–Ito). */
-export const HEAD_COLOURS = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000"];
+function channel(c) {
+  const v = c / 255;
+  return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;
+}
+
+/** WCAG contrast ratio of an [r, g, b] colour against white. */
+export function contrastOnWhite([r, g, b]) {
+  const luminance = 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b);
+  return 1.05 / (luminance + 0.05);
+}
+
+function hslToRgb(h, s, l) {
+  const a = s * Math.min(l, 1 - l);
+  const f = (n) => {
+    const k = (n + h / 30) % 12;
+    return Math.round(255 * (l - a * Math.max(-1, Math.min(k - 3, 9 - k, 1))));
+  };
+  return [f(0), f(8), f(4)];
+}
+
+/**
+ * A colour for head `h` of a layer with `count` heads: every head its own hue (evenly spread,
+ * neighbours alternately lighter and darker so they stay apart), each dark enough for text on
+ * white (contrast >= 4.5:1, WCAG AA).
+ */
+export function headColour(h, count) {
+  const hue = (h * 360) / Math.max(count, 1) + 210;
+  let lightness = h % 2 ? 0.5 : 0.38;
+  let rgb = hslToRgb(hue % 360, 0.85, lightness);
+  while (contrastOnWhite(rgb) < 4.6 && lightness > 0.05) {
+    lightness -= 0.02;
+    rgb = hslToRgb(hue % 360, 0.85, lightness);
+  }
+  return `rgb(${rgb.join(", ")})`;
+}

@@ -4,7 +4,7 @@ const root = document.getElementById("swagger-ui");
 window.SwaggerUIBundle({
   url: root.dataset.specUrl,
   domNode: root,
-  deepLinking: true,
+  deepLinking: false, // its anchors sit inside buttons (nested interactive controls)
   tryItOutEnabled: false,
   displayRequestDuration: true,
   defaultModelsExpandDepth: 0,

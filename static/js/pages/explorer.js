@@ -41,7 +41,10 @@ let session = null;
 const ctx = {
   el,
   current: null,
-  onOpen: (layer, head) => state.set({ layer, head, view: "heatmap" }),
+  onOpen: (layer, head, { focusView = false } = {}) => {
+    state.set({ layer, head, view: "heatmap" });
+    if (focusView) el.views.focus(); // keyboard users land in the view they opened
+  },
   // A renderer that awaited data checks this before drawing: a newer render may have begun.
   isStale: (token) => token !== renderToken,
 };
@@ -198,6 +201,12 @@ const hadText = state.readUrl();
 el.text.value = state.get().text;
 el.textPair.value = state.get().textPair || "";
 
+el.text.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+    event.preventDefault();
+    el.form.requestSubmit();
+  }
+});
 el.form.addEventListener("submit", (event) => {
   event.preventDefault();
   state.set({ model: el.model.value, text: el.text.value, textPair: el.textPair.value, query: null });

@@ -39,7 +39,7 @@ export async function renderGrid(ctx) {
   const { num_layers: layers, num_heads: heads, num_kv_heads: kvHeads } = info;
   const key = `${session.model}|${session.text}|${session.textPair}`;
   const grid = el.grid;
-  ctx.current = { kind: "grid", element: null };
+  ctx.current = { kind: "grid", element: grid, layer: state.layer, head: state.head };
   if (grid.dataset.key === key) {
     markSelected(grid, state.layer, state.head);
     return;
@@ -48,39 +48,60 @@ export async function renderGrid(ctx) {
   grid.replaceChildren();
   grid.style.gridTemplateColumns = `3.5em repeat(${heads}, minmax(24px, ${THUMB}px))`;
   grid.setAttribute("role", "grid");
-  grid.setAttribute("aria-label", `${layers} layers by ${heads} heads`);
+  grid.setAttribute("aria-label", `${layers} layers by ${heads} heads: arrow keys move, Enter opens a head`);
   const perGroup = heads / kvHeads;
   el.gridGqa.textContent =
     kvHeads < heads
       ? `This model shares each key/value head among ${perGroup} query heads (grouped-query attention): the labels kv0, kv1 … above the columns show which heads share keys.`
       : "";
-  // Header: head numbers, and the key/value group for GQA models.
-  grid.append(make("div"));
+  // Header row: head numbers, and the key/value group for GQA models.
+  const header = make("div", { attrs: { role: "row" }, className: "grid-row" }, [
+    make("div", { attrs: { role: "columnheader" }, className: "grid-label", text: "" }),
+  ]);
   for (let h = 0; h < heads; h++) {
     const label = kvHeads < heads ? `h${h} · kv${Math.floor(h / perGroup)}` : `h${h}`;
-    grid.append(make("div", { text: label, className: "grid-label" }));
+    header.append(make("div", { text: label, className: "grid-label", attrs: { role: "columnheader" } }));
   }
+  grid.append(header);
   const canvases = [];
   for (let l = 0; l < layers; l++) {
-    grid.append(make("div", { text: `L${l}`, className: "grid-label" }));
-    const row = [];
+    const row = make("div", { attrs: { role: "row" }, className: "grid-row" }, [
+      make("div", { text: `L${l}`, className: "grid-label", attrs: { role: "rowheader" } }),
+    ]);
+    const cells = [];
     for (let h = 0; h < heads; h++) {
       const canvas = make("canvas", {
-        attrs: { tabindex: "0", role: "gridcell", "aria-label": `Layer ${l}, head ${h}`, "data-layer": l, "data-head": h },
+        attrs: { tabindex: "-1", role: "gridcell", "aria-label": `Layer ${l}, head ${h}`, "data-layer": l, "data-head": h },
       });
-      const open = () => onOpen(l, h);
-      canvas.addEventListener("click", open);
-      canvas.addEventListener("keydown", (e) => {
-        if (e.key === "Enter" || e.key === " ") {
-          e.preventDefault();
-          open();
-        }
-      });
-      grid.append(canvas);
-      row.push(canvas);
+      canvas.addEventListener("click", () => onOpen(l, h));
+      row.append(canvas);
+      cells.push(canvas);
     }
-    canvases.push(row);
+    grid.append(row);
+    canvases.push(cells);
   }
+  // One tab stop for the whole grid (the selected head); arrow keys move inside it.
+  grid.addEventListener("keydown", (event) => {
+    const cell = event.target.closest("canvas[data-layer]");
+    if (!cell) return;
+    const l = Number(cell.dataset.layer);
+    const h = Number(cell.dataset.head);
+    const moves = {
+      ArrowLeft: [l, h - 1], ArrowRight: [l, h + 1], ArrowUp: [l - 1, h], ArrowDown: [l + 1, h],
+      Home: [l, 0], End: [l, heads - 1], PageUp: [0, h], PageDown: [layers - 1, h],
+    };
+    if (event.key === "Enter" || event.key === " ") {
+      event.preventDefault();
+      onOpen(l, h, { focusView: true });
+      return;
+    }
+    const to = moves[event.key];
+    if (!to) return;
+    event.preventDefault();
+    event.stopPropagation(); // the chart area's own arrow keys change the open head instead
+    const [nl, nh] = [Math.min(layers - 1, Math.max(0, to[0])), Math.min(heads - 1, Math.max(0, to[1]))];
+    focusCell(grid, canvases[nl][nh]);
+  });
   markSelected(grid, state.layer, state.head);
   for (let l = 0; l < layers; l++) {
     if (grid.dataset.key !== key) return; // a newer sentence replaced this grid
@@ -93,8 +114,23 @@ export async function renderGrid(ctx) {
   el.gridStatus.textContent = `${layers * heads} heads shown.`;
 }
 
+function focusCell(grid, cell) {
+  for (const c of grid.querySelectorAll('canvas[tabindex="0"]')) c.tabIndex = -1;
+  cell.tabIndex = 0;
+  cell.focus();
+}
+
 function markSelected(grid, layer, head) {
-  for (const c of grid.querySelectorAll("canvas.selected")) c.classList.remove("selected");
+  for (const c of grid.querySelectorAll("canvas.selected")) {
+    c.classList.remove("selected");
+    c.removeAttribute("aria-selected");
+  }
   const selected = grid.querySelector(`canvas[data-layer="${layer}"][data-head="${head}"]`);
-  if (selected) selected.classList.add("selected");
+  if (!selected) return;
+  selected.classList.add("selected");
+  selected.setAttribute("aria-selected", "true");
+  if (!grid.contains(document.activeElement)) {
+    for (const c of grid.querySelectorAll('canvas[tabindex="0"]')) c.tabIndex = -1;
+    selected.tabIndex = 0;
+  }
 }

@@ -1,6 +1,6 @@
 // Token-to-token view: queries left, keys right, a line per weight above a threshold.
 
-import { HEAD_COLOURS } from "../colors.js";
+import { headColour } from "../colors.js";
 import { el as make } from "../dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -33,7 +33,7 @@ export async function renderLines(ctx) {
       renderLines(ctx);
     });
     const label = make("label", {}, [box, make("span", { text: `h${h}` })]);
-    label.style.color = HEAD_COLOURS[h % HEAD_COLOURS.length];
+    label.style.color = headColour(h, info.num_heads);
     picks.append(label);
   }
 
@@ -53,7 +53,7 @@ export async function renderLines(ctx) {
   const lines = [];
   for (const h of heads) {
     const flat = maps.map(0, h);
-    const colour = HEAD_COLOURS[h % HEAD_COLOURS.length];
+    const colour = headColour(h, info.num_heads);
     for (let q = 0; q < n; q++) {
       for (let k = 0; k < n; k++) {
         const w = flat[q * n + k];
