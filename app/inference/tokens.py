@@ -2,9 +2,57 @@
 
 from __future__ import annotations
 
+import codecs
+import json
+import re
+import unicodedata
+from functools import lru_cache
+
 from transformers import PreTrainedTokenizerBase
 
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+BYTE_FALLBACK = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")  # SentencePiece's byte pieces: <0xE4>
+
+
+@lru_cache(maxsize=1)
+def byte_level_alphabet() -> dict[str, int]:
+    """The character -> byte table of byte-level BPE (GPT-2, Llama 3, SmolLM2): printable bytes
+    stand for themselves, the other 68 are shifted past 255 so every byte is one character."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table, shifted = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[chr(byte)] = byte
+        else:
+            table[chr(256 + shifted)] = byte
+            shifted += 1
+    return table
+
+
+def _is_byte_level(tokenizer: PreTrainedTokenizerBase) -> bool:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return False
+    spec = json.loads(backend.to_str())
+    return "ByteLevel" in json.dumps(spec.get("decoder")) or "ByteLevel" in json.dumps(
+        spec.get("pre_tokenizer")
+    )
+
+
+def piece_bytes(piece: str, byte_level: bool) -> bytes | None:
+    """The bytes a vocabulary piece stands for, or None where pieces are whole characters."""
+    if byte_level:
+        table = byte_level_alphabet()
+        if all(c in table for c in piece):
+            return bytes(table[c] for c in piece)
+        return None
+    match = BYTE_FALLBACK.match(piece)
+    return bytes([int(match.group(1), 16)]) if match else None
+
+
+def byte_notation(data: bytes) -> str:
+    """Bytes that are not a whole character yet, e.g. ‹E4 B8›."""
+    return "‹" + " ".join(f"{b:02X}" for b in data) + "›"
 
 
 def display_tokens(
@@ -12,21 +60,53 @@ def display_tokens(
 ) -> tuple[list[str], list[str], list[bool]]:
     """(display labels, raw vocabulary pieces, is-special flags) for each token id.
 
-    Byte-level pieces (GPT-2's 'Ġcat', 'Ċ') are decoded to text and their whitespace made
-    visible ('␣cat', '↵'); WordPiece continuations keep their '##' so subwords stay visible;
-    special tokens ([CLS], <|endoftext|>) keep their names.
+    Byte-level pieces are decoded across the sequence as UTF-8: a token shows the characters
+    it completes (the character whose last byte it holds) followed by the bytes it leaves
+    unfinished, so a CJK character split over two tokens reads ‹E4 B8› then 中 instead of
+    two identical �. Whitespace is made visible ('␣cat', '↵'); WordPiece continuations keep
+    their '##'; special tokens ([CLS], <|endoftext|>) keep their names.
     """
     raw = tokenizer.convert_ids_to_tokens(ids)
     special_ids = set(tokenizer.all_special_ids)
+    byte_level = _is_byte_level(tokenizer)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    pending = b""  # bytes of a character that an earlier token started
     labels, special = [], []
     for token_id, piece in zip(ids, raw, strict=True):
         is_special = token_id in special_ids
         special.append(is_special)
-        if is_special or piece.startswith("##"):
-            labels.append(piece)
+        data = None if is_special else piece_bytes(piece, byte_level)
+        if data is None:
+            if pending:  # a character left unfinished before a whole-character token
+                decoder.reset()
+                pending = b""
+            keep = is_special or piece.startswith("##")
+            labels.append(piece if keep else _text(tokenizer, piece))
             continue
-        text = tokenizer.convert_tokens_to_string([piece])
-        if piece.startswith("▁") and not text.startswith(" "):
-            text = " " + text  # SentencePiece word start, dropped by convert_tokens_to_string
-        labels.append(text.translate(VISIBLE_WHITESPACE) if text else piece)
+        text = decoder.decode(data)
+        pending = decoder.getstate()[0]  # bytes still waiting for the end of their character
+        label = visible(text)
+        if pending:
+            label += byte_notation(pending[-min(len(pending), len(data)) :])
+        labels.append(label or byte_notation(data))
     return labels, raw, special
+
+
+def _text(tokenizer: PreTrainedTokenizerBase, piece: str) -> str:
+    text = tokenizer.convert_tokens_to_string([piece])
+    if piece.startswith("▁") and not text.startswith(" "):
+        text = " " + text  # SentencePiece word start, dropped by convert_tokens_to_string
+    return visible(text) if text else piece
+
+
+def visible(text: str) -> str:
+    """Whitespace as ␣ ↵ ⇥ ␍, and characters that draw nothing or reorder text (zero-width
+    joiners, bidirectional overrides, other controls) as their code point, e.g. ‹U+200D›."""
+    out = []
+    for char in text.translate(VISIBLE_WHITESPACE):
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cf", "Zl", "Zp", "Zs"):
+            out.append(f"‹U+{ord(char):04X}›")
+        else:
+            out.append(char)
+    return "".join(out)
