@@ -14,6 +14,12 @@ export const VIRIDIS_LUT = Array.from({ length: 256 }, (_, i) => {
   return VIRIDIS[lo].map((c, k) => Math.round(c + (VIRIDIS[hi][k] - c) * f));
 });
 
+/** A weight in [0, 1] as a CSS colour on the viridis scale (the heatmaps' own). */
+export function viridis(value) {
+  const [r, g, b] = VIRIDIS_LUT[Math.max(0, Math.min(255, Math.round(value * 255)))];
+  return `rgb(${r},${g},${b})`;
+}
+
 function channel(c) {
   const v = c / 255;
   return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4;

@@ -256,7 +256,7 @@ el.views.addEventListener("keydown", (event) => {
 for (const button of document.querySelectorAll("[data-export]")) {
   button.addEventListener("click", async () => {
     try {
-      await exportCurrent(button.dataset.export, ctx.current || {}, state.get());
+      await exportCurrent(button.dataset.export, ctx.current || {}, state.get(), (note) => setStatus(note));
     } catch (err) {
       showError(el.error, err.message);
     }

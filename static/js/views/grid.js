@@ -5,8 +5,10 @@ import { el as make } from "../dom.js";
 
 const THUMB = 56; // pixels a side, at most
 
+/** Draws one head's map, max-pooled to at most THUMB pixels a side; returns the pooled values. */
 function drawThumbnail(canvas, flat, n) {
   const size = Math.min(THUMB, n);
+  const pooled = new Float32Array(size * size);
   canvas.width = size;
   canvas.height = size;
   const ctx2d = canvas.getContext("2d");
@@ -23,6 +25,7 @@ function drawThumbnail(canvas, flat, n) {
         const base = r * n;
         for (let c = c0; c < c1; c++) if (flat[base + c] > peak) peak = flat[base + c];
       }
+      pooled[py * size + px] = peak;
       const [red, green, blue] = VIRIDIS_LUT[Math.round(Math.sqrt(peak) * 255)];
       const o = (py * size + px) * 4;
       image.data[o] = red;
@@ -32,6 +35,7 @@ function drawThumbnail(canvas, flat, n) {
     }
   }
   ctx2d.putImageData(image, 0, 0);
+  return pooled;
 }
 
 export async function renderGrid(ctx) {
@@ -39,9 +43,9 @@ export async function renderGrid(ctx) {
   const { num_layers: layers, num_heads: heads, num_kv_heads: kvHeads } = info;
   const key = `${session.model}|${session.text}|${session.textPair}`;
   const grid = el.grid;
-  ctx.current = { kind: "grid", element: grid, layer: state.layer, head: state.head };
   if (grid.dataset.key === key) {
     markSelected(grid, state.layer, state.head);
+    ctx.current = gridExport(grid, ctx.gridShown);
     return;
   }
   grid.dataset.key = key;
@@ -64,6 +68,9 @@ export async function renderGrid(ctx) {
   }
   grid.append(header);
   const canvases = [];
+  const shown = { tokens: session.meta.tokens, layers, heads, size: 0, maps: {} };
+  ctx.gridShown = shown;
+  ctx.current = gridExport(grid, shown);
   for (let l = 0; l < layers; l++) {
     const row = make("div", { attrs: { role: "row" }, className: "grid-row" }, [
       make("div", { text: `L${l}`, className: "grid-label", attrs: { role: "rowheader" } }),
@@ -108,10 +115,58 @@ export async function renderGrid(ctx) {
     el.gridStatus.textContent = `Loading layer ${l + 1} of ${layers}…`;
     const maps = await session.coarseLayer(l);
     const n = maps.meta.tokens.length;
-    for (let h = 0; h < heads; h++) drawThumbnail(canvases[l][h], maps.map(0, h), n);
+    for (let h = 0; h < heads; h++) {
+      const pooled = drawThumbnail(canvases[l][h], maps.map(0, h), n);
+      shown.size = Math.min(THUMB, n);
+      shown.maps[`${l},${h}`] = Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4);
+    }
     await new Promise((resolve) => requestAnimationFrame(resolve)); // let the page breathe
   }
   el.gridStatus.textContent = `${layers * heads} heads shown.`;
+}
+
+/** What the grid's export buttons save: the thumbnails as one PNG, and the values they show. */
+function gridExport(grid, shown) {
+  return {
+    kind: "grid",
+    element: grid,
+    get payload() {
+      return {
+      what: "the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major; brightness in the picture is sqrt(weight)",
+      tokens: shown.tokens, layers: shown.layers, heads: shown.heads, size: shown.size, maps: shown.maps,
+      };
+    },
+    toPng: () => gridPng(grid),
+  };
+}
+
+/** Every thumbnail of the grid, with its layer and head labels, drawn into one PNG. */
+async function gridPng(grid) {
+  const cells = [...grid.querySelectorAll("canvas[data-layer]")];
+  const layers = 1 + Math.max(...cells.map((c) => Number(c.dataset.layer)));
+  const heads = 1 + Math.max(...cells.map((c) => Number(c.dataset.head)));
+  const size = THUMB;
+  const gap = 4;
+  const left = 40;
+  const top = 24;
+  const canvas = document.createElement("canvas");
+  canvas.width = left + heads * (size + gap);
+  canvas.height = top + layers * (size + gap);
+  const c2d = canvas.getContext("2d");
+  c2d.fillStyle = "#fff";
+  c2d.fillRect(0, 0, canvas.width, canvas.height);
+  c2d.imageSmoothingEnabled = false;
+  c2d.fillStyle = "#1b1d23";
+  c2d.font = "12px sans-serif";
+  const labels = [...grid.querySelectorAll("[role=columnheader]")].slice(1).map((e) => e.textContent);
+  labels.forEach((text, h) => c2d.fillText(text, left + h * (size + gap), 16));
+  for (const cell of cells) {
+    const l = Number(cell.dataset.layer);
+    const h = Number(cell.dataset.head);
+    if (h === 0) c2d.fillText(`L${l}`, 4, top + l * (size + gap) + size / 2 + 4);
+    if (cell.width) c2d.drawImage(cell, left + h * (size + gap), top + l * (size + gap), size, size);
+  }
+  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
 }
 
 function focusCell(grid, cell) {

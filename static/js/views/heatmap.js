@@ -1,6 +1,7 @@
 // One head as a heatmap: queries down, keys across, exact weights on hover.
 
 import { toMatrix } from "../binary.js";
+import { viridis } from "../colors.js";
 import { drawHeatmap } from "./plot.js";
 
 export async function renderHeatmap(ctx) {
@@ -12,10 +13,11 @@ export async function renderHeatmap(ctx) {
   const tokens = maps.meta.tokens;
   const n = tokens.length;
   const z = toMatrix(maps.map(0, head), n, n);
-  ctx.current = { kind: "head", layer, head, tokens, matrix: z, element: el.heatmap };
+  const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
+  ctx.current = { kind: "head", layer, head, tokens, matrix: z, element: el.heatmap, title, colour: viridis };
   const height = Math.min(900, Math.max(420, 18 * n + 140));
   await drawHeatmap(el.heatmap, z, tokens, tokens, {
-    title: `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`,
+    title,
     zmin: 0,
     zmax: 1,
     hoverName: "weight",

@@ -97,5 +97,13 @@ export async function renderLines(ctx) {
     label.addEventListener("blur", () => focus(null, null));
   }
   el.lines.replaceChildren(root);
-  ctx.current = { kind: "svg", element: root, layer: state.layer, head: state.head, tokens, matrix: null };
+  const matrixOf = (h) => Array.from({ length: n }, (_, q) => Array.from(maps.map(0, h).subarray(q * n, (q + 1) * n)));
+  const main = heads.includes(state.head) ? state.head : heads[0];
+  ctx.current = {
+    kind: "svg", element: root, layer: state.layer, head: main, tokens, matrix: matrixOf(main), suffix: "-lines",
+    payload: {
+      overlaid_heads: heads, threshold,
+      weights_by_head: Object.fromEntries(heads.map((h) => [h, matrixOf(h)])),
+    },
+  };
 }

@@ -1,6 +1,7 @@
 // The mask a real model used: scores before softmax (forbidden cells are −∞) and weights after.
 
 import { metricCard as metric } from "../dom.js";
+import { viridis } from "../colors.js";
 import { maskedScores } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
 
@@ -48,5 +49,8 @@ export async function renderMask(ctx) {
   if (shapes.length) {
     for (const plot of [el.maskBefore, el.maskAfter]) window.Plotly.relayout(plot, { shapes });
   }
-  ctx.current = { kind: "head", element: el.maskAfter, layer: state.layer, head: state.head, tokens, matrix: detail.weights };
+  ctx.current = {
+    kind: "head", element: el.maskAfter, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
+    title: "weights after the mask", colour: viridis, suffix: "-mask", payload: { mask: detail.mask },
+  };
 }

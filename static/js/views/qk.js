@@ -15,7 +15,16 @@ export async function renderQK(ctx) {
   if (ctx.isStale(token)) return;
   const dims = detail.q[0].map((_, i) => `${i}`);
   const label = tokens[query];
-  ctx.current = { kind: "detail", element: el.qkProducts, detail, tokens, layer: state.layer, head: state.head };
+  ctx.current = {
+    kind: "head", element: el.qkProducts, layer: state.layer, head: state.head, tokens: dims, rowTokens: tokens,
+    matrix: detail.products, matrixName: "products", suffix: `-qk-query${query}`,
+    payload: {
+      what: "q ∘ k for one query: row j holds q[query] * k[j] elementwise; each row sums to the raw score q·k",
+      query, query_token: label, head_dim: detail.head_dim, kv_head: detail.kv_head, model_scale: detail.model_scale,
+      q: detail.q[query], k: detail.k, scores: detail.scores[query],
+      weights: detail.weights[query], unscaled_weights: detail.counterfactual_weights[query],
+    },
+  };
   drawHeatmap(el.qkQ, [detail.q[query]], [`q(${label})`], dims, {
     title: `query vector of “${label}” (head dim ${detail.head_dim})`, colorscale: "RdBu", zmid: 0, hoverName: "q", height: 170,
   });

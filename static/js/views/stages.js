@@ -1,5 +1,6 @@
 // Step by step: QKᵀ -> scale -> mask -> softmax -> weights × V, each stage a heatmap.
 
+import { viridis } from "../colors.js";
 import { el as make } from "../dom.js";
 import { maskedScores } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
@@ -60,5 +61,9 @@ export async function renderModelStages(ctx) {
     { scores: detail.scores, scaled: detail.scaled_scores, masked, weights: detail.weights, output: detail.output },
     tokens, tokens, dims, `× ${detail.model_scale.toFixed(4)} (1/√${detail.head_dim})`,
   );
-  ctx.current = { kind: "head", element: plots.weights, layer: state.layer, head: state.head, tokens, matrix: detail.weights };
+  ctx.current = {
+    kind: "head", element: plots.weights, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
+    title: "softmax weights", colour: viridis, suffix: "-stages",
+    payload: { scores: detail.scores, scaled_scores: detail.scaled_scores, mask: detail.mask, output: detail.output, model_scale: detail.model_scale },
+  };
 }

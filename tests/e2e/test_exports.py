@@ -1,0 +1,71 @@
+"""Issue 9.4: every view exports what it shows, named for what it is."""
+
+import json
+
+import pytest
+
+from tests.e2e.helpers import wait_js
+from tests.e2e.pages import open_view
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def export(page, fmt):
+    with page.expect_download() as info:
+        page.click(f"[data-export='{fmt}']")
+    download = info.value
+    with open(download.path(), "rb") as f:
+        return download.suggested_filename, f.read()
+
+
+def test_what_if_exports_say_they_are_counterfactual(page, live_server):
+    open_view(page, live_server, "explorer:whatif")
+    name, body = export(page, "json")
+    data = json.loads(body)
+    assert "what-if-unscaled" in name and "counterfactual" in data["what"]
+    assert data["counterfactual"]["temperature"] == 1 and data["counterfactual"]["unscaled"]
+    assert "weights" not in data and len(data["counterfactual_weights"]) == len(data["tokens"])
+    assert data["model_weights"] != data["counterfactual_weights"]
+    name, _ = export(page, "csv")
+    assert "what-if" in name
+
+
+def test_token_to_token_exports_png_json_and_csv(page, live_server):
+    open_view(page, live_server, "explorer:lines")
+    name, body = export(page, "png")
+    assert name.endswith(".png") and body[:8] == b"\x89PNG\r\n\x1a\n"
+    name, body = export(page, "json")
+    data = json.loads(body)
+    assert data["overlaid_heads"] == [0] and len(data["weights_by_head"]["0"]) == len(
+        data["tokens"]
+    )
+    name, body = export(page, "csv")
+    assert body.decode().startswith("query \\ key,[CLS]")
+    name, body = export(page, "svg")
+    assert name.endswith(".svg") and b"<svg" in body and b"<line" in body
+
+
+def test_query_key_exports_its_numbers(page, live_server):
+    open_view(page, live_server, "explorer:qk")
+    wait_js(page, "document.querySelector('#qk-products').data.length > 0")
+    _, body = export(page, "json")
+    data = json.loads(body)
+    assert len(data["products"]) == len(data["row_tokens"]) and len(data["q"]) == data["head_dim"]
+    _, body = export(page, "csv")
+    assert body.decode().splitlines()[1].split(",")[0] == "[CLS]"
+
+
+def test_the_grid_exports_a_png_and_the_values_it_shows(page, live_server):
+    open_view(page, live_server, "explorer:grid")
+    name, body = export(page, "png")
+    assert name.endswith(".png") and body[:8] == b"\x89PNG\r\n\x1a\n"
+    _, body = export(page, "json")
+    data = json.loads(body)
+    assert len(data["maps"]) == 72 and len(data["maps"]["0,0"]) == data["size"] ** 2
+
+
+def test_a_small_heatmap_exports_vector_cells(page, live_server):
+    open_view(page, live_server, "explorer:heatmap")
+    wait_js(page, "document.querySelector('#heatmap').data.length > 0")
+    name, body = export(page, "svg")
+    assert name.endswith(".svg") and body.count(b"<rect") > 100 and b"<image" not in body
