@@ -36,3 +36,40 @@ def test_axe_finds_no_critical_or_serious_violation(page, live_server, view):
         if v["impact"] in ("critical", "serious")
     ]
     assert bad == [], "\n".join(bad)
+
+
+LAYOUT_PROBLEMS = """() => {
+  const out = [];
+  const width = document.documentElement.clientWidth;
+  if (document.documentElement.scrollWidth > width) {
+    const wide = [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > width + 1 && e.offsetParent);
+    out.push(`page is ${document.documentElement.scrollWidth} px wide: ` + wide.slice(0, 3).map(e => e.tagName + '#' + e.id + '.' + e.className).join(', '));
+  }
+  for (const plot of document.querySelectorAll('.js-plotly-plot')) {
+    if (!plot.offsetParent) continue;
+    const box = plot.getBoundingClientRect();
+    const title = plot.querySelector('.gtitle');
+    if (!title) continue;
+    const t = title.getBoundingClientRect();
+    if (t.left < box.left - 1 || t.right > box.right + 1) out.push(`${plot.id}: title clipped`);
+    const bar = plot.querySelector('.modebar');
+    if (bar) {
+      const m = bar.getBoundingClientRect();
+      const apart = m.bottom <= t.top || m.top >= t.bottom || m.right <= t.left || m.left >= t.right;
+      if (!apart && m.width > 0) out.push(`${plot.id}: tool bar over the title`);
+    }
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("view", ALL_VIEWS)
+def test_a_390_px_phone_sees_everything(browser, live_server, view):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    phone = context.new_page()
+    try:
+        open_view(phone, live_server, view)
+        problems = phone.evaluate(LAYOUT_PROBLEMS)
+        assert problems == [], problems
+    finally:
+        context.close()

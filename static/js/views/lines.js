@@ -5,9 +5,16 @@ import { el as make } from "../dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const ROW = 20;
-const WIDTH = 520;
-const LEFT_X = 150;
-const RIGHT_X = WIDTH - 150;
+const CHAR = 7.3; // pixels a character of the 12 px monospace labels takes
+
+/** Width of the drawing and where the two label columns end/start: the labels' own width,
+ * the rest for the lines, fitting the container (a phone included). */
+function geometry(tokens, available) {
+  const longest = Math.max(1, ...tokens.map((t) => t.length));
+  const label = Math.min(170, Math.max(36, Math.ceil(longest * CHAR) + 10));
+  const width = Math.max(available, 2 * label + 90);
+  return { width, leftX: label, rightX: width - label };
+}
 
 function svg(tag, attrs) {
   const node = document.createElementNS(SVG, tag);
@@ -42,6 +49,7 @@ export async function renderLines(ctx) {
   const tokens = maps.meta.tokens;
   const n = tokens.length;
   const threshold = Number(el.linesThreshold.value);
+  const { width: WIDTH, leftX: LEFT_X, rightX: RIGHT_X } = geometry(tokens, Math.min(720, el.lines.clientWidth - 2));
   el.linesThresholdValue.textContent = threshold.toFixed(2);
   const root = svg("svg", { width: WIDTH, height: n * ROW + 30, role: "img", "aria-label": `Attention lines for heads ${heads.join(", ")} of layer ${state.layer}` });
   root.append(svg("text", { x: LEFT_X, y: 14, "text-anchor": "end" }));

@@ -31,6 +31,51 @@ export function formatNumber(x, digits = 4) {
 }
 
 const HOVER_LABEL_LIMIT = 160; // beyond this many tokens per side, hovers show indices only
+const TOOLBAR_BAND = 40; // pixels at the top of a chart kept for Plotly's tool bar (26 px tall)
+const TITLE_LINE = 17; // pixels a 13 px title line takes
+const TITLE_CHAR = 7.2; // average pixels a character of a 13 px title takes
+
+/** Title text (raw) broken into lines that fit `width` pixels, escaped, joined with <br>. */
+export function wrapTitle(text, width) {
+  const perLine = Math.max(12, Math.floor((width - 16) / TITLE_CHAR));
+  const lines = [];
+  let line = "";
+  for (const word of String(text).split(" ")) {
+    let rest = word;
+    while (rest.length > perLine) {  // a word longer than a line (a long token) is split
+      if (line) lines.push(line);
+      lines.push(rest.slice(0, perLine));
+      rest = rest.slice(perLine);
+      line = "";
+    }
+    if (!rest) continue;
+    if (line && line.length + 1 + rest.length > perLine) {
+      lines.push(line);
+      line = rest;
+    } else {
+      line = line ? `${line} ${rest}` : rest;
+    }
+  }
+  if (line) lines.push(line);
+  return { text: lines.map(escapeLabel).join("<br>"), lines: lines.length };
+}
+
+/**
+ * Layout pieces that keep a title readable at any width: wrapped to the chart's width and set
+ * below the tool bar's band, with the top margin grown to fit it and `above` pixels of tick
+ * labels drawn above the plot. `title` is raw text.
+ */
+export function titleLayout(title, width, height, font = 13, above = 0) {
+  if (!title) return { margin: { t: 10 + above } };
+  const wrapped = wrapTitle(title, width);
+  return {
+    title: {
+      text: wrapped.text, font: { size: font }, x: 8 / width, xref: "container", xanchor: "left",
+      yref: "container", y: 1 - TOOLBAR_BAND / height, yanchor: "top",
+    },
+    margin: { t: TOOLBAR_BAND + wrapped.lines * TITLE_LINE + 8 + above },
+  };
+}
 
 /**
  * Draw (or redraw in place) a heatmap of z[row][col].
@@ -80,12 +125,17 @@ export function drawHeatmap(el, z, rows, cols, options = {}) {
       automargin: true,
     };
   };
+  const xTicks = ticks(cols.map(String), width - 140, 14);
+  xTicks.ticktext = xTicks.ticktext.map(escapeLabel);
   // With a title, the axis title joins it so the two never collide above the plot.
   const title = options.title && options.xTitle ? `${options.title} — columns: ${options.xTitle}` : options.title;
+  // Column labels sit above the map, rotated 45°: room for the longest one shown.
+  const longest = Math.min(24, Math.max(1, ...xTicks.ticktext.map((t) => t.length)));
+  const head = titleLayout(title, width, height, 13, Math.ceil(longest * 6 * Math.SQRT1_2) + 14);
   const layout = {
-    title: title ? { text: escapeLabel(title), font: { size: 13 }, y: 0.995, yanchor: "top" } : undefined,
-    margin: { t: title ? 40 : 10, r: 10, b: 10, l: 10 },
-    xaxis: { ...ticks(safeCols, width - 140, 14), side: "top", tickangle: -45, title: { text: title ? "" : options.xTitle || "" } },
+    title: head.title,
+    margin: { t: head.margin.t, r: 10, b: 10, l: 10 },
+    xaxis: { ...xTicks, side: "top", tickangle: -45, title: { text: title ? "" : options.xTitle || "" } },
     yaxis: { ...ticks(safeRows, height - 150, 13), autorange: "reversed", title: { text: options.yTitle || "" } },
     height,
     paper_bgcolor: "rgba(0,0,0,0)",
@@ -95,11 +145,19 @@ export function drawHeatmap(el, z, rows, cols, options = {}) {
   return window.Plotly.react(el, [trace], layout, { ...BASE_CONFIG, ...(options.config || {}) });
 }
 
+/** Any other chart; layout.title may be raw text or {text, font}: it is wrapped and placed
+ * below the tool bar like the heatmaps' titles. */
 export function drawChart(el, traces, layout, config = {}) {
+  const { title, ...rest } = layout;
+  const text = typeof title === "string" ? title : title?.text;
+  const head = titleLayout(text, el.clientWidth || 600, layout.height ?? 450, title?.font?.size ?? 13);
   return window.Plotly.react(
     el,
     traces,
-    { margin: { t: 30, r: 10, b: 40, l: 50 }, paper_bgcolor: "rgba(0,0,0,0)", ...layout },
+    {
+      paper_bgcolor: "rgba(0,0,0,0)", ...rest, title: head.title,
+      margin: { r: 10, b: 40, l: 50, ...(rest.margin || {}), t: head.margin.t },
+    },
     { ...BASE_CONFIG, ...config },
   );
 }

@@ -47,7 +47,7 @@ export async function renderQK(ctx) {
         customdata: keys, hovertemplate: "%{customdata}: %{y:.6f}<extra>unscaled</extra>" },
     ],
     {
-      title: { text: `weights of “${escapeLabel(label)}”, scaled vs unscaled`, font: { size: 14 } },
+      title: { text: `weights of “${label}”, scaled vs unscaled`, font: { size: 14 } },
       barmode: "group",
       xaxis: { tickmode: "array", tickvals: x, ticktext: keys, tickangle: -45, automargin: true },
       yaxis: { range: [0, 1], title: { text: "weight" } },
