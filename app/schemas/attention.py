@@ -121,6 +121,13 @@ class AttentionResponse(BaseModel):
     forward_ms: float = Field(description="Duration of the model's forward pass.")
 
 
+DETAIL_MATRICES = (
+    "q", "k", "v", "scores", "scaled_scores", "mask", "weights", "output",
+    "counterfactual_weights", "products",
+)  # fmt: skip
+DetailMatrix = Literal[DETAIL_MATRICES]
+
+
 class DetailRequest(TextRequest):
     """One head in depth, recomputed from the model's own weights (the replay)."""
 
@@ -151,10 +158,30 @@ class DetailRequest(TextRequest):
     temperature: FiniteFloat = Field(
         1.0, ge=1e-6, le=1e6, description="Counterfactual temperature, in [1e-6, 1e6]."
     )
+    fields: list[DetailMatrix] | None = Field(
+        None,
+        min_length=1,
+        max_length=len(DETAIL_MATRICES),
+        json_schema_extra={"uniqueItems": True},
+        description="The matrices to return (the others come back null); all when omitted. "
+        "At 512 tokens each (seq, seq) matrix is about 5 MB of JSON: ask for what you draw.",
+    )
+
+    @field_validator("fields")
+    @classmethod
+    def _distinct_fields(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and len(set(v)) != len(v):
+            raise ValueError("repeats a field; list each once")
+        return v
+
+
+Matrix = list[list[float]] | None
+"""A matrix, or null when the request's `fields` left it out."""
 
 
 class DetailResponse(BaseModel):
-    """Per-head internals. Matrices are (seq, seq) unless said otherwise."""
+    """Per-head internals. Matrices are (seq, seq) unless said otherwise; a matrix the
+    request's `fields` left out is null."""
 
     model: str
     tokens: list[str]
@@ -164,23 +191,24 @@ class DetailResponse(BaseModel):
     kv_head: int = Field(description="The key/value head this query head reads (GQA).")
     head_dim: int
     model_scale: float = Field(description="The factor the model multiplies q·k by.")
-    q: list[list[float]] = Field(description="(seq, head_dim) queries, after RoPE if any.")
-    k: list[list[float]] = Field(description="(seq, head_dim) keys, after RoPE if any.")
-    v: list[list[float]] = Field(description="(seq, head_dim) values of the key/value head.")
-    scores: list[list[float]] = Field(description="raw q·k")
-    scaled_scores: list[list[float]] = Field(description="q·k × model_scale")
-    mask: list[list[bool]] = Field(description="true = may attend (causal for decoders)")
-    weights: list[list[float]] = Field(description="softmax, as the model computed it")
-    output: list[list[float]] = Field(description="(seq, head_dim) weights × v: the head's output")
+    q: Matrix = Field(description="(seq, head_dim) queries, after RoPE if any.")
+    k: Matrix = Field(description="(seq, head_dim) keys, after RoPE if any.")
+    v: Matrix = Field(description="(seq, head_dim) values of the key/value head.")
+    scores: Matrix = Field(description="raw q·k")
+    scaled_scores: Matrix = Field(description="q·k × model_scale")
+    mask: list[list[bool]] | None = Field(description="true = may attend (causal for decoders)")
+    weights: Matrix = Field(description="softmax, as the model computed it")
+    output: Matrix = Field(description="(seq, head_dim) weights × v: the head's output")
     replay_max_abs_diff: float = Field(
         description="max |replayed weights − transformers' output_attentions| for this head"
     )
     counterfactual_scale: float
     counterfactual_temperature: float
-    counterfactual_weights: list[list[float]] = Field(
+    counterfactual_weights: Matrix = Field(
         description="the same head at the requested scale and temperature"
     )
     query: int | None
-    products: list[list[float]] | None = Field(
-        description="(seq, head_dim): q[query] ∘ k[j] for each key j; sums give scores[query]"
+    products: Matrix = Field(
+        description="(seq, head_dim): q[query] ∘ k[j] for each key j; sums give scores[query]; "
+        "null without a query"
     )

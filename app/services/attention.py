@@ -14,7 +14,13 @@ from app.inference.inflight import AnswerBudget, Reservation
 from app.models import families
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
-from app.schemas.attention import MAX_JSON_WEIGHTS, AttentionRequest, DetailRequest, DetailResponse
+from app.schemas.attention import (
+    DETAIL_MATRICES,
+    MAX_JSON_WEIGHTS,
+    AttentionRequest,
+    DetailRequest,
+    DetailResponse,
+)
 from app.serialize import (
     BYTES_PER_WEIGHT,
     MapsAnswer,
@@ -219,6 +225,20 @@ def _detail(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> D
     k = actual.k[0, kv_head]  # (T, hd)
     model_weights = result.attentions[req.layer, req.head]  # (T, T), transformers' own output
     diff = (actual.trace.weights[0, 0] - model_weights).abs().max().item()
+    wanted = set(req.fields or DETAIL_MATRICES)
+    full_mask = mask if mask is not None else torch.ones(seq, seq, dtype=torch.bool)
+    matrices = {
+        "q": lambda: to_lists(q),
+        "k": lambda: to_lists(k),
+        "v": lambda: to_lists(actual.v[0, kv_head]),
+        "output": lambda: to_lists(actual.trace.output[0, 0]),
+        "scores": lambda: to_lists(actual.trace.scores[0, 0]),
+        "scaled_scores": lambda: to_lists(actual.trace.scaled_scores[0, 0]),
+        "mask": lambda: to_bool_lists(full_mask),
+        "weights": lambda: to_lists(model_weights),
+        "counterfactual_weights": lambda: to_lists(what_if),
+        "products": lambda: None if req.query is None else to_lists(q[req.query] * k),
+    }
     return DetailResponse(
         model=loaded.id,
         tokens=result.tokens,
@@ -228,18 +248,9 @@ def _detail(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> D
         kv_head=kv_head,
         head_dim=proj.head_dim,
         model_scale=proj.scale,
-        q=to_lists(q),
-        k=to_lists(k),
-        v=to_lists(actual.v[0, kv_head]),
-        output=to_lists(actual.trace.output[0, 0]),
-        scores=to_lists(actual.trace.scores[0, 0]),
-        scaled_scores=to_lists(actual.trace.scaled_scores[0, 0]),
-        mask=to_bool_lists(mask if mask is not None else torch.ones(seq, seq, dtype=torch.bool)),
-        weights=to_lists(model_weights),
         replay_max_abs_diff=diff,
         counterfactual_scale=scale,
         counterfactual_temperature=req.temperature,
-        counterfactual_weights=to_lists(what_if),
         query=req.query,
-        products=None if req.query is None else to_lists(q[req.query] * k),
+        **{name: make() if name in wanted else None for name, make in matrices.items()},
     )

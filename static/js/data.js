@@ -5,15 +5,46 @@
 import { api } from "./api.js";
 import { decodeMaps } from "./binary.js";
 
+const EXACT_BYTES = 48 * 2 ** 20; // decoded f32 layers kept (a 512-token MiniLM layer is 12.6 MB)
+const DETAIL_CELLS = 4_000_000; // detail matrices kept, in cells (each a JS number in an array)
+
+/** A Map that forgets its oldest entries once their summed `size` passes `limit` (keeps one). */
+class BoundedCache extends Map {
+  constructor(limit) {
+    super();
+    this.limit = limit;
+    this.sizes = new Map();
+  }
+
+  put(key, value, size) {
+    this.delete(key);
+    this.set(key, value);
+    this.sizes.set(key, size);
+    let total = [...this.sizes.values()].reduce((a, b) => a + b, 0);
+    for (const old of this.keys()) {
+      if (total <= this.limit || this.size <= 1) break;
+      total -= this.sizes.get(old);
+      this.delete(old);
+      this.sizes.delete(old);
+    }
+  }
+}
+
 export class AttentionSession {
   constructor(model, text, textPair) {
     this.model = model;
     this.text = text;
     this.textPair = textPair || null;
     this.meta = null; // tokens, num_layers, num_heads, causal, segments ...
-    this.exact = new Map(); // layer -> decoded f32 maps (all heads), kept for the session
-    this.details = new Map();
+    // Bounded, so a long input never piles up hundreds of MB (and long GC pauses) in the tab.
+    this.exact = new BoundedCache(EXACT_BYTES); // layer -> decoded f32 maps (all heads)
+    this.details = new BoundedCache(DETAIL_CELLS);
     this.controller = new AbortController();
+  }
+
+  /** Tokens in this input (an upper bound before the first answer). */
+  get length() {
+    return this.meta ? this.meta.tokens.length : 512;
   }
 
   body(extra) {
@@ -35,7 +66,8 @@ export class AttentionSession {
           this.meta = this.meta || decoded.meta;
           return decoded;
         });
-      store.set(layer, promise);
+      const n = this.length;
+      store.put(layer, promise, (this.meta?.num_heads ?? 12) * n * n * 4);
       promise.catch(() => store.delete(layer));
     }
     return store.get(layer);
@@ -48,20 +80,23 @@ export class AttentionSession {
 
   /** Quantised maps of one layer, for thumbnails: not kept, the canvases hold the picture. */
   coarseLayer(layer) {
-    return this.fetchLayer(layer, "u8", new Map());
+    return this.fetchLayer(layer, "u8", new BoundedCache(0));
   }
 
   /** One head in depth (q, k, v, scores, mask, counterfactual) from the replay API. */
-  detail({ layer, head, query = null, scale = true, temperature = 1 }) {
-    const key = JSON.stringify([layer, head, query, scale, temperature]);
+  detail({ layer, head, query = null, scale = true, temperature = 1, fields = null }) {
+    const key = JSON.stringify([layer, head, query, scale, temperature, fields]);
     if (!this.details.has(key)) {
       const body = this.body({ layer, head, scale, temperature });
+      if (fields) body.fields = fields; // only what the view draws: 5 MB a matrix at 512 tokens
       if (query !== null) body.query = query;
       const promise = api.detail(body, { signal: this.controller.signal });
-      this.details.set(key, promise);
+      const n = this.length;
+      this.details.put(key, promise, (fields ? fields.length : 10) * n * n);
       promise.catch(() => this.details.delete(key));
-      if (this.details.size > 64) this.details.delete(this.details.keys().next().value);
     }
-    return this.details.get(key);
+    const hit = this.details.get(key);
+    this.details.put(key, hit, this.details.sizes.get(key)); // most recently used
+    return hit;
   }
 }

@@ -42,8 +42,10 @@ LAYOUT_PROBLEMS = """() => {
   const out = [];
   const width = document.documentElement.clientWidth;
   if (document.documentElement.scrollWidth > width) {
-    const wide = [...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > width + 1 && e.offsetParent);
-    out.push(`page is ${document.documentElement.scrollWidth} px wide: ` + wide.slice(0, 3).map(e => e.tagName + '#' + e.id + '.' + e.className).join(', '));
+    const wide = [...document.querySelectorAll('body *')]
+      .filter(e => e.getBoundingClientRect().right > width + 1 && e.offsetParent);
+    const names = wide.slice(0, 3).map(e => e.tagName + '#' + e.id + '.' + e.className);
+    out.push(`page is ${document.documentElement.scrollWidth} px wide: ` + names.join(', '));
   }
   for (const plot of document.querySelectorAll('.js-plotly-plot')) {
     if (!plot.offsetParent) continue;

@@ -29,8 +29,9 @@ const el = {
   maskExplain: $("#mask-explain"), maskMetrics: $("#mask-metrics"), maskBefore: $("#mask-before"), maskAfter: $("#mask-after"),
   whatifUnscaled: $("#whatif-unscaled"), whatifTemperature: $("#whatif-temperature"), whatifTemperatureValue: $("#whatif-temperature-value"),
   whatifMetrics: $("#whatif-metrics"), whatifModel: $("#whatif-model"), whatifCounterfactual: $("#whatif-counterfactual"),
-  stepsGrid: $("#steps-grid"),
+  stepsGrid: $("#steps-grid"), busy: $("#view-busy"),
 };
+const BUSY_AFTER_MS = 300; // a view that takes longer says so
 
 const RENDERERS = {
   heatmap: renderHeatmap, grid: renderGrid, lines: renderLines, qk: renderQK, mask: renderMask, whatif: renderWhatIf, steps: renderModelStages,
@@ -186,6 +187,10 @@ async function render() {
   syncPickers();
   await plotlyReady();
   const info = session.meta;
+  const busy = setTimeout(() => {
+    el.busy.hidden = false;
+    el.views.setAttribute("aria-busy", "true");
+  }, BUSY_AFTER_MS);
   try {
     Object.assign(ctx, { session, state: current, info, renderToken: token });
     await RENDERERS[current.view](ctx);
@@ -193,6 +198,12 @@ async function render() {
   } catch (err) {
     if (err.name === "AbortError") return;
     showError(el.error, err.message);
+  } finally {
+    clearTimeout(busy);
+    if (token === renderToken) {
+      el.busy.hidden = true;
+      el.views.removeAttribute("aria-busy");
+    }
   }
 }
 

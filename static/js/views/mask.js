@@ -8,13 +8,14 @@ import { drawHeatmap } from "./plot.js";
 export async function renderMask(ctx) {
   const token = ctx.renderToken;
   const { session, state, el, info } = ctx;
-  const detail = await session.detail({ layer: state.layer, head: state.head });
+  const detail = await session.detail({ layer: state.layer, head: state.head, fields: ["scaled_scores", "mask", "weights"] });
   if (ctx.isStale(token)) return;
   const tokens = detail.tokens;
   const n = tokens.length;
   const segments = session.meta.segments;
   const masked = maskedScores(detail);
-  const allowed = detail.mask.flat().filter(Boolean).length;
+  let allowed = 0;
+  for (const row of detail.mask) for (const ok of row) allowed += ok ? 1 : 0;
   const parts = [];
   if (info.causal) {
     parts.push("This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.");

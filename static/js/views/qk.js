@@ -11,7 +11,10 @@ export async function renderQK(ctx) {
     el.qkQuery.replaceChildren(...tokens.map((t, i) => new Option(`${i}: ${t}`, String(i))));
   }
   el.qkQuery.value = String(query);
-  const detail = await session.detail({ layer: state.layer, head: state.head, query, scale: false });
+  const detail = await session.detail({
+    layer: state.layer, head: state.head, query, scale: false,
+    fields: ["q", "k", "products", "weights", "counterfactual_weights"],
+  });
   if (ctx.isStale(token)) return;
   const dims = detail.q[0].map((_, i) => `${i}`);
   const label = tokens[query];
@@ -21,7 +24,7 @@ export async function renderQK(ctx) {
     payload: {
       what: "q ∘ k for one query: row j holds q[query] * k[j] elementwise; each row sums to the raw score q·k",
       query, query_token: label, head_dim: detail.head_dim, kv_head: detail.kv_head, model_scale: detail.model_scale,
-      q: detail.q[query], k: detail.k, scores: detail.scores[query],
+      q: detail.q[query], k: detail.k, scores: detail.products.map((row) => row.reduce((a, b) => a + b, 0)),
       weights: detail.weights[query], unscaled_weights: detail.counterfactual_weights[query],
     },
   };
@@ -49,11 +52,14 @@ export async function renderQK(ctx) {
     {
       title: { text: `weights of “${label}”, scaled vs unscaled`, font: { size: 14 } },
       barmode: "group",
-      xaxis: { tickmode: "array", tickvals: x, ticktext: keys, tickangle: -45, automargin: true },
+      xaxis: { tickangle: -45 },
       yaxis: { range: [0, 1], title: { text: "weight" } },
       legend: { orientation: "h", y: -0.35 },
-      height: 380,
+      margin: { b: 110 },
+      height: 400,
     },
+    {},
+    { xaxis: { labels: tokens, pixels: (el.qkBars.clientWidth || 600) - 80, perLabel: 14 } },
   );
 }
 

@@ -50,7 +50,9 @@ export async function drawStages(plots, data, rows, cols, dims, scaleNote) {
 export async function renderModelStages(ctx) {
   const token = ctx.renderToken;
   const { session, state, el } = ctx;
-  const detail = await session.detail({ layer: state.layer, head: state.head });
+  const detail = await session.detail({
+    layer: state.layer, head: state.head, fields: ["scores", "scaled_scores", "mask", "weights", "output"],
+  });
   if (ctx.isStale(token)) return;
   const tokens = detail.tokens;
   const plots = stageFigures(el.stepsGrid);

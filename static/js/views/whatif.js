@@ -13,6 +13,7 @@ export async function renderWhatIf(ctx) {
   const unscaled = el.whatifUnscaled.checked;
   const detail = await session.detail({
     layer: state.layer, head: state.head, scale: unscaled ? false : true, temperature: Number(temperature.toFixed(4)),
+    fields: ["weights", "counterfactual_weights"],
   });
   if (ctx.isStale(token)) return;
   const tokens = detail.tokens;
