@@ -45,8 +45,16 @@ def all_masks(req: MasksRequest) -> MasksResponse:
             (
                 "sliding_window",
                 f"Sliding window (±{req.window})",
-                "a token sees its neighbours only (Longformer, Mistral)",
+                "a token sees its neighbours on both sides (Longformer's local attention, "
+                "BigBird's window; encoders)",
                 ac.sliding_window_mask(n, window=req.window),
+            ),
+            (
+                "sliding_window_causal",
+                f"Causal sliding window ({req.window} back)",
+                "a token sees itself and the previous few only (Mistral, Gemma 2's local "
+                "layers; decoders)",
+                ac.sliding_window_mask(n, window=req.window, causal=True),
             ),
             (
                 "dilated",

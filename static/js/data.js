@@ -6,7 +6,7 @@ import { api } from "./api.js";
 import { decodeMaps } from "./binary.js";
 
 const EXACT_BYTES = 48 * 2 ** 20; // decoded f32 layers kept (a 512-token MiniLM layer is 12.6 MB)
-const DETAIL_CELLS = 4_000_000; // detail matrices kept, in cells (each a JS number in an array)
+const DETAIL_CELLS = 2_000_000; // detail matrices kept, in cells (each a JS number in an array)
 
 /** A Map that forgets its oldest entries once their summed `size` passes `limit` (keeps one). */
 class BoundedCache extends Map {

@@ -14,8 +14,13 @@ def test_masks_match_attention_core_and_count_pairs(client):
     ).json()
     masks = {m["kind"]: m for m in body["masks"]}
     assert set(masks) == {
-        "full", "causal", "sliding_window", "dilated", "global", "random", "bigbird", "block_sparse",
+        "full", "causal", "sliding_window", "sliding_window_causal", "dilated", "global", "random",
+        "bigbird", "block_sparse",
     }  # fmt: skip
+    assert torch.equal(
+        torch.tensor(masks["sliding_window_causal"]["mask"]),
+        causal_mask(10) & ~causal_mask(10, offset=-2),
+    )  # itself and one key back
     assert torch.equal(torch.tensor(masks["causal"]["mask"]), causal_mask(10))
     expected = bigbird_mask(10, window=1, global_indices=[0], num_random=2, seed=4)
     assert torch.equal(torch.tensor(masks["bigbird"]["mask"]), expected)

@@ -20,7 +20,12 @@ export async function renderMask(ctx) {
   if (info.causal) {
     parts.push("This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.");
   } else {
-    parts.push("This is a bidirectional encoder: every token may look at every token, so nothing is masked (a batch of one sentence has no padding).");
+    parts.push(
+      "This is a bidirectional encoder: every token may look at every token, so nothing is masked here. " +
+        "A single sentence needs no mask. In a batch, shorter sentences are padded to the longest one, " +
+        "and the padding mask then sets every padded key to −∞ before softmax, so no real token attends " +
+        "to padding (padded query rows are computed but ignored).",
+    );
   }
   if (segments) parts.push("With a sentence pair, segment A and segment B share one attention matrix; the lines mark where B starts, and the off-diagonal blocks are cross-segment attention.");
   el.maskExplain.textContent = parts.join(" ");

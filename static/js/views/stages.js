@@ -2,8 +2,10 @@
 
 import { viridis } from "../colors.js";
 import { el as make } from "../dom.js";
-import { maskedScores } from "../stats.js";
+import { maskedScores, poolLabels, poolMax } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
+
+const POOL_ABOVE = 256; // tokens
 
 const STAGES = [
   ["scores", "1. Raw scores QKᵀ", "how well each query matches each key"],
@@ -34,13 +36,20 @@ export function stageFigures(container) {
  * rows/cols: token labels; dims: output column labels.
  */
 export async function drawStages(plots, data, rows, cols, dims, scaleNote) {
+  // Above POOL_ABOVE tokens these small charts have fewer pixels than cells: each shows the
+  // largest value of a block of tokens (and says so); the Heatmap tab has every single cell.
+  const f = Math.max(rows.length, cols.length) > POOL_ABOVE ? Math.ceil(Math.max(rows.length, cols.length) / POOL_ABOVE) : 1;
+  const shown = (m) => (f > 1 ? poolMax(m, f) : m);
+  const rowLabels = f > 1 ? poolLabels(rows, f) : rows;
+  const colLabels = f > 1 ? poolLabels(cols, f) : cols;
+  const note = f > 1 ? ` (each cell: the largest of a ${f} × ${f} block of tokens)` : "";
   const small = rows.length * cols.length <= 400;
   const common = { showText: small, xTitle: "key", yTitle: "query" };
   plots.scaled.parentElement.querySelector(".why").textContent = scaleNote;
-  await drawHeatmap(plots.scores, data.scores, rows, cols, { ...common, hoverName: "score" });
-  await drawHeatmap(plots.scaled, data.scaled, rows, cols, { ...common, hoverName: "scaled" });
-  await drawHeatmap(plots.masked, data.masked, rows, cols, { ...common, hoverName: "masked" });
-  await drawHeatmap(plots.weights, data.weights, rows, cols, { ...common, zmin: 0, zmax: 1, hoverName: "weight" });
+  await drawHeatmap(plots.scores, shown(data.scores), rowLabels, colLabels, { ...common, hoverName: "score", title: note });
+  await drawHeatmap(plots.scaled, shown(data.scaled), rowLabels, colLabels, { ...common, hoverName: "scaled", title: note });
+  await drawHeatmap(plots.masked, shown(data.masked), rowLabels, colLabels, { ...common, hoverName: "masked", title: note });
+  await drawHeatmap(plots.weights, shown(data.weights), rowLabels, colLabels, { ...common, zmin: 0, zmax: 1, hoverName: "weight", title: note });
   await drawHeatmap(plots.output, data.output, rows, dims, {
     showText: rows.length * dims.length <= 400, xTitle: "value dim", yTitle: "query", hoverName: "output",
   });
@@ -57,6 +66,10 @@ export async function renderModelStages(ctx) {
   const tokens = detail.tokens;
   const plots = stageFigures(el.stepsGrid);
   const masked = maskedScores(detail);
+  const anyMasked = detail.mask.some((row) => row.includes(false));
+  plots.masked.parentElement.querySelector(".why").textContent = anyMasked
+    ? "forbidden pairs become −∞ (blank)"
+    : "nothing is masked: an encoder looks both ways and one sentence has no padding (in a padded batch, padded keys would be −∞ here)";
   const dims = detail.output[0].map((_, i) => `d${i}`);
   await drawStages(
     plots,
