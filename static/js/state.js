@@ -1,7 +1,34 @@
 // The explorer's one state object, mirrored in the URL so any view can be shared or reloaded.
 
-const URL_KEYS = { model: "model", text: "text", textPair: "pair", layer: "layer", head: "head", view: "view", query: "q" };
-const NUMERIC = new Set(["layer", "head", "query"]);
+const int = { parse: (raw) => (/^\d+$/.test(raw) ? Number(raw) : undefined), format: String };
+const text = { parse: (raw) => raw, format: String };
+const number = {
+  parse: (raw) => (Number.isFinite(Number(raw)) && raw.trim() !== "" ? Number(raw) : undefined),
+  format: String,
+};
+const flag = { parse: (raw) => (raw === "1" ? true : raw === "0" ? false : undefined), format: (v) => (v ? "1" : "0") };
+const intList = {
+  parse: (raw) => {
+    const values = raw.split(",").filter(Boolean).map((part) => int.parse(part));
+    return values.length && values.every((v) => v !== undefined) ? values : undefined;
+  },
+  format: (v) => v.join(","),
+};
+
+/** State key -> [URL parameter, type]. */
+const FIELDS = {
+  model: ["model", text],
+  text: ["text", text],
+  textPair: ["pair", text],
+  layer: ["layer", int],
+  head: ["head", int],
+  view: ["view", text],
+  query: ["q", int],
+  overlay: ["heads", intList], // Token to token: the heads drawn together
+  threshold: ["min", number], // Token to token: lines below this weight are hidden
+  unscaled: ["noscale", flag], // Without √d: remove the 1/√d scale
+  temperature: ["temp", number], // Without √d: the counterfactual temperature
+};
 
 export const VIEWS = ["heatmap", "grid", "lines", "qk", "mask", "whatif", "steps"];
 
@@ -9,29 +36,24 @@ export function createState(defaults) {
   const state = { ...defaults };
   const listeners = new Set();
 
+  /** Reads the URL into the state; returns whether it named a text (so the page runs it). */
   function readUrl() {
     const params = new URLSearchParams(window.location.search);
-    for (const [key, name] of Object.entries(URL_KEYS)) {
+    for (const [key, [name, type]] of Object.entries(FIELDS)) {
       if (!params.has(name)) continue;
-      const raw = params.get(name);
-      if (NUMERIC.has(key)) {
-        const n = Number.parseInt(raw, 10);
-        if (Number.isFinite(n) && n >= 0) state[key] = n;
-      } else if (key === "view") {
-        if (VIEWS.includes(raw)) state.view = raw;
-      } else {
-        state[key] = raw;
-      }
+      const value = type.parse(params.get(name));
+      if (value === undefined || (key === "view" && !VIEWS.includes(value))) continue;
+      state[key] = value;
     }
     return params.has("text");
   }
 
   function writeUrl() {
     const params = new URLSearchParams();
-    for (const [key, name] of Object.entries(URL_KEYS)) {
+    for (const [key, [name, type]] of Object.entries(FIELDS)) {
       const value = state[key];
-      if (value === null || value === undefined || value === "") continue;
-      params.set(name, String(value));
+      if (value === null || value === undefined || value === "" || value === defaults[key]) continue;
+      params.set(name, type.format(value));
     }
     const url = `${window.location.pathname}?${params.toString()}`;
     window.history.replaceState(null, "", url);
@@ -41,7 +63,7 @@ export function createState(defaults) {
     get: () => state,
     readUrl,
     set(patch) {
-      const changed = Object.keys(patch).filter((k) => state[k] !== patch[k]);
+      const changed = Object.keys(patch).filter((k) => JSON.stringify(state[k]) !== JSON.stringify(patch[k]));
       if (!changed.length) return;
       Object.assign(state, patch);
       writeUrl();

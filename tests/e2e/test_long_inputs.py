@@ -59,7 +59,7 @@ def test_long_maps_hover_with_text_and_label_density_follows_the_zoom(page, live
     )
     wait_js(
         page,
-        "document.querySelector('#heatmap').layout.xaxis.tickvals[1] - document.querySelector('#heatmap').layout.xaxis.tickvals[0] === 1",
+        "(t => t[1] - t[0] === 1)(document.querySelector('#heatmap').layout.xaxis.tickvals)",
     )
     after = page.evaluate("document.querySelector('#heatmap').layout.xaxis.tickvals")
     assert after[0] >= 100 and after[-1] <= 130 and len(after) >= 25

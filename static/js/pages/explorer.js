@@ -7,7 +7,8 @@ import { exportCurrent } from "../export.js";
 import { VIEWS, createState } from "../state.js";
 import { renderGrid } from "../views/grid.js";
 import { renderHeatmap } from "../views/heatmap.js";
-import { renderLines } from "../views/lines.js";
+import { overlayHeads, renderLines } from "../views/lines.js";
+import { headColour } from "../colors.js";
 import { renderMask } from "../views/mask.js";
 import { plotlyReady } from "../views/plot.js";
 import { renderQK } from "../views/qk.js";
@@ -17,11 +18,13 @@ import { renderWhatIf } from "../views/whatif.js";
 const page = readPageData();
 const state = createState({
   model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", query: null,
+  overlay: null, threshold: 0.05, unscaled: true, temperature: 1,
 });
 
 const el = {
   form: $("#run-form"), text: $("#text"), textPair: $("#text-pair"), pairLabel: $("#pair-label"), model: $("#model"),
   run: $("#run"), progress: $("#load-progress"), status: $("#run-status"), error: $("#run-error"), modelNote: $("#model-note"),
+  notice: $("#run-notice"),
   result: $("#result"), layer: $("#layer"), head: $("#head"), headInfo: $("#head-info"), tokens: $("#tokens"), views: $("#views"),
   heatmap: $("#heatmap"), grid: $("#grid"), gridStatus: $("#grid-status"), gridGqa: $("#grid-gqa"),
   lines: $("#lines"), linesHeads: $("#lines-heads"), linesThreshold: $("#lines-threshold"), linesThresholdValue: $("#lines-threshold-value"),
@@ -54,6 +57,12 @@ function modelInfo(id) {
   return models.find((m) => m.id === id);
 }
 
+/** A sentence saying what the page changed from what was asked (a link's model or layer). */
+function notice(text) {
+  el.notice.textContent = text;
+  el.notice.hidden = !text;
+}
+
 function setStatus(text, fraction = null) {
   el.status.textContent = text;
   el.progress.hidden = fraction === null;
@@ -71,7 +80,17 @@ async function loadModels() {
       return option;
     }),
   );
-  if (!modelInfo(state.get().model)) state.set({ model: list.default_encoder });
+  const asked = state.get().model;
+  const known = modelInfo(asked);
+  if (!known || !known.available) {
+    const fallback = list.default_encoder;
+    notice(
+      known
+        ? `The link asked for ${asked}, which cannot be loaded on this server (${known.unavailable_reason}); showing ${fallback} instead.`
+        : `The link asked for a model this server does not have (“${asked.slice(0, 120)}”); showing ${fallback} instead.`,
+    );
+    state.set({ model: fallback });
+  }
   el.model.value = state.get().model;
   describeModel();
 }
@@ -108,15 +127,20 @@ async function run() {
   if (session) session.abort();
   try {
     await waitUntilLoaded(model);
+    await refreshModels(); // a model's layer and head counts are known once it has loaded
     const info = modelInfo(model);
+    const asked = state.get();
+    const layer = Math.min(asked.layer, info.num_layers - 1);
+    const head = Math.min(asked.head, info.num_heads - 1);
+    const changes = [];
+    if (layer !== asked.layer) changes.push(`layer ${asked.layer} (it has layers 0–${info.num_layers - 1}): showing layer ${layer}`);
+    if (head !== asked.head) changes.push(`head ${asked.head} (it has heads 0–${info.num_heads - 1}): showing head ${head}`);
+    if (changes.length) notice(`This model has no ${changes.join("; and no ")}.`);
+    state.set({ layer, head });
     setStatus("Running the model…");
     session = new AttentionSession(model, text, info.causal ? null : textPair);
-    const first = await session.layer(Math.min(state.get().layer, 1e9));
-    await refreshModels();
+    const first = await session.layer(layer);
     const meta = first.meta;
-    const layer = Math.min(state.get().layer, meta.num_layers - 1);
-    const head = Math.min(state.get().head, meta.num_heads - 1);
-    state.set({ layer, head });
     fillPickers(meta);
     showTokens(meta);
     el.result.hidden = false;
@@ -185,6 +209,7 @@ async function render() {
   const current = state.get();
   showView(current.view);
   syncPickers();
+  syncControls();
   await plotlyReady();
   const info = session.meta;
   const busy = setTimeout(() => {
@@ -221,23 +246,60 @@ el.text.addEventListener("keydown", (event) => {
 el.form.addEventListener("submit", (event) => {
   event.preventDefault();
   state.set({ model: el.model.value, text: el.text.value, textPair: el.textPair.value, query: null });
+  notice("");
   run();
 });
 el.model.addEventListener("change", () => {
   describeModel();
   state.set({ model: el.model.value, layer: 0, head: 0 });
 });
-el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value) }));
+el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value), overlay: null }));
 el.head.addEventListener("change", () => state.set({ head: Number(el.head.value) }));
 el.qkQuery.addEventListener("change", () => state.set({ query: Number(el.qkQuery.value) }));
 let sliderTimer = null;
-function renderSoon() {
+function settleThen(fn) {
   clearTimeout(sliderTimer);
-  sliderTimer = setTimeout(render, 120); // sliders fire many events; draw once they settle
+  sliderTimer = setTimeout(fn, 120); // sliders fire many events; act once they settle
 }
-el.linesThreshold.addEventListener("input", renderSoon);
-el.whatifUnscaled.addEventListener("change", () => render());
-el.whatifTemperature.addEventListener("input", renderSoon);
+
+/** Every control shows what the state says (after a reload, a shared link, or a change). */
+function syncControls() {
+  const current = state.get();
+  const info = session?.meta;
+  el.linesThreshold.value = String(current.threshold);
+  el.linesThresholdValue.textContent = current.threshold.toFixed(2);
+  el.whatifUnscaled.checked = current.unscaled;
+  el.whatifTemperature.value = String(Math.log10(current.temperature));
+  el.whatifTemperatureValue.textContent = current.temperature.toFixed(2);
+  if (!info) return;
+  const heads = overlayHeads(current, info);
+  const boxes = el.linesHeads.querySelectorAll("input");
+  if (boxes.length !== info.num_heads) {
+    el.linesHeads.querySelectorAll("label").forEach((n) => n.remove());
+    for (let h = 0; h < info.num_heads; h++) {
+      const box = make("input", { attrs: { type: "checkbox", value: String(h) } });
+      const label = make("label", {}, [box, make("span", { text: `h${h}` })]);
+      label.style.color = headColour(h, info.num_heads);
+      el.linesHeads.append(label);
+    }
+  }
+  for (const box of el.linesHeads.querySelectorAll("input")) box.checked = heads.includes(Number(box.value));
+}
+// Controls write the state; render() draws from it (and sets the controls back from it).
+el.linesThreshold.addEventListener("input", () => {
+  el.linesThresholdValue.textContent = Number(el.linesThreshold.value).toFixed(2);
+  settleThen(() => state.set({ threshold: Number(el.linesThreshold.value) }));
+});
+el.whatifUnscaled.addEventListener("change", () => state.set({ unscaled: el.whatifUnscaled.checked }));
+el.whatifTemperature.addEventListener("input", () => {
+  const temperature = Number((10 ** Number(el.whatifTemperature.value)).toFixed(4));
+  el.whatifTemperatureValue.textContent = temperature.toFixed(2);
+  settleThen(() => state.set({ temperature }));
+});
+el.linesHeads.addEventListener("change", () => {
+  const chosen = [...el.linesHeads.querySelectorAll("input:checked")].map((b) => Number(b.value));
+  state.set({ overlay: chosen.length ? chosen : null });
+});
 for (const tab of document.querySelectorAll('[role="tab"]')) {
   tab.addEventListener("click", () => state.set({ view: tab.dataset.view }));
   tab.addEventListener("keydown", (event) => {
@@ -273,8 +335,9 @@ for (const button of document.querySelectorAll("[data-export]")) {
     }
   });
 }
+const DRAWN_FROM = ["layer", "head", "view", "query", "overlay", "threshold", "unscaled", "temperature"];
 state.subscribe((_, changed) => {
-  if (changed.some((k) => ["layer", "head", "view", "query"].includes(k))) render();
+  if (changed.some((k) => DRAWN_FROM.includes(k))) render();
 });
 
 loadModels()

@@ -2,6 +2,7 @@
 
 import { api } from "../api.js";
 import { $, el as make, showError } from "../dom.js";
+import { keepInputsInUrl } from "../urlstate.js";
 import { drawHeatmap, plotlyReady } from "../views/plot.js";
 
 async function draw() {
@@ -54,5 +55,9 @@ async function draw() {
 $("#masks-form").addEventListener("submit", (event) => {
   event.preventDefault();
   draw();
+});
+keepInputsInUrl({
+  text: $("#masks-text"), window: $("#masks-window"), dilation: $("#masks-dilation"), global: $("#masks-global"),
+  random: $("#masks-random"), seed: $("#masks-seed"), block: $("#masks-block"),
 });
 draw();

@@ -3,6 +3,7 @@
 import { api } from "../api.js";
 import { $, metricCard, readPageData, showError } from "../dom.js";
 import { meanEntropy } from "../stats.js";
+import { keepInputsInUrl } from "../urlstate.js";
 import { drawChart, drawHeatmap, plotlyReady } from "../views/plot.js";
 
 const page = readPageData();
@@ -88,6 +89,10 @@ async function compareRealHead() {
 for (const id of ["#dk", "#temp", "#keys", "#seed"]) $(id).addEventListener("input", update);
 $("#scaling-form").addEventListener("submit", (e) => e.preventDefault());
 $("#real-text").value = page.example_text;
+keepInputsInUrl({
+  dk: $("#dk"), temp: $("#temp"), keys: $("#keys"), seed: $("#seed"),
+  text: $("#real-text"), layer: $("#real-layer"), head: $("#real-head"),
+});
 $("#real-form").addEventListener("submit", (e) => {
   e.preventDefault();
   compareRealHead();

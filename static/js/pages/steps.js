@@ -3,6 +3,7 @@
 
 import { api } from "../api.js";
 import { $, readPageData, showError } from "../dom.js";
+import { keepInputsInUrl } from "../urlstate.js";
 import { plotlyReady } from "../views/plot.js";
 import { drawStages, stageFigures } from "../views/stages.js";
 
@@ -73,12 +74,16 @@ async function compute() {
 }
 
 fillExample();
+keepInputsInUrl({
+  tokens: $("#tokens"), q: $("#q"), k: $("#k"), v: $("#v"), scale: $("#scale"), temperature: $("#temperature"), mask: $("#mask"),
+});
 $("#steps-form").addEventListener("submit", (event) => {
   event.preventDefault();
   compute();
 });
 $("#reset-example").addEventListener("click", () => {
   fillExample();
+  $("#q").dispatchEvent(new Event("input")); // the URL forgets the edits too
   compute();
 });
 for (const id of ["#scale", "#mask", "#temperature"]) $(id).addEventListener("change", compute);

@@ -1,7 +1,6 @@
 // Token-to-token view: queries left, keys right, a line per weight above a threshold.
 
 import { headColour } from "../colors.js";
-import { el as make } from "../dom.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const ROW = 20;
@@ -22,35 +21,23 @@ function svg(tag, attrs) {
   return node;
 }
 
+/** The heads drawn together: the state's overlay (those of this layer), else the open head. */
+export function overlayHeads(state, info) {
+  const chosen = (state.overlay || []).filter((h) => h < info.num_heads);
+  return chosen.length ? chosen : [state.head];
+}
+
 export async function renderLines(ctx) {
   const token = ctx.renderToken;
   const { session, state, el, info } = ctx;
-  const heads = ctx.linesHeads && ctx.linesHeadsLayer === state.layer ? ctx.linesHeads : [state.head];
-  ctx.linesHeads = heads;
-  ctx.linesHeadsLayer = state.layer;
-  // Head checkboxes, rebuilt for the current layer.
-  const picks = el.linesHeads;
-  picks.querySelectorAll("label").forEach((n) => n.remove());
-  for (let h = 0; h < info.num_heads; h++) {
-    const box = make("input", { attrs: { type: "checkbox", value: String(h) } });
-    box.checked = heads.includes(h);
-    box.addEventListener("change", () => {
-      const chosen = [...picks.querySelectorAll("input:checked")].map((b) => Number(b.value));
-      ctx.linesHeads = chosen.length ? chosen : [state.head];
-      renderLines(ctx);
-    });
-    const label = make("label", {}, [box, make("span", { text: `h${h}` })]);
-    label.style.color = headColour(h, info.num_heads);
-    picks.append(label);
-  }
+  const heads = overlayHeads(state, info);
 
   const maps = await session.layer(state.layer);
   if (ctx.isStale(token)) return;
   const tokens = maps.meta.tokens;
   const n = tokens.length;
-  const threshold = Number(el.linesThreshold.value);
+  const threshold = state.threshold;
   const { width: WIDTH, leftX: LEFT_X, rightX: RIGHT_X } = geometry(tokens, Math.min(720, el.lines.clientWidth - 2));
-  el.linesThresholdValue.textContent = threshold.toFixed(2);
   const root = svg("svg", { width: WIDTH, height: n * ROW + 30, role: "img", "aria-label": `Attention lines for heads ${heads.join(", ")} of layer ${state.layer}` });
   root.append(svg("text", { x: LEFT_X, y: 14, "text-anchor": "end" }));
   root.lastChild.textContent = "query";

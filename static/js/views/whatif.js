@@ -8,9 +8,7 @@ import { drawHeatmap } from "./plot.js";
 export async function renderWhatIf(ctx) {
   const token = ctx.renderToken;
   const { session, state, el } = ctx;
-  const temperature = 10 ** Number(el.whatifTemperature.value);
-  el.whatifTemperatureValue.textContent = temperature.toFixed(2);
-  const unscaled = el.whatifUnscaled.checked;
+  const { temperature, unscaled } = state;
   const detail = await session.detail({
     layer: state.layer, head: state.head, scale: unscaled ? false : true, temperature: Number(temperature.toFixed(4)),
     fields: ["weights", "counterfactual_weights"],
