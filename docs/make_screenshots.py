@@ -43,6 +43,8 @@ SHOTS = [
     ("lab-step-by-step", lambda b: f"{b}/lab/step-by-step", "#stage-grid .plot"),
     ("lab-masks", lambda b: f"{b}/lab/masks", "#masks-grid .plot"),
     ("lab-scaling", lambda b: f"{b}/lab/scaling", "#entropy-curve"),
+    ("api-docs", lambda b: f"{b}/docs", ".opblock"),
+    ("explorer-tokens-bytes", lambda b: explorer(b, model=SMOLLM2, text="Attention 😀 naïve שלום 注意", view="lines", heads="0,4,8"), "#lines svg"),
 ]
 
 
@@ -53,7 +55,7 @@ def main(base: str) -> None:
         for width, suffix in ((1280, ""), (390, "-narrow")):
             page = browser.new_page(viewport={"width": width, "height": 800})
             for name, url, ready in SHOTS:
-                if suffix and name not in ("explorer-heatmap", "lab-scaling"):
+                if suffix and name not in ("explorer-heatmap", "lab-scaling", "lab-step-by-step", "explorer-mask-causal"):
                     continue
                 page.goto(url(base))
                 wait(page, f"document.querySelector('{ready}') !== null")
