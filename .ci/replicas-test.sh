@@ -30,7 +30,7 @@ cleanup() {
 trap cleanup EXIT
 
 ensure_podman
-command -v nginx >/dev/null || { apt-get install -y -qq nginx >/dev/null; step "installed nginx"; }
+command -v nginx >/dev/null || { apt-get update -qq && apt-get install -y -qq nginx >/dev/null; step "installed nginx"; }
 if ! podman image exists "$IMAGE"; then
   ensure_base_image
   build_image "$IMAGE"
