@@ -28,6 +28,7 @@ class ForwardResult:
     token_ids: list[int]
     special: list[bool]
     segments: list[int] | None  # 0/1 per token for sentence pairs, else None
+    words: list[int]  # word number of each token (pieces of one word share it); -1 for specials
     attentions: Tensor  # (layers, heads, seq, seq), float32, exactly transformers' output
     hidden_inputs: Tensor  # (layers, seq, d_model): what entered each attention block
     forward_seconds: float
@@ -48,8 +49,11 @@ class ForwardResult:
         return len(self.token_ids)
 
 
-def tokenize(loaded: LoadedModel, text: str, text_pair: str | None) -> dict[str, Tensor]:
-    """Tokenize, refusing text over the model's limit instead of silently cutting it."""
+def tokenize(
+    loaded: LoadedModel, text: str, text_pair: str | None
+) -> tuple[dict[str, Tensor], list[int]]:
+    """(model inputs, word number of each token), refusing text over the model's limit instead
+    of silently cutting it. Tokens of one word share a number; special tokens have -1."""
     if text_pair is not None and loaded.causal:
         raise InvalidInput(
             f"text_pair (sentence pairs) is for BERT-family encoders; '{loaded.id}' is a causal "
@@ -65,12 +69,12 @@ def tokenize(loaded: LoadedModel, text: str, text_pair: str | None) -> dict[str,
             "tokens here. Shorten the text."
         )
     accepted = inspect.signature(loaded.model.forward).parameters
-    return {k: v for k, v in encoding.items() if k in accepted}
+    return {k: v for k, v in encoding.items() if k in accepted}, _word_numbers(encoding, n)
 
 
 def count_tokens(loaded: LoadedModel, text: str, text_pair: str | None) -> int:
     """Tokens the text will have (the same checks as a forward pass, without running one)."""
-    return int(tokenize(loaded, text, text_pair)["input_ids"].shape[1])
+    return int(tokenize(loaded, text, text_pair)[0]["input_ids"].shape[1])
 
 
 def run_forward(
@@ -84,7 +88,7 @@ def run_forward(
     should_stop is polled before every layer; when it returns True the pass is abandoned
     (RequestCancelled), so a client that hung up stops costing CPU within one layer.
     """
-    inputs = tokenize(loaded, text, text_pair)
+    inputs, words = tokenize(loaded, text, text_pair)
     modules = attention_modules(loaded.model, loaded.family)
     captured: list[Tensor | None] = [None] * len(modules)
 
@@ -133,6 +137,7 @@ def run_forward(
         token_ids=ids,
         special=special,
         segments=segments,
+        words=words,
         attentions=attentions,
         hidden_inputs=torch.stack([h[0] for h in captured]).float(),  # (L, T, D)
         forward_seconds=seconds,
@@ -148,6 +153,24 @@ def _stack_releasing(layers: list[Tensor]) -> Tensor:
         out[i] = layers[i][0]
         layers[i] = None  # the model's own tensor is freed here, not after the loop
     return out
+
+
+def _word_numbers(encoding, n: int) -> list[int]:
+    """Word number of each token from a fast tokenizer's word_ids, numbered across a sentence
+    pair (segment B's words after segment A's); every token its own word without word_ids."""
+    try:
+        word_ids = encoding.word_ids(0)
+        sequence_ids = encoding.sequence_ids(0)
+    except (ValueError, AttributeError):  # a slow (Python) tokenizer has no word ids
+        return list(range(n))
+    offset = 1 + max(
+        (w for w, s in zip(word_ids, sequence_ids, strict=True) if s == 0 and w is not None),
+        default=-1,
+    )
+    return [
+        -1 if w is None else w + (offset if s == 1 else 0)
+        for w, s in zip(word_ids, sequence_ids, strict=True)
+    ]
 
 
 def _segments_from_separators(ids: list[int], sep_id: int | None) -> list[int]:

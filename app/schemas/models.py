@@ -37,3 +37,10 @@ class LoadStatus(BaseModel):
     fraction: float = Field(ge=0, le=1, description="rough progress, 0 to 1")
     error: str | None = None
     seconds: float | None = Field(None, description="duration of the last completed load")
+
+
+class InductionText(BaseModel):
+    model: str
+    length: int = Field(description="random tokens before the repeat")
+    seed: int
+    text: str = Field(description="the random sequence, a space, and the same sequence again")

@@ -12,8 +12,10 @@ from app.api.responses import BODY_ROUTE, errors
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
 from app.inference.inflight import Reservation
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
+from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.serialize import BINARY_MEDIA_TYPE, MapsAnswer
 from app.services.attention import attention_detail, attention_maps
+from app.services.heads import describe_heads
 
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
@@ -129,4 +131,24 @@ async def post_detail(
 ) -> DetailResponse:
     return await until_disconnect(
         request, lambda stop: attention_detail(manager, cache, budget, body, stop)
+    )
+
+
+@router.post(
+    "/heads",
+    response_model=HeadsResponse,
+    summary="What every head does: statistics and roles",
+    description="For every layer and head on this text: normalised entropy, mean attention "
+    "distance, the shares of attention on the first token, special tokens, the previous token, "
+    "itself, other pieces of its word, separators, a local window, earlier copies of itself "
+    "(duplicate) and the tokens after them (induction), and the largest weight; and the roles "
+    "these imply, each with the score that decided it. Computed from the cached forward pass. "
+    "Induction and duplicate-token scores need a repeated token (null otherwise).",
+    responses=ERRORS,
+)
+async def post_heads(
+    body: HeadsRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
+) -> HeadsResponse:
+    return await until_disconnect(
+        request, lambda stop: describe_heads(manager, cache, budget, body, stop)
     )

@@ -1,9 +1,10 @@
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 
 from app.api.responses import errors
 from app.deps import ManagerDep
 from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.models import LoadStatus, ModelList
+from app.schemas.models import InductionText, LoadStatus, ModelList
+from app.services.induction import induction_text
 from app.services.models import describe
 
 router = APIRouter(prefix="/api/models", tags=["models"])
@@ -53,3 +54,24 @@ def start_load(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
     """Start loading a model in the background; returns at once."""
     manager.start_loading(model_id)
     return _status(manager, model_id)
+
+
+@router.get(
+    "/{model_id:path}/induction-text",
+    response_model=InductionText,
+    responses=errors(404, 413, 422, 429, 503),
+    summary="The standard test input for induction heads",
+)
+def get_induction_text(
+    manager: ManagerDep,
+    model_id: str = ModelIdPath,
+    length: int = Query(40, ge=4, le=200, description="Random tokens before the repeat."),
+    seed: int = Query(0, ge=0, le=2**31 - 1, description="The same seed gives the same text."),
+) -> InductionText:
+    """A random sequence of this model's tokens written twice. In the second copy an
+    induction head attends to the token that followed the previous occurrence of the current
+    one; POST the text to /api/attention/heads and look at the 'induction' statistic."""
+    loaded = manager.get(model_id)
+    return InductionText(
+        model=loaded.id, length=length, seed=seed, text=induction_text(loaded, length, seed)
+    )

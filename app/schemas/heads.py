@@ -1,0 +1,49 @@
+"""Schemas of POST /api/attention/heads: what every head of a model does on a text."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.schemas.attention import EXAMPLE_TEXT, TextRequest
+from attention_core.head_stats import ROLES, STATISTICS
+
+
+class HeadsRequest(TextRequest):
+    """The text to look at; every layer and head is described."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "text": EXAMPLE_TEXT}]
+        }
+    )
+
+
+class HeadRole(BaseModel):
+    role: str = Field(description=f"one of {list(ROLES)}")
+    score: float = Field(description="the statistic that decided it (a share of attention, 0-1)")
+
+
+class RoleRule(BaseModel):
+    statistic: str
+    threshold: float
+
+
+StatisticGrid = list[list[float | None]]
+
+
+class HeadsResponse(BaseModel):
+    """statistics[name][layer][head]: one number per head, a mean over query rows; null where
+    no query row qualifies (induction and duplicate-token need a repeated token, same_word a
+    word of several pieces). roles[layer][head]: the head's roles, strongest first."""
+
+    model: str
+    tokens: list[str]
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    causal: bool
+    statistics: dict[str, StatisticGrid] = Field(description=f"keys: {list(STATISTICS)}")
+    descriptions: dict[str, str] = Field(description="what each statistic measures")
+    roles: list[list[list[HeadRole]]]
+    rules: dict[str, RoleRule] = Field(description="role -> the statistic and threshold it needs")
+    compute_ms: float = Field(description="time to compute all statistics from the forward pass")

@@ -1,0 +1,103 @@
+"""What every head does on a text (POST /api/attention/heads), from the cached forward pass."""
+
+from __future__ import annotations
+
+import math
+import time
+import unicodedata
+
+import torch
+
+from app.inference.cache import ForwardCache
+from app.inference.forward import ForwardResult
+from app.inference.inflight import AnswerBudget
+from app.models.loader import LoadedModel
+from app.models.manager import ModelManager
+from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
+from app.services.attention import ShouldStop, reserved_forward
+from attention_core.head_stats import ROLES, STATISTICS, TokenFacts, head_statistics
+
+DESCRIPTIONS = {
+    "entropy": "normalised entropy of each row: 0 = all on one key, 1 = uniform over the keys "
+    "a query may see",
+    "distance": "mean distance in tokens between a query and the keys it attends to",
+    "first": "share of attention on the first token (attention sinks)",
+    "special": "share on special tokens ([CLS], [SEP], <|endoftext|> ...)",
+    "previous": "share on the token just before the query",
+    "self": "share on the query token itself",
+    "same_word": "share on the other pieces of the query's own word",
+    "max_weight": "the largest weight of each row",
+    "separator": "share on separators and punctuation",
+    "local": "share within 3 tokens on either side, the query and the token just before it "
+    "excluded (those are 'self' and 'previous')",
+    "duplicate": "share on earlier copies of the query token (rows that have one)",
+    "induction": "share on the tokens that followed earlier copies of the query token "
+    "(rows that have one)",
+}
+
+
+def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
+    """What the statistics need to know of each token, from the forward pass."""
+    separators = {loaded.tokenizer.sep_token_id, loaded.tokenizer.eos_token_id} - {None}
+    separator = [
+        token_id in separators
+        or (
+            bool(label.strip("␣↵⇥"))
+            and all(unicodedata.category(c).startswith("P") for c in label.strip("␣↵⇥"))
+        )
+        for token_id, label in zip(result.token_ids, result.tokens, strict=True)
+    ]
+    return TokenFacts(
+        special=torch.tensor(result.special, dtype=torch.bool),
+        separator=torch.tensor(separator, dtype=torch.bool),
+        word=torch.tensor(result.words, dtype=torch.int64),
+        ids=torch.tensor(result.token_ids, dtype=torch.int64),
+    )
+
+
+def _grid(values: torch.Tensor) -> list[list[float | None]]:
+    return [[None if math.isnan(v) else round(v, 6) for v in row] for row in values.tolist()]
+
+
+def describe_heads(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: HeadsRequest,
+    should_stop: ShouldStop = None,
+) -> HeadsResponse:
+    loaded = manager.get(req.model)
+    result, _, reservation = reserved_forward(
+        loaded, cache, budget, req.text, req.text_pair, should_stop
+    )
+    try:
+        start = time.perf_counter()
+        stats = head_statistics(
+            result.attentions, token_facts(loaded, result), causal=loaded.causal
+        )
+        seconds = time.perf_counter() - start
+    finally:
+        reservation.release()
+    layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
+    return HeadsResponse(
+        model=loaded.id,
+        tokens=result.tokens,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=loaded.arch.num_kv_heads,
+        causal=loaded.causal,
+        statistics={name: _grid(stats.values[name]) for name in STATISTICS},
+        descriptions=DESCRIPTIONS,
+        roles=[
+            [
+                [
+                    HeadRole(role=role, score=round(score, 6))
+                    for role, score in stats.roles(layer, h)
+                ]
+                for h in range(heads)
+            ]
+            for layer in range(layers)
+        ],
+        rules={role: RoleRule(statistic=s, threshold=t) for role, (s, t) in ROLES.items()},
+        compute_ms=round(seconds * 1000, 3),
+    )

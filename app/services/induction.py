@@ -1,0 +1,40 @@
+"""The standard test input for induction heads: a random token sequence, then the same again."""
+
+from __future__ import annotations
+
+import torch
+
+from app.errors import InvalidInput
+from app.models.loader import LoadedModel
+
+MAX_DRAWS_PER_TOKEN = 50
+
+
+def induction_text(loaded: LoadedModel, length: int, seed: int) -> str:
+    """`length` random ordinary tokens of the model's vocabulary, decoded, written twice.
+
+    Random tokens make a text the model cannot predict from language; in the second copy a
+    head that looks at the token after the previous occurrence of the current token (an
+    induction head) stands out. Only tokens that decode to a whole word of plain letters are
+    drawn (" word" in byte-level vocabularies, "word" in WordPiece ones, never a "##" piece),
+    so the text tokenizes back into the same pieces. Draws are bounded: a vocabulary with too
+    few such words is refused.
+    """
+    tokenizer = loaded.tokenizer
+    g = torch.Generator().manual_seed(seed)
+    special = set(tokenizer.all_special_ids)
+    ids = torch.randint(len(tokenizer), (MAX_DRAWS_PER_TOKEN * length,), generator=g).tolist()
+    chosen: list[str] = []
+    for token_id in ids:
+        if token_id in special:
+            continue
+        word = tokenizer.decode([token_id]).strip()
+        if word.isalpha() and word.isascii() and len(word) >= 3:
+            chosen.append(word)
+            if len(chosen) == length:
+                sequence = " ".join(chosen)
+                return f"{sequence} {sequence}"
+    raise InvalidInput(
+        f"'{loaded.id}' gave only {len(chosen)} plain words in {len(ids)} random draws; "
+        "its vocabulary does not suit this test text"
+    )

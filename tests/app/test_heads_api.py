@@ -1,0 +1,62 @@
+"""POST /api/attention/heads on the embedded models: the heads whose jobs are known."""
+
+import pytest
+
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+from attention_core.head_stats import STATISTICS
+
+TEXT = "The animal didn't cross the street because it was too tired."
+
+
+def heads(client, model, text=TEXT):
+    response = client.post("/api/attention/heads", json={"model": model, "text": text})
+    assert response.status_code == 200, response.text[:300]
+    return response.json()
+
+
+def top_role(body, layer, head):
+    roles = body["roles"][layer][head]
+    return roles[0] if roles else None
+
+
+def test_minilm_layer_0_head_2_is_a_previous_token_head(client):
+    body = heads(client, MINILM_ID)
+    assert set(body["statistics"]) == set(STATISTICS)
+    assert len(body["statistics"]["entropy"]) == 6 and len(body["statistics"]["entropy"][0]) == 12
+    assert top_role(body, 0, 2)["role"] == "previous-token"
+    assert top_role(body, 0, 2)["score"] > 0.95
+
+
+def test_smollm2_known_heads_and_its_induction_heads(client):
+    body = heads(client, SMOLLM2_ID)
+    assert (body["num_layers"], body["num_heads"], body["num_kv_heads"]) == (30, 9, 3)
+    previous = body["statistics"]["previous"]
+    best = max((previous[layer][h], layer, h) for layer in range(30) for h in range(9))
+    assert best[1:] == (16, 0) and top_role(body, 16, 0)["role"] == "previous-token"
+    assert top_role(body, 18, 8) == {
+        "role": "first-token (sink)",
+        "score": pytest.approx(1, abs=1e-3),
+    }
+    assert body["statistics"]["induction"][0][0] is None  # no token repeats in this sentence
+
+    text = client.get(f"/api/models/{SMOLLM2_ID}/induction-text?length=40&seed=0").json()["text"]
+    half = text.split(" ")
+    assert half[:40] == half[40:]
+    repeated = heads(client, SMOLLM2_ID, text)
+    induction = [
+        (layer, h)
+        for layer in range(30)
+        for h in range(9)
+        if any(r["role"] == "induction" for r in repeated["roles"][layer][h])
+    ]
+    assert (18, 6) in induction and len(induction) >= 3, induction
+
+
+def test_heads_refuses_what_the_maps_refuse(client):
+    assert (
+        client.post("/api/attention/heads", json={"model": "nope", "text": "a"}).status_code == 404
+    )
+    empty = client.post("/api/attention/heads", json={"model": MINILM_ID, "text": " "})
+    assert empty.status_code == 422 and empty.json()["code"] == "invalid_field"
+    bad = client.get(f"/api/models/{SMOLLM2_ID}/induction-text?length=2")
+    assert bad.status_code == 422
