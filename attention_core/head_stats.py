@@ -80,24 +80,21 @@ def layer_statistics(weights: Tensor, facts: TokenFacts, causal: bool) -> dict[s
     """Every statistic of one layer. weights: (heads, seq, seq) -> {name: (heads,)}.
 
     causal: queries see only themselves and earlier keys (the entropy is normalised by the
-    log of the keys each query may see)."""
+    log of the keys each query may see). A handful of passes over the layer's maps: shares
+    on per-row key sets are one einsum over the stacked sets, shares on per-key sets one
+    matrix-vector product, and the entropy one `entr`.
+    """
     _, seq, _ = weights.shape
-    w = weights.to(torch.float64)
-    i = torch.arange(seq).unsqueeze(1)  # (seq, 1) query positions
-    j = torch.arange(seq).unsqueeze(0)  # (1, seq) key positions
+    w = weights.to(torch.float32)
+    positions = torch.arange(seq)
+    i = positions.unsqueeze(1)  # (seq, 1) query positions
+    j = positions.unsqueeze(0)  # (1, seq) key positions
     every_row = torch.ones(seq, dtype=torch.bool)
 
-    logs = torch.where(w > 0, w.log(), torch.zeros((), dtype=w.dtype))
-    entropy = -(w * logs).sum(dim=-1)  # (H, seq), nats
-    visible = (i.squeeze(1) + 1) if causal else torch.full((seq,), seq)  # keys a query may see
+    entropy = torch.special.entr(w).sum(dim=-1)  # (H, seq), nats
+    visible = (positions + 1) if causal else torch.full((seq,), seq)  # keys a query may see
     several = visible > 1
-    normaliser = torch.log(visible.to(w.dtype)).clamp_min(1e-12)
-    normalised = entropy / normaliser
-
-    def share(keys: Tensor) -> Tensor:
-        """Attention on a (seq, seq) or (seq,) bool choice of keys, per row. -> (H, seq)."""
-        chosen = keys if keys.dim() == 2 else keys.unsqueeze(0).expand(seq, seq)
-        return (w * chosen).sum(dim=-1)
+    normalised = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
 
     same_id = facts.ids.unsqueeze(1) == facts.ids.unsqueeze(0)  # (seq, seq)
     earlier_copy = same_id & (j < i)
@@ -105,22 +102,27 @@ def layer_statistics(weights: Tensor, facts: TokenFacts, causal: bool) -> dict[s
     follows_copy = torch.zeros(seq, seq, dtype=torch.bool)
     follows_copy[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
     same_word = (facts.word.unsqueeze(1) == facts.word.unsqueeze(0)) & (facts.word >= 0) & (i != j)
+    local = ((i - j).abs() <= LOCAL_REACH) & (i != j) & (j != i - 1)
+    distance = (i - j).abs().to(torch.float32)
+    row_sets = torch.stack([same_word, local, earlier_copy, follows_copy]).to(torch.float32)
+    row_shares = torch.einsum("hij,kij->khi", w, torch.cat([row_sets, distance.unsqueeze(0)]))
+    key_sets = torch.stack([facts.special, facts.separator]).to(torch.float32)  # (2, seq)
+    key_shares = torch.einsum("hij,kj->khi", w, key_sets)
+    previous = torch.diagonal(w, offset=-1, dim1=-2, dim2=-1)  # (H, seq - 1): row i, key i-1
 
     return {
         "entropy": _row_mean(normalised, several),
-        "distance": _row_mean((w * (i - j).abs()).sum(dim=-1), every_row),
+        "distance": _row_mean(row_shares[4], every_row),
         "first": _row_mean(w[..., 0], every_row),
-        "special": _row_mean(share(facts.special), every_row),
-        "previous": _row_mean(share(j == i - 1), torch.arange(seq) >= 1),
+        "special": _row_mean(key_shares[0], every_row),
+        "previous": _row_mean(previous, torch.ones(seq - 1, dtype=torch.bool)),
         "self": _row_mean(torch.diagonal(w, dim1=-2, dim2=-1), every_row),
-        "same_word": _row_mean(share(same_word), same_word.any(dim=-1)),
+        "same_word": _row_mean(row_shares[0], same_word.any(dim=-1)),
         "max_weight": _row_mean(w.amax(dim=-1), every_row),
-        "separator": _row_mean(share(facts.separator), every_row),
-        "local": _row_mean(
-            share(((i - j).abs() <= LOCAL_REACH) & (i != j) & (j != i - 1)), every_row
-        ),
-        "duplicate": _row_mean(share(earlier_copy), earlier_copy.any(dim=-1)),
-        "induction": _row_mean(share(follows_copy), follows_copy.any(dim=-1)),
+        "separator": _row_mean(key_shares[1], every_row),
+        "local": _row_mean(row_shares[1], every_row),
+        "duplicate": _row_mean(row_shares[2], earlier_copy.any(dim=-1)),
+        "induction": _row_mean(row_shares[3], follows_copy.any(dim=-1)),
     }
 
 

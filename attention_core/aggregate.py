@@ -1,0 +1,108 @@
+"""Attention summed up across heads and layers: head averages, attention rollout, and how
+alike heads are.
+
+Maps are (layers, heads, seq, seq) with rows summing to 1, as elsewhere in attention_core.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def head_average(attentions: Tensor) -> Tensor:
+    """The mean map of each layer's heads. (layers, heads, seq, seq) -> (layers, seq, seq)."""
+    return attentions.mean(dim=1)
+
+
+def attention_rollout(attentions: Tensor, *, residual: float = 0.5) -> Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020): how much each input token feeds each token
+    after every layer, following attention through the residual stream.
+
+    Each layer's heads are averaged, mixed with the identity for the residual path
+    (A' = residual * I + (1 - residual) * A, rows still summing to 1) and multiplied through the
+    layers: R_l = A'_l R_{l-1}, R_0 = A'_0. Returns (layers, seq, seq): row i of R_l is what
+    token i holds of every input token after layer l. Works for causal maps as well (they stay
+    lower triangular). residual = 0.5 is the paper's choice.
+    """
+    if attentions.dim() != 4 or attentions.shape[-1] != attentions.shape[-2]:
+        raise ValueError(
+            f"attentions must be (layers, heads, seq, seq); got {tuple(attentions.shape)}"
+        )
+    if not 0 <= residual <= 1:
+        raise ValueError(f"residual must lie in [0, 1]; got {residual}")
+    seq = attentions.shape[-1]
+    eye = torch.eye(seq, dtype=torch.float64)
+    rolled, current = [], eye
+    for layer in head_average(attentions.to(torch.float64)):
+        mixed = residual * eye + (1 - residual) * layer
+        mixed = mixed / mixed.sum(dim=-1, keepdim=True)
+        current = mixed @ current  # (seq, seq)
+        rolled.append(current)
+    return torch.stack(rolled).to(attentions.dtype)
+
+
+def js_divergence(p: Tensor, q: Tensor) -> Tensor:
+    """Jensen-Shannon divergence of distributions along the last dim, in bits (0 to 1).
+    (..., n), (..., n) -> (...)."""
+    m = (p + q) / 2
+
+    def kl(a: Tensor, b: Tensor) -> Tensor:
+        ratio = torch.where(a > 0, a / torch.where(b > 0, b, torch.ones((), dtype=b.dtype)), 1)
+        return (a * torch.log2(ratio)).sum(dim=-1)
+
+    return ((kl(p, m) + kl(q, m)) / 2).clamp_min(0)
+
+
+def pooled_patterns(attentions: Tensor, max_rows: int = 64, max_bins: int = 64) -> Tensor:
+    """Each head's pattern reduced for comparison: at most `max_rows` query rows, evenly
+    spaced, each with its keys summed into at most `max_bins` contiguous bins (still a
+    distribution). Exact (nothing reduced) up to 64 tokens.
+    (layers, heads, seq, seq) -> (layers * heads, rows, bins)."""
+    layers, heads, seq, _ = attentions.shape
+    rows = torch.linspace(0, seq - 1, min(seq, max_rows)).round().long().unique()
+    flat = attentions.reshape(layers * heads, seq, seq)[:, rows].to(torch.float64)
+    bins = min(seq, max_bins)
+    edges = torch.linspace(0, seq, bins + 1).round().long()
+    cumulative = torch.nn.functional.pad(flat.cumsum(dim=-1), (1, 0))  # (n, rows, seq + 1)
+    return cumulative[..., edges[1:]] - cumulative[..., edges[:-1]]  # (n, rows, bins)
+
+
+def head_similarity(attentions: Tensor, max_rows: int = 64, max_bins: int = 64) -> Tensor:
+    """How alike every two heads are on this text: 1 - the Jensen-Shannon divergence of their
+    rows, averaged over query rows (on pooled_patterns: exact up to 64 tokens). (layers, heads,
+    seq, seq) -> (L*H, L*H), head index layer * heads + head; 1 on the diagonal, symmetric.
+
+    Uses JS(p, q) = H((p + q) / 2) - (H(p) + H(q)) / 2 in bits: each head's own entropies once,
+    one entropy of the mixture per pair."""
+    patterns = pooled_patterns(attentions, max_rows, max_bins).to(torch.float32)
+    n = patterns.shape[0]
+    own = torch.special.entr(patterns).sum(dim=-1)  # (n, rows), nats
+    out = torch.ones(n, n, dtype=torch.float32)
+    for a in range(n - 1):  # one row of the matrix at a time
+        mixture = torch.special.entr((patterns[a] + patterns[a + 1 :]) / 2).sum(dim=-1)
+        divergence = (mixture - (own[a] + own[a + 1 :]) / 2) / math.log(2)  # bits
+        similar = 1 - divergence.clamp(0, 1).mean(dim=-1)
+        out[a, a + 1 :] = similar
+        out[a + 1 :, a] = similar
+    return out
+
+
+def cluster_order(similarity: Tensor) -> list[int]:
+    """An order of the heads that puts alike heads next to each other (greedy nearest
+    neighbour from the most typical head), for drawing the similarity matrix. (n, n) -> [n]."""
+    n = similarity.shape[0]
+    if n == 0:
+        return []
+    remaining = set(range(n))
+    current = int(similarity.sum(dim=1).argmax())
+    order = [current]
+    remaining.discard(current)
+    while remaining:
+        candidates = sorted(remaining)
+        current = candidates[int(similarity[current, candidates].argmax())]
+        order.append(current)
+        remaining.discard(current)
+    return order
