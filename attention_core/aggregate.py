@@ -7,6 +7,7 @@ Maps are (layers, heads, seq, seq) with rows summing to 1, as elsewhere in atten
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -106,3 +107,41 @@ def cluster_order(similarity: Tensor) -> list[int]:
         order.append(current)
         remaining.discard(current)
     return order
+
+
+@dataclass(frozen=True)
+class TokenFollow:
+    """One token followed through every layer and head.
+
+    as_query[l, h] is what the token attends to (its row); as_key[l, h] is what every token
+    gives it (its column); both (layers, heads, seq). The *_mean and *_max fields summarise the
+    heads of each layer, (layers, seq)."""
+
+    as_query: Tensor
+    as_key: Tensor
+    query_mean: Tensor
+    query_max: Tensor
+    key_mean: Tensor
+    key_max: Tensor
+
+
+def follow_token(attentions: Tensor, token: int) -> TokenFollow:
+    """What `token` attends to and who attends to it, in every layer and head at once.
+    attentions: (layers, heads, seq, seq) -> TokenFollow."""
+    if attentions.dim() != 4:
+        raise ValueError(
+            f"attentions must be (layers, heads, seq, seq); got {tuple(attentions.shape)}"
+        )
+    seq = attentions.shape[-1]
+    if not 0 <= token < seq:
+        raise ValueError(f"token {token} out of range: the text has {seq} tokens")
+    row = attentions[:, :, token, :]  # (L, H, seq)
+    column = attentions[:, :, :, token]  # (L, H, seq)
+    return TokenFollow(
+        as_query=row,
+        as_key=column,
+        query_mean=row.mean(dim=1),
+        query_max=row.amax(dim=1),
+        key_mean=column.mean(dim=1),
+        key_max=column.amax(dim=1),
+    )

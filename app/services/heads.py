@@ -8,13 +8,16 @@ import unicodedata
 
 import torch
 
+from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult
 from app.inference.inflight import AnswerBudget
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
+from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
 from app.services.attention import ShouldStop, reserved_forward
+from attention_core.aggregate import follow_token
 from attention_core.head_stats import ROLES, STATISTICS, TokenFacts, head_statistics
 
 DESCRIPTIONS = {
@@ -100,4 +103,38 @@ def describe_heads(
         ],
         rules={role: RoleRule(statistic=s, threshold=t) for role, (s, t) in ROLES.items()},
         compute_ms=round(seconds * 1000, 3),
+    )
+
+
+def follow(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: FollowRequest,
+    should_stop: ShouldStop = None,
+) -> FollowResponse:
+    """One token through every layer and head, from the cached forward pass."""
+    loaded = manager.get(req.model)
+    result, _, reservation = reserved_forward(
+        loaded, cache, budget, req.text, req.text_pair, should_stop
+    )
+    try:
+        if req.token >= result.seq_len:
+            raise InvalidInput(
+                f"token {req.token} out of range: the text has {result.seq_len} tokens"
+            )
+        followed = follow_token(result.attentions, req.token)
+        lists = {
+            name: getattr(followed, name).round(decimals=6).tolist()
+            for name in ("as_query", "as_key", "query_mean", "query_max", "key_mean", "key_max")
+        }
+    finally:
+        reservation.release()
+    return FollowResponse(
+        model=loaded.id,
+        tokens=result.tokens,
+        token=req.token,
+        num_layers=loaded.arch.num_layers,
+        num_heads=loaded.arch.num_heads,
+        **lists,
     )

@@ -60,3 +60,20 @@ def test_heads_refuses_what_the_maps_refuse(client):
     assert empty.status_code == 422 and empty.json()["code"] == "invalid_field"
     bad = client.get(f"/api/models/{SMOLLM2_ID}/induction-text?length=2")
     assert bad.status_code == 422
+
+
+def test_following_a_token_answers_what_it_attends_to_in_every_layer(client):
+    body = client.post(
+        "/api/attention/token", json={"model": MINILM_ID, "text": TEXT, "token": 10}
+    ).json()
+    maps = client.post(
+        "/api/attention", json={"model": MINILM_ID, "text": TEXT, "layers": [3], "heads": [5]}
+    ).json()["attentions"][0][0]
+    assert body["tokens"][10] == "it"
+    assert body["as_query"][3][5] == pytest.approx(maps[10], abs=1e-6)
+    assert body["as_key"][3][5] == pytest.approx([row[10] for row in maps], abs=1e-6)
+    assert len(body["query_mean"]) == 6 and sum(body["query_mean"][2]) == pytest.approx(1, abs=1e-4)
+    too_far = client.post(
+        "/api/attention/token", json={"model": MINILM_ID, "text": TEXT, "token": 99}
+    )
+    assert too_far.status_code == 422 and too_far.json()["code"] == "input_rule"

@@ -81,3 +81,16 @@ def test_pooling_keeps_distributions_and_is_exact_for_short_inputs():
     pooled = pooled_patterns(long)
     assert pooled.shape == (2, 64, 64)
     assert torch.allclose(pooled.sum(-1), torch.ones(2, 64, dtype=torch.float64))
+
+
+def test_follow_token_reads_its_row_and_column_in_every_head():
+    from attention_core.aggregate import follow_token
+
+    maps = torch.softmax(torch.randn(3, 4, 6, 6), -1)
+    followed = follow_token(maps, 2)
+    assert torch.equal(followed.as_query[1, 3], maps[1, 3, 2])
+    assert torch.equal(followed.as_key[0, 1], maps[0, 1, :, 2])
+    assert torch.allclose(followed.query_mean[2], maps[2, :, 2].mean(0))
+    assert torch.equal(followed.key_max[1], maps[1, :, :, 2].amax(0))
+    with pytest.raises(ValueError, match="out of range"):
+        follow_token(maps, 6)

@@ -12,10 +12,11 @@ from app.api.responses import BODY_ROUTE, errors
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
 from app.inference.inflight import Reservation
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
+from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.serialize import BINARY_MEDIA_TYPE, MapsAnswer
 from app.services.attention import attention_detail, attention_maps
-from app.services.heads import describe_heads
+from app.services.heads import describe_heads, follow
 
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
@@ -152,3 +153,18 @@ async def post_heads(
     return await until_disconnect(
         request, lambda stop: describe_heads(manager, cache, budget, body, stop)
     )
+
+
+@router.post(
+    "/token",
+    response_model=FollowResponse,
+    summary="Follow one token through every layer and head",
+    description="What the token attends to (as a query) and what every token gives it (as a "
+    "key), in every layer and head at once, with the mean and the largest over each layer's "
+    "heads. 'What does *it* attend to in each layer?' in one request.",
+    responses=ERRORS,
+)
+async def post_token(
+    body: FollowRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
+) -> FollowResponse:
+    return await until_disconnect(request, lambda stop: follow(manager, cache, budget, body, stop))
