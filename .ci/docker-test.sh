@@ -39,7 +39,8 @@ for _ in $(seq 1 120); do
   if curl -fsS "http://127.0.0.1:$PORT/api/health" >/dev/null 2>&1; then break; fi
   sleep 0.5
 done
-curl -fsS "http://127.0.0.1:$PORT/api/health" | grep -q '"ok"'
+curl -fsS "http://127.0.0.1:$PORT/api/health" -o "$WORK/health.json"
+grep -q "\"ok\"" "$WORK/health.json"
 step "container answers /api/health"
 
 [ "$(podman exec "$NAME" id -u)" != 0 ] || { echo "the container runs as root"; exit 1; }
@@ -55,7 +56,8 @@ attention '{"model": "sentence-transformers/all-MiniLM-L6-v2", "text": "The cat 
   | python3 -c "import json, sys; a = json.load(sys.stdin); assert a['tokens'][0] == '[CLS]' and len(a['attentions'][0][0]) == len(a['tokens']), a; print('[docker-test] MiniLM tokens:', a['tokens'])"
 attention '{"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "text": "One two three", "layers": [0], "heads": [0]}' \
   | python3 -c "import json, sys; a = json.load(sys.stdin); assert a['causal'] and a['num_kv_heads'] == 3, a; print('[docker-test] SmolLM2 tokens:', a['tokens'])"
-curl -fsS "http://127.0.0.1:$PORT/" | grep -q "Attention Atlas"
+curl -fsS "http://127.0.0.1:$PORT/" -o "$WORK/page.html"
+grep -q "Attention Atlas" "$WORK/page.html"
 step "real /api/attention requests"
 
 podman healthcheck run "$NAME"

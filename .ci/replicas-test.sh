@@ -68,7 +68,7 @@ for c in "${CONTAINERS[@]}"; do
 done
 for ip in "${ADDRESSES[@]}"; do
   for _ in $(seq 1 180); do curl -fsS "http://$ip:8000/api/health" >/dev/null 2>&1 && break; sleep 0.5; done
-  curl -fsS "http://$ip:8000/api/health" | grep -q '"ok"'
+  grep -q '"ok"' <<< "$(curl -fsS "http://$ip:8000/api/health")"
 done
 step "2 replicas ready: ${ADDRESSES[*]}"
 
@@ -110,8 +110,9 @@ step "nginx balancing on 127.0.0.1:$PROXY_PORT"
 curl -fsS -H 'X-Forwarded-For: 203.0.113.99' "http://127.0.0.1:$PROXY_PORT/api/models" >/dev/null
 sleep 1
 logs=$(for c in "${CONTAINERS[@]}"; do podman logs "$c" 2>&1; done)
-if echo "$logs" | grep -q '203.0.113.99'; then echo "a forged X-Forwarded-For was believed"; exit 1; fi
-echo "$logs" | grep -q '127.0.0.1:0 - "GET /api/models' || { echo "the proxy's forwarded address was not used"; echo "$logs" | tail -5; exit 1; }
+# Here-strings, not pipes: under pipefail, grep -q closing a pipe early fails the pipeline.
+if grep -q '203.0.113.99' <<< "$logs"; then echo "a forged X-Forwarded-For was believed"; exit 1; fi
+grep -q '127.0.0.1:0 - "GET /api/models' <<< "$logs" || { echo "the proxy's forwarded address was not used"; tail -5 <<< "$logs"; exit 1; }
 step "forwarded addresses: proxy believed, forgery not"
 
 echo "[replicas-test] load: $CLIENTS clients, $SECONDS_EACH s each, $CPUS core(s) per replica"
