@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -67,6 +68,24 @@ def reserved_forward(
         reservation.release()
         raise
     return result, cached, reservation
+
+
+@contextmanager
+def held_forward(
+    loaded: LoadedModel,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    text: str,
+    text_pair: str | None,
+    should_stop: ShouldStop = None,
+) -> Iterator[ForwardResult]:
+    """`with held_forward(...) as result:` the forward pass, reserved in the in-flight budget
+    while the block runs (for answers built in full before they are sent)."""
+    result, _, reservation = reserved_forward(loaded, cache, budget, text, text_pair, should_stop)
+    try:
+        yield result
+    finally:
+        reservation.release()
 
 
 def _indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
@@ -199,13 +218,8 @@ def attention_detail(
     """One head recomputed from the model's weights, with a scale/temperature counterfactual."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
-    result, _, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop
-    )
-    try:
+    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
         return _detail(loaded, result, req)
-    finally:
-        reservation.release()
 
 
 def _detail(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> DetailResponse:

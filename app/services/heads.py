@@ -16,7 +16,7 @@ from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
-from app.services.attention import ShouldStop, reserved_forward
+from app.services.attention import ShouldStop, held_forward
 from attention_core.aggregate import follow_token
 from attention_core.head_stats import ROLES, STATISTICS, TokenFacts, head_statistics
 
@@ -70,17 +70,12 @@ def describe_heads(
     should_stop: ShouldStop = None,
 ) -> HeadsResponse:
     loaded = manager.get(req.model)
-    result, _, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop
-    )
-    try:
+    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
         start = time.perf_counter()
         stats = head_statistics(
             result.attentions, token_facts(loaded, result), causal=loaded.causal
         )
         seconds = time.perf_counter() - start
-    finally:
-        reservation.release()
     layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
     return HeadsResponse(
         model=loaded.id,
@@ -115,10 +110,7 @@ def follow(
 ) -> FollowResponse:
     """One token through every layer and head, from the cached forward pass."""
     loaded = manager.get(req.model)
-    result, _, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop
-    )
-    try:
+    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
         if req.token >= result.seq_len:
             raise InvalidInput(
                 f"token {req.token} out of range: the text has {result.seq_len} tokens"
@@ -128,8 +120,6 @@ def follow(
             name: getattr(followed, name).round(decimals=6).tolist()
             for name in ("as_query", "as_key", "query_mean", "query_max", "key_mean", "key_max")
         }
-    finally:
-        reservation.release()
     return FollowResponse(
         model=loaded.id,
         tokens=result.tokens,
