@@ -16,6 +16,7 @@ from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
+from app.schemas.search import FoundHead, PairQuery, RoleQuery, SearchRequest, SearchResponse
 from app.services.attention import ShouldStop, held_forward
 from attention_core.aggregate import follow_token
 from attention_core.head_stats import ROLES, STATISTICS, TokenFacts, head_statistics
@@ -127,4 +128,61 @@ def follow(
         num_layers=loaded.arch.num_layers,
         num_heads=loaded.arch.num_heads,
         **lists,
+    )
+
+
+def search_heads(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: SearchRequest,
+    should_stop: ShouldStop = None,
+) -> SearchResponse:
+    """Heads found by a weight between two tokens, by role, or ranked by a statistic."""
+    loaded = manager.get(req.model)
+    query = req.query
+    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
+        seq = result.seq_len
+        if isinstance(query, PairQuery):
+            outside = [i for i in (query.source, query.target) if i >= seq]
+            if outside:
+                raise InvalidInput(f"token {outside[0]} out of range: the text has {seq} tokens")
+            weights = result.attentions[:, :, query.source, query.target]  # (L, H)
+            found = [
+                (float(weights[layer, h]), layer, h)
+                for layer, h in (weights > query.above).nonzero().tolist()
+            ]
+            found.sort(reverse=True)
+        else:
+            stats = head_statistics(
+                result.attentions, token_facts(loaded, result), causal=loaded.causal
+            )
+            layers, heads = stats.values["entropy"].shape
+            if isinstance(query, RoleQuery):
+                found = [
+                    (score, layer, h)
+                    for layer in range(layers)
+                    for h in range(heads)
+                    for role, score in stats.roles(layer, h)
+                    if role == query.role
+                ]
+                found.sort(reverse=True)
+            else:
+                values = stats.values[query.statistic]
+                found = [
+                    (float(values[layer, h]), layer, h)
+                    for layer in range(layers)
+                    for h in range(heads)
+                    if not math.isnan(float(values[layer, h]))
+                ]
+                found.sort(reverse=query.order == "descending")
+    return SearchResponse(
+        model=loaded.id,
+        tokens=result.tokens,
+        query=query,
+        matches=len(found),
+        heads=[
+            FoundHead(layer=layer, head=h, value=round(value, 6))
+            for value, layer, h in found[: req.limit]
+        ],
     )

@@ -77,3 +77,40 @@ def test_following_a_token_answers_what_it_attends_to_in_every_layer(client):
         "/api/attention/token", json={"model": MINILM_ID, "text": TEXT, "token": 99}
     )
     assert too_far.status_code == 422 and too_far.json()["code"] == "input_rule"
+
+
+def search(client, model, query, **extra):
+    response = client.post(
+        "/api/attention/search", json={"model": model, "text": TEXT, "query": query, **extra}
+    )
+    assert response.status_code == 200, response.text[:300]
+    return response.json()
+
+
+def test_search_finds_heads_by_pair_role_and_rank(client):
+    sink = search(client, SMOLLM2_ID, {"kind": "pair", "source": 10, "target": 0, "above": 0.99})
+    assert {"layer": 18, "head": 8} in [{k: h[k] for k in ("layer", "head")} for h in sink["heads"]]
+    assert all(h["value"] > 0.99 for h in sink["heads"])
+    previous = search(client, SMOLLM2_ID, {"kind": "role", "role": "previous-token"})
+    assert (previous["heads"][0]["layer"], previous["heads"][0]["head"]) == (16, 0)
+    ranked = search(client, MINILM_ID, {"kind": "rank", "statistic": "previous"}, limit=3)
+    assert ranked["matches"] == 72 and len(ranked["heads"]) == 3
+    assert (ranked["heads"][0]["layer"], ranked["heads"][0]["head"]) == (0, 2)
+    values = [h["value"] for h in ranked["heads"]]
+    assert values == sorted(values, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "query,status",
+    [
+        ({"kind": "pair", "source": 99, "target": 0}, 422),
+        ({"kind": "role", "role": "wizard"}, 422),
+        ({"kind": "rank", "statistic": "previous", "order": "sideways"}, 422),
+        ({"kind": "telepathy"}, 422),
+    ],
+)
+def test_search_refuses_what_it_cannot_answer(client, query, status):
+    response = client.post(
+        "/api/attention/search", json={"model": MINILM_ID, "text": TEXT, "query": query}
+    )
+    assert response.status_code == status, response.text[:200]

@@ -14,9 +14,10 @@ from app.inference.inflight import Reservation
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadsRequest, HeadsResponse
+from app.schemas.search import SearchRequest, SearchResponse
 from app.serialize import BINARY_MEDIA_TYPE, MapsAnswer
 from app.services.attention import attention_detail, attention_maps
-from app.services.heads import describe_heads, follow
+from app.services.heads import describe_heads, follow, search_heads
 
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
@@ -168,3 +169,21 @@ async def post_token(
     body: FollowRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> FollowResponse:
     return await until_disconnect(request, lambda stop: follow(manager, cache, budget, body, stop))
+
+
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    summary="Find heads: by a weight between two tokens, by role, or ranked by a statistic",
+    description="`query` is one of: `{kind: 'pair', source, target, above}` (heads where token "
+    "source gives token target more than `above`), `{kind: 'role', role}` (heads with that "
+    "role), `{kind: 'rank', statistic, order}` (every head ranked by a statistic of "
+    "/api/attention/heads). Each result names a layer and head to open.",
+    responses=ERRORS,
+)
+async def post_search(
+    body: SearchRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
+) -> SearchResponse:
+    return await until_disconnect(
+        request, lambda stop: search_heads(manager, cache, budget, body, stop)
+    )
