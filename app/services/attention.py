@@ -21,6 +21,7 @@ from app.schemas.attention import (
     AttentionRequest,
     DetailRequest,
     DetailResponse,
+    TextRequest,
 )
 from app.serialize import (
     BYTES_PER_WEIGHT,
@@ -75,13 +76,14 @@ def held_forward(
     loaded: LoadedModel,
     cache: ForwardCache,
     budget: AnswerBudget,
-    text: str,
-    text_pair: str | None,
+    req: TextRequest,
     should_stop: ShouldStop = None,
 ) -> Iterator[ForwardResult]:
-    """`with held_forward(...) as result:` the forward pass, reserved in the in-flight budget
-    while the block runs (for answers built in full before they are sent)."""
-    result, _, reservation = reserved_forward(loaded, cache, budget, text, text_pair, should_stop)
+    """`with held_forward(...) as result:` the forward pass over the request's text, reserved in
+    the in-flight budget while the block runs (for answers built in full before they are sent)."""
+    result, _, reservation = reserved_forward(
+        loaded, cache, budget, req.text, req.text_pair, should_stop
+    )
     try:
         yield result
     finally:
@@ -218,7 +220,7 @@ def attention_detail(
     """One head recomputed from the model's weights, with a scale/temperature counterfactual."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
-    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
+    with held_forward(loaded, cache, budget, req, should_stop) as result:
         return _detail(loaded, result, req)
 
 

@@ -19,7 +19,13 @@ from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
 from app.schemas.search import FoundHead, PairQuery, RoleQuery, SearchRequest, SearchResponse
 from app.services.attention import ShouldStop, held_forward
 from attention_core.aggregate import follow_token
-from attention_core.head_stats import ROLES, STATISTICS, TokenFacts, head_statistics
+from attention_core.head_stats import (
+    ROLES,
+    STATISTICS,
+    HeadStatistics,
+    TokenFacts,
+    head_statistics,
+)
 
 DESCRIPTIONS = {
     "entropy": "normalised entropy of each row: 0 = all on one key, 1 = uniform over the keys "
@@ -59,6 +65,11 @@ def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
     )
 
 
+def statistics_of(loaded: LoadedModel, result: ForwardResult) -> HeadStatistics:
+    """Every head's statistics on this forward pass."""
+    return head_statistics(result.attentions, token_facts(loaded, result), causal=loaded.causal)
+
+
 def _grid(values: torch.Tensor) -> list[list[float | None]]:
     return [[None if math.isnan(v) else round(v, 6) for v in row] for row in values.tolist()]
 
@@ -71,11 +82,9 @@ def describe_heads(
     should_stop: ShouldStop = None,
 ) -> HeadsResponse:
     loaded = manager.get(req.model)
-    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
+    with held_forward(loaded, cache, budget, req, should_stop) as result:
         start = time.perf_counter()
-        stats = head_statistics(
-            result.attentions, token_facts(loaded, result), causal=loaded.causal
-        )
+        stats = statistics_of(loaded, result)
         seconds = time.perf_counter() - start
     layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
     return HeadsResponse(
@@ -111,7 +120,7 @@ def follow(
 ) -> FollowResponse:
     """One token through every layer and head, from the cached forward pass."""
     loaded = manager.get(req.model)
-    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
+    with held_forward(loaded, cache, budget, req, should_stop) as result:
         if req.token >= result.seq_len:
             raise InvalidInput(
                 f"token {req.token} out of range: the text has {result.seq_len} tokens"
@@ -141,7 +150,7 @@ def search_heads(
     """Heads found by a weight between two tokens, by role, or ranked by a statistic."""
     loaded = manager.get(req.model)
     query = req.query
-    with held_forward(loaded, cache, budget, req.text, req.text_pair, should_stop) as result:
+    with held_forward(loaded, cache, budget, req, should_stop) as result:
         seq = result.seq_len
         if isinstance(query, PairQuery):
             outside = [i for i in (query.source, query.target) if i >= seq]
@@ -154,9 +163,7 @@ def search_heads(
             ]
             found.sort(reverse=True)
         else:
-            stats = head_statistics(
-                result.attentions, token_facts(loaded, result), causal=loaded.causal
-            )
+            stats = statistics_of(loaded, result)
             layers, heads = stats.values["entropy"].shape
             if isinstance(query, RoleQuery):
                 found = [
