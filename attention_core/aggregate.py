@@ -7,6 +7,7 @@ Maps are (layers, heads, seq, seq) with rows summing to 1, as elsewhere in atten
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,12 @@ def attention_rollout(attentions: Tensor, *, residual: float = 0.5) -> Tensor:
     token i holds of every input token after layer l. Works for causal maps as well (they stay
     lower triangular). residual = 0.5 is the paper's choice.
     """
+    return torch.stack(list(rollout_steps(attentions, residual=residual))).to(attentions.dtype)
+
+
+def rollout_steps(attentions: Tensor, *, residual: float = 0.5) -> Iterator[Tensor]:
+    """attention_rollout one layer at a time, holding one (seq, seq) product: yields R_0, R_1,
+    ... as float64 (seq, seq) tensors. attentions: (layers, heads, seq, seq)."""
     if attentions.dim() != 4 or attentions.shape[-1] != attentions.shape[-2]:
         raise ValueError(
             f"attentions must be (layers, heads, seq, seq); got {tuple(attentions.shape)}"
@@ -36,13 +43,12 @@ def attention_rollout(attentions: Tensor, *, residual: float = 0.5) -> Tensor:
         raise ValueError(f"residual must lie in [0, 1]; got {residual}")
     seq = attentions.shape[-1]
     eye = torch.eye(seq, dtype=torch.float64)
-    rolled, current = [], eye
-    for layer in head_average(attentions.to(torch.float64)):
-        mixed = residual * eye + (1 - residual) * layer
+    current = eye
+    for layer_maps in attentions:
+        mixed = residual * eye + (1 - residual) * layer_maps.to(torch.float64).mean(dim=0)
         mixed = mixed / mixed.sum(dim=-1, keepdim=True)
         current = mixed @ current  # (seq, seq)
-        rolled.append(current)
-    return torch.stack(rolled).to(attentions.dtype)
+        yield current
 
 
 def js_divergence(p: Tensor, q: Tensor) -> Tensor:

@@ -90,7 +90,7 @@ def held_forward(
         reservation.release()
 
 
-def _indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
+def indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
     """The requested indices (distinct and non-empty, by the schema) checked against the model."""
     if requested is None:
         return list(range(count))
@@ -103,11 +103,11 @@ def _indices(requested: Sequence[int] | None, count: int, what: str) -> list[int
 
 
 def check_layer_head(loaded: LoadedModel, layer: int, head: int) -> None:
-    _indices([layer], loaded.arch.num_layers, "layer")
-    _indices([head], loaded.arch.num_heads, "head")
+    indices([layer], loaded.arch.num_layers, "layer")
+    indices([head], loaded.arch.num_heads, "head")
 
 
-def _check_answer_size(fmt: str, layers: int, heads: int, seq: int, max_answer_bytes: int) -> None:
+def check_answer_size(fmt: str, layers: int, heads: int, seq: int, max_answer_bytes: int) -> None:
     """Refuse an answer over its limit, from the request alone, saying how to ask for less."""
     weights = layers * heads * seq * seq
     per_layer = heads * seq * seq
@@ -143,36 +143,11 @@ def _fit_hint(layers: int) -> str:
     )
 
 
-def attention_maps(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
-    req: AttentionRequest,
-    max_answer_bytes: int,
-    should_stop: ShouldStop = None,
-) -> tuple[MapsAnswer, Reservation]:
-    """The requested [layer][head][query][key] maps, framed for streaming.
-
-    Everything is sized from the request before any work: the indices against the model, the
-    answer's bytes against its limit, and the forward pass it reads against the in-flight
-    budget. The caller streams answer.chunks() and must release the reservation afterwards.
-    """
-    loaded = manager.get(req.model)
-    layers = _indices(req.layers, loaded.arch.num_layers, "layers")
-    heads = _indices(req.heads, loaded.arch.num_heads, "heads")
-    seq = count_tokens(loaded, req.text, req.text_pair)
-    _check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes)
-    result, cached, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop
-    )
-    all_heads = heads == list(range(loaded.arch.num_heads))
-    head_index = torch.tensor(heads)
-
-    def layer_maps(i: int) -> torch.Tensor:
-        maps = result.attentions[layers[i]]  # (H, T, T): a view of the cached pass
-        return maps if all_heads else maps.index_select(0, head_index)
-
-    meta = {
+def maps_meta(
+    loaded: LoadedModel, result: ForwardResult, cached: bool, layers: list[int], heads: list[int]
+) -> dict:
+    """The fields of a maps answer besides the maps themselves."""
+    return {
         "model": loaded.id,
         "tokens": result.tokens,
         "raw_tokens": result.raw_tokens,
@@ -188,6 +163,38 @@ def attention_maps(
         "cached": cached,
         "forward_ms": round(result.forward_seconds * 1000, 3),
     }
+
+
+def attention_maps(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: AttentionRequest,
+    max_answer_bytes: int,
+    should_stop: ShouldStop = None,
+) -> tuple[MapsAnswer, Reservation]:
+    """The requested [layer][head][query][key] maps, framed for streaming.
+
+    Everything is sized from the request before any work: the indices against the model, the
+    answer's bytes against its limit, and the forward pass it reads against the in-flight
+    budget. The caller streams answer.chunks() and must release the reservation afterwards.
+    """
+    loaded = manager.get(req.model)
+    layers = indices(req.layers, loaded.arch.num_layers, "layers")
+    heads = indices(req.heads, loaded.arch.num_heads, "heads")
+    seq = count_tokens(loaded, req.text, req.text_pair)
+    check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes)
+    result, cached, reservation = reserved_forward(
+        loaded, cache, budget, req.text, req.text_pair, should_stop
+    )
+    all_heads = heads == list(range(loaded.arch.num_heads))
+    head_index = torch.tensor(heads)
+
+    def layer_maps(i: int) -> torch.Tensor:
+        maps = result.attentions[layers[i]]  # (H, T, T): a view of the cached pass
+        return maps if all_heads else maps.index_select(0, head_index)
+
+    meta = maps_meta(loaded, result, cached, layers, heads)
     answer = MapsAnswer(meta, req.format, (len(layers), len(heads), seq, seq), layer_maps)
     return answer, reservation
 

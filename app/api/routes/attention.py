@@ -11,11 +11,18 @@ from starlette.types import Receive, Scope, Send
 from app.api.responses import BODY_ROUTE, errors
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
 from app.inference.inflight import Reservation
+from app.schemas.aggregate import (
+    AggregateRequest,
+    AggregateResponse,
+    SimilarityRequest,
+    SimilarityResponse,
+)
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.search import SearchRequest, SearchResponse
 from app.serialize import BINARY_MEDIA_TYPE, MapsAnswer
+from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
 from app.services.heads import describe_heads, follow, search_heads
 
@@ -186,4 +193,57 @@ async def post_search(
 ) -> SearchResponse:
     return await until_disconnect(
         request, lambda stop: search_heads(manager, cache, budget, body, stop)
+    )
+
+
+@router.post(
+    "/aggregate",
+    response_model=AggregateResponse,
+    summary="Heads summed up: each layer's head average, or attention rollout",
+    description="One map per requested layer, from the cached forward pass. `average`: the "
+    "mean of the layer's heads. `rollout` (Abnar & Zuidema, 2020): the heads averaged, mixed "
+    "with the identity for the residual path (`residual`, 0.5 in the paper), rows "
+    "renormalised, and multiplied through the layers up to this one, so row i of a layer's map "
+    "says how much of each input token token i holds after that layer. Answers are framed as "
+    "POST /api/attention's with one 'head' (`heads` is []); the same formats and limits "
+    "apply.",
+    responses={
+        **ERRORS,
+        200: {"content": {BINARY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
+    },
+)
+async def post_aggregate(
+    body: AggregateRequest,
+    manager: ManagerDep,
+    cache: CacheDep,
+    budget: BudgetDep,
+    settings: SettingsDep,
+    request: Request,
+) -> Response:
+    answer, reservation = await until_disconnect(
+        request,
+        lambda stop: aggregate_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
+    )
+    return AnswerStream(answer, reservation)
+
+
+@router.post(
+    "/similarity",
+    response_model=SimilarityResponse,
+    summary="How alike every two heads are on this text",
+    description="A (layer, head) x (layer, head) matrix: 1 minus the Jensen-Shannon divergence "
+    "(bits) between two heads' attention rows, averaged over query rows; with an order that "
+    "puts alike heads side by side. Exact up to 64 tokens; above that, 64 evenly spaced query "
+    "rows are compared, each summed into 64 contiguous key bins (`exact` says which).",
+    responses=ERRORS,
+)
+async def post_similarity(
+    body: SimilarityRequest,
+    manager: ManagerDep,
+    cache: CacheDep,
+    budget: BudgetDep,
+    request: Request,
+) -> SimilarityResponse:
+    return await until_disconnect(
+        request, lambda stop: similarity(manager, cache, budget, body, stop)
     )
