@@ -59,6 +59,13 @@ export const api = {
   models: (opts) => request("GET", "/api/models", undefined, opts),
   attention: (body, opts) => request("POST", "/api/attention", body, opts),
   detail: (body, opts) => request("POST", "/api/attention/detail", body, opts),
+  heads: (body, opts) => request("POST", "/api/attention/heads", body, opts),
+  search: (body, opts) => request("POST", "/api/attention/search", body, opts),
+  follow: (body, opts) => request("POST", "/api/attention/token", body, opts),
+  aggregate: (body, opts) => request("POST", "/api/attention/aggregate", body, opts),
+  similarity: (body, opts) => request("POST", "/api/attention/similarity", body, opts),
+  inductionText: (id, length, seed, opts) =>
+    request("GET", `/api/models/${encodePath(id)}/induction-text?length=${length}&seed=${seed}`, undefined, opts),
   // Model ids contain a slash; the routes take them as a path, so each segment is encoded.
   loadModel: (id, opts) => request("POST", `/api/models/${encodePath(id)}/load`, undefined, opts),
   modelStatus: (id, opts) => request("GET", `/api/models/${encodePath(id)}/status`, undefined, opts),

@@ -7,6 +7,9 @@ import { decodeMaps } from "./binary.js";
 
 const EXACT_BYTES = 48 * 2 ** 20; // decoded f32 layers kept (a 512-token MiniLM layer is 12.6 MB)
 const DETAIL_CELLS = 2_000_000; // detail matrices kept, in cells (each a JS number in an array)
+const AGGREGATE_BYTES = 16 * 2 ** 20; // decoded head averages and rollouts kept
+const ANSWERS_KEPT = 32; // small whole-text answers kept (each counts 1)
+const FOLLOW_CELLS = 1_500_000; // followed tokens kept, in cells (a 512-token SmolLM2 token: 280k)
 
 /** A Map that forgets its oldest entries once their summed `size` passes `limit` (keeps one). */
 class BoundedCache extends Map {
@@ -39,6 +42,9 @@ export class AttentionSession {
     // Bounded, so a long input never piles up hundreds of MB (and long GC pauses) in the tab.
     this.exact = new BoundedCache(EXACT_BYTES); // layer -> decoded f32 maps (all heads)
     this.details = new BoundedCache(DETAIL_CELLS);
+    this.aggregates = new BoundedCache(AGGREGATE_BYTES);
+    this.followed = new BoundedCache(FOLLOW_CELLS);
+    this.answers = new BoundedCache(ANSWERS_KEPT); // statistics, similarity and searches: small
     this.controller = new AbortController();
   }
 
@@ -81,6 +87,48 @@ export class AttentionSession {
   /** Quantised maps of one layer, for thumbnails: not kept, the canvases hold the picture. */
   coarseLayer(layer) {
     return this.fetchLayer(layer, "u8", new BoundedCache(0));
+  }
+
+  /** A cached promise of `fetch()` under `key` in `store` (forgotten if it fails). */
+  remember(store, key, size, fetch) {
+    if (!store.has(key)) {
+      const promise = fetch();
+      store.put(key, promise, size);
+      promise.catch(() => store.delete(key));
+    }
+    return store.get(key);
+  }
+
+  /** Every head's statistics and roles (POST /api/attention/heads). */
+  heads() {
+    return this.remember(this.answers, "heads", 1, () => api.heads(this.body({}), { signal: this.controller.signal }));
+  }
+
+  /** How alike every two heads are (POST /api/attention/similarity). */
+  similarity() {
+    return this.remember(this.answers, "similarity", 1, () => api.similarity(this.body({}), { signal: this.controller.signal }));
+  }
+
+  /** Heads found by a query of POST /api/attention/search. */
+  search(query, limit = 1000) {
+    return this.remember(this.answers, `search:${JSON.stringify(query)}`, 1, () =>
+      api.search(this.body({ query, limit }), { signal: this.controller.signal }));
+  }
+
+  /** One token through every layer and head (POST /api/attention/token). */
+  follow(token) {
+    const n = this.length;
+    const cells = 2 * (this.meta?.num_layers ?? 12) * ((this.meta?.num_heads ?? 12) + 2) * n;
+    return this.remember(this.followed, token, cells, () => api.follow(this.body({ token }), { signal: this.controller.signal }));
+  }
+
+  /** A layer's head average or rollout, exact (float32): {meta, map(0, 0)}. */
+  aggregate(kind, layer, residual) {
+    const n = this.length;
+    return this.remember(this.aggregates, JSON.stringify([kind, layer, residual]), n * n * 4, () =>
+      api
+        .aggregate(this.body({ kind, layers: [layer], residual, format: "f32" }), { signal: this.controller.signal })
+        .then(decodeMaps));
   }
 
   /** One head in depth (q, k, v, scores, mask, counterfactual) from the replay API. */

@@ -1,12 +1,16 @@
 // Export: PNG and SVG of what a view shows, and its numbers as JSON or CSV.
 //
-// Each view leaves a description of what it shows in `current`:
+// Each view's render() returns a description of what it shows (`current`):
 //   {kind: "head" | "svg" | "grid", element, layer, head, tokens, matrix, rowTokens?, suffix?,
-//    payload?, matrixName?}
+//    payload?, matrixName?, where?, blank?, corner?}
 // matrix is the (rows x cols) map behind the view (rowTokens label its rows when they are not
 // the tokens); payload is extra JSON that says what the numbers are (a counterfactual's scale
 // and temperature, the overlaid heads ...); suffix names the file after it; matrixName is the
-// JSON field of matrix ("weights" unless the view shows something else).
+// JSON field of matrix ("weights" unless the view shows something else); where names the file
+// when it is not one head ("all-heads", "rollout-L5" ...); blank is what a null cell is in CSV
+// ("-inf": a masked score), corner the CSV's top-left cell (by default: query \ key).
+
+import { downloadPlot } from "./views/plot.js";
 
 const VECTOR_SVG_LIMIT = 128; // tokens: above this a heatmap's SVG holds the map as an image
 
@@ -35,9 +39,10 @@ function csvCell(value) {
   return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
 }
 
-export function toCsv(colTokens, matrix, rowTokens = colTokens) {
-  const lines = [["query \\ key", ...colTokens].map(csvCell).join(",")];
-  matrix.forEach((row, i) => lines.push([csvCell(rowTokens[i]), ...row.map((v) => (v === null ? "-inf" : String(v)))].join(",")));
+/** A matrix as CSV; null cells (masked scores) are written as `blank`. */
+export function toCsv(colTokens, matrix, rowTokens = colTokens, blank = "-inf", corner = "query \\ key") {
+  const lines = [[corner, ...colTokens].map(csvCell).join(",")];
+  matrix.forEach((row, i) => lines.push([csvCell(rowTokens[i]), ...row.map((v) => (v === null ? blank : String(v)))].join(",")));
   return lines.join("\r\n") + "\r\n";
 }
 
@@ -46,7 +51,7 @@ function escapeXml(text) {
 }
 
 /** A heatmap as vector SVG: one rect per cell, token labels as text (small maps only). */
-export function vectorHeatmapSvg(tokens, matrix, title, colour) {
+export function vectorHeatmapSvg(tokens, matrix, title, colour, rowTokens = tokens) {
   const n = matrix.length;
   const m = matrix[0].length;
   const cell = Math.max(6, Math.min(24, Math.floor(720 / Math.max(n, m))));
@@ -64,9 +69,9 @@ export function vectorHeatmapSvg(tokens, matrix, title, colour) {
     for (let c = 0; c < m; c++) {
       const v = matrix[r][c];
       if (v === null) continue;
-      parts.push(`<rect x="${left + c * cell}" y="${top + r * cell}" width="${cell}" height="${cell}" fill="${colour(v)}"><title>${escapeXml(`${tokens[r]} → ${tokens[c]}: ${v}`)}</title></rect>`);
+      parts.push(`<rect x="${left + c * cell}" y="${top + r * cell}" width="${cell}" height="${cell}" fill="${colour(v)}"><title>${escapeXml(`${rowTokens[r]} → ${tokens[c]}: ${v}`)}</title></rect>`);
     }
-    parts.push(`<text x="${left - 4}" y="${top + r * cell + cell * 0.75}" text-anchor="end">${escapeXml(tokens[r])}</text>`);
+    parts.push(`<text x="${left - 4}" y="${top + r * cell + cell * 0.75}" text-anchor="end">${escapeXml(rowTokens[r])}</text>`);
   }
   for (let c = 0; c < m; c++) {
     const x = left + c * cell + cell * 0.7;
@@ -109,7 +114,7 @@ function inlineSvg(element) {
 }
 
 export async function exportCurrent(format, current, info, notify = () => {}) {
-  const where = current.kind === "grid" ? "all-heads" : `L${current.layer ?? 0}-H${current.head ?? 0}`;
+  const where = current.where || (current.kind === "grid" ? "all-heads" : `L${current.layer ?? 0}-H${current.head ?? 0}`);
   const base = `${slug(info.model)}-${where}${current.suffix || ""}`;
   if (format === "png" || format === "svg") {
     if (current.kind === "svg") {
@@ -125,11 +130,11 @@ export async function exportCurrent(format, current, info, notify = () => {}) {
     if (!current.element) throw new Error("This view has no chart to export.");
     const n = current.tokens?.length ?? Infinity;
     if (format === "svg" && current.matrix && current.colour && n <= VECTOR_SVG_LIMIT) {
-      const svg = vectorHeatmapSvg(current.tokens, current.matrix, current.title || base, current.colour);
+      const svg = vectorHeatmapSvg(current.tokens, current.matrix, current.title || base, current.colour, current.rowTokens);
       return download(`${base}.svg`, new Blob([svg], { type: "image/svg+xml" }));
     }
     if (format === "svg") notify(`Above ${VECTOR_SVG_LIMIT} tokens the SVG holds the map itself as an embedded image (labels and axes stay vector).`);
-    return window.Plotly.downloadImage(current.element, { format, filename: base, scale: format === "png" ? 2 : 1 });
+    return downloadPlot(current.element, format, base);
   }
   if (!current.matrix && !current.payload) throw new Error("This view has no numbers to export.");
   if (format === "json") {
@@ -141,5 +146,5 @@ export async function exportCurrent(format, current, info, notify = () => {}) {
     return download(`${base}.json`, new Blob([JSON.stringify(payload, null, 1)], { type: "application/json" }));
   }
   if (!current.matrix) throw new Error("This view's numbers do not form one table: export them as JSON.");
-  return download(`${base}.csv`, new Blob([toCsv(current.tokens, current.matrix, current.rowTokens)], { type: "text/csv" }));
+  return download(`${base}.csv`, new Blob([toCsv(current.tokens, current.matrix, current.rowTokens, current.blank ?? "-inf", current.corner)], { type: "text/csv" }));
 }

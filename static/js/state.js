@@ -28,9 +28,16 @@ const FIELDS = {
   threshold: ["min", number], // Token to token: lines below this weight are hidden
   unscaled: ["noscale", flag], // Without √d: remove the 1/√d scale
   temperature: ["temp", number], // Without √d: the counterfactual temperature
+  stat: ["stat", text], // Head roles: the statistic mapped over layers and heads
+  sort: ["sort", text], // Head roles: the table's sort column, "-" first for descending
+  find: ["find", text], // Find heads: "role:<role>", "rank:<statistic>:<order>" or "pair:<q>:<k>:<p>"
+  summary: ["sum", text], // Follow a token: each layer's heads "mean" or "max"
+  agg: ["agg", text], // Average & rollout: "average" or "rollout"
+  residual: ["res", number], // Average & rollout: the rollout's identity share
+  order: ["order", text], // Similar heads: "cluster" or "layer"
 };
 
-export const VIEWS = ["heatmap", "grid", "lines", "qk", "mask", "whatif", "steps"];
+export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "steps"];
 
 export function createState(defaults) {
   const state = { ...defaults };
@@ -60,14 +67,17 @@ export function createState(defaults) {
   }
 
   return {
-    get: () => state,
+    /** A frozen copy: views read the state, they never write into it. */
+    get: () => Object.freeze({ ...state }),
     readUrl,
+    /** Changes the state; returns the keys that changed (listeners hear of those). */
     set(patch) {
       const changed = Object.keys(patch).filter((k) => JSON.stringify(state[k]) !== JSON.stringify(patch[k]));
-      if (!changed.length) return;
+      if (!changed.length) return changed;
       Object.assign(state, patch);
       writeUrl();
       for (const fn of listeners) fn(state, changed);
+      return changed;
     },
     subscribe(fn) {
       listeners.add(fn);

@@ -4,7 +4,10 @@ from tests.e2e.helpers import wait_js
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SENTENCE = "The animal didn't cross the street because it was tired."
-EXPLORER_TABS = ("heatmap", "grid", "lines", "qk", "mask", "whatif", "steps")
+EXPLORER_TABS = (
+    "heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity",
+    "lines", "qk", "mask", "whatif", "steps",
+)  # fmt: skip
 LAB_PAGES = ("/lab/step-by-step", "/lab/masks", "/lab/scaling")
 ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, "/docs")
 

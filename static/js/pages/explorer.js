@@ -5,53 +5,60 @@ import { AttentionSession } from "../data.js";
 import { $, el as make, readPageData, showError } from "../dom.js";
 import { exportCurrent } from "../export.js";
 import { VIEWS, createState } from "../state.js";
-import { renderGrid } from "../views/grid.js";
-import { renderHeatmap } from "../views/heatmap.js";
-import { overlayHeads, renderLines } from "../views/lines.js";
-import { headColour } from "../colors.js";
-import { renderMask } from "../views/mask.js";
+import * as aggregate from "../views/aggregate.js";
+import * as follow from "../views/follow.js";
+import * as grid from "../views/grid.js";
+import * as heads from "../views/heads.js";
+import * as heatmap from "../views/heatmap.js";
+import * as lines from "../views/lines.js";
+import * as mask from "../views/mask.js";
 import { plotlyReady } from "../views/plot.js";
-import { renderQK } from "../views/qk.js";
-import { renderModelStages } from "../views/stages.js";
-import { renderWhatIf } from "../views/whatif.js";
+import * as qk from "../views/qk.js";
+import * as search from "../views/search.js";
+import * as similarity from "../views/similarity.js";
+import * as steps from "../views/stages.js";
+import * as whatif from "../views/whatif.js";
 
 const page = readPageData();
 const state = createState({
   model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", query: null,
   overlay: null, threshold: 0.05, unscaled: true, temperature: 1,
+  stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster",
 });
 
+// The page's own controls; each view gets only the [data-part] elements of its own panel.
 const el = {
   form: $("#run-form"), text: $("#text"), textPair: $("#text-pair"), pairLabel: $("#pair-label"), model: $("#model"),
   run: $("#run"), progress: $("#load-progress"), status: $("#run-status"), error: $("#run-error"), modelNote: $("#model-note"),
   notice: $("#run-notice"),
   result: $("#result"), layer: $("#layer"), head: $("#head"), headInfo: $("#head-info"), tokens: $("#tokens"), views: $("#views"),
-  heatmap: $("#heatmap"), grid: $("#grid"), gridStatus: $("#grid-status"), gridGqa: $("#grid-gqa"),
-  lines: $("#lines"), linesHeads: $("#lines-heads"), linesThreshold: $("#lines-threshold"), linesThresholdValue: $("#lines-threshold-value"),
-  qkQuery: $("#qk-query"), qkQ: $("#qk-q"), qkK: $("#qk-k"), qkProducts: $("#qk-products"), qkBars: $("#qk-bars"),
-  maskExplain: $("#mask-explain"), maskMetrics: $("#mask-metrics"), maskBefore: $("#mask-before"), maskAfter: $("#mask-after"),
-  whatifUnscaled: $("#whatif-unscaled"), whatifTemperature: $("#whatif-temperature"), whatifTemperatureValue: $("#whatif-temperature-value"),
-  whatifMetrics: $("#whatif-metrics"), whatifModel: $("#whatif-model"), whatifCounterfactual: $("#whatif-counterfactual"),
-  stepsGrid: $("#steps-grid"), busy: $("#view-busy"),
+  busy: $("#view-busy"),
 };
 const BUSY_AFTER_MS = 300; // a view that takes longer says so
 
-const RENDERERS = {
-  heatmap: renderHeatmap, grid: renderGrid, lines: renderLines, qk: renderQK, mask: renderMask, whatif: renderWhatIf, steps: renderModelStages,
-};
+/**
+ * The views. Each module exports render(scene) and may export bind(parts, set):
+ * - bind wires the panel's own controls once, writing only through `set` (the state's);
+ * - render reads scene.state (a frozen copy), draws into scene.parts, sets the panel's
+ *   controls back from the state, and returns what the export buttons save (export.js).
+ * scene = {state, session, info, parts, set, open(layer, head), isStale()}.
+ */
+const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, steps };
+
+function partsOf(panel) {
+  return Object.fromEntries([...panel.querySelectorAll("[data-part]")].map((node) => [node.dataset.part, node]));
+}
+const PARTS = Object.fromEntries(VIEWS.map((name) => [name, partsOf($(`#view-${name}`))]));
 
 let models = [];
 let session = null;
-const ctx = {
-  el,
-  current: null,
-  onOpen: (layer, head, { focusView = false } = {}) => {
-    state.set({ layer, head, view: "heatmap" });
-    if (focusView) el.views.focus(); // keyboard users land in the view they opened
-  },
-  // A renderer that awaited data checks this before drawing: a newer render may have begun.
-  isStale: (token) => token !== renderToken,
-};
+let exported = null; // what the shown view's render returned: the export buttons save it
+
+/** Opens one head in the heatmap (views call it when a head is clicked). */
+function open(layer, head, { focusView = false } = {}) {
+  state.set({ layer, head, view: "heatmap" });
+  if (focusView) el.views.focus(); // keyboard users land in the view they opened
+}
 
 function modelInfo(id) {
   return models.find((m) => m.id === id);
@@ -118,6 +125,9 @@ async function waitUntilLoaded(modelId) {
 
 async function run() {
   const { model, text, textPair } = state.get();
+  el.text.value = text; // the form shows what runs (a link, or the induction test, may set it)
+  el.textPair.value = textPair || "";
+  el.model.value = model;
   showError(el.error, "");
   if (!text.trim()) {
     showError(el.error, "Type a sentence first.");
@@ -168,9 +178,10 @@ function fillPickers(meta) {
 }
 
 function syncPickers() {
-  const { layer, head } = state.get();
+  const { layer, head, query } = state.get();
   el.layer.value = String(layer);
   el.head.value = String(head);
+  for (const chip of el.tokens.children) chip.setAttribute("aria-pressed", String(Number(chip.dataset.index) === query));
   const meta = session?.meta;
   if (meta && meta.num_kv_heads < meta.num_heads) {
     const group = meta.num_heads / meta.num_kv_heads;
@@ -180,14 +191,23 @@ function syncPickers() {
   }
 }
 
+const TOKEN_VIEWS = ["follow", "qk", "aggregate"]; // views about one chosen token
+
 function showTokens(meta) {
   el.tokens.replaceChildren(
     ...meta.tokens.map((token, i) => {
       const classes = ["token"];
       if (meta.special_tokens[i]) classes.push("special");
       if (meta.segments && meta.segments[i] === 1) classes.push("segment-b");
-      const chip = make("button", { text: token, className: classes.join(" "), attrs: { type: "button", title: `token ${i}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]})`, "aria-pressed": "false" } });
-      chip.addEventListener("click", () => state.set({ query: i, view: "qk" }));
+      const chip = make("button", {
+        text: token, className: classes.join(" "),
+        attrs: { type: "button", title: `token ${i}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]}); click to follow it`, "aria-pressed": "false", "data-index": i },
+      });
+      // One click answers "what does this token attend to, layer by layer?"
+      chip.addEventListener("click", () => {
+        const { view } = state.get();
+        state.set({ query: i, view: TOKEN_VIEWS.includes(view) ? view : "follow" });
+      });
       return chip;
     }),
   );
@@ -209,23 +229,25 @@ async function render() {
   const current = state.get();
   showView(current.view);
   syncPickers();
-  syncControls();
   await plotlyReady();
-  const info = session.meta;
   const busy = setTimeout(() => {
     el.busy.hidden = false;
     el.views.setAttribute("aria-busy", "true");
   }, BUSY_AFTER_MS);
+  const isStale = () => token !== renderToken; // a newer render began while this one awaited
   try {
-    Object.assign(ctx, { session, state: current, info, renderToken: token });
-    await RENDERERS[current.view](ctx);
-    if (token === renderToken) showError(el.error, "");
+    const scene = { state: current, session, info: session.meta, parts: PARTS[current.view], set: state.set, open, isStale };
+    const shown = await VIEW_MODULES[current.view].render(scene);
+    if (!isStale()) {
+      exported = shown;
+      showError(el.error, "");
+    }
   } catch (err) {
     if (err.name === "AbortError") return;
-    showError(el.error, err.message);
+    if (!isStale()) showError(el.error, err.message);
   } finally {
     clearTimeout(busy);
-    if (token === renderToken) {
+    if (!isStale()) {
       el.busy.hidden = true;
       el.views.removeAttribute("aria-busy");
     }
@@ -237,6 +259,8 @@ const hadText = state.readUrl();
 el.text.value = state.get().text;
 el.textPair.value = state.get().textPair || "";
 
+const RUN_FROM = ["model", "text", "textPair"]; // a change of these runs the model again
+
 el.text.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
     event.preventDefault();
@@ -245,61 +269,16 @@ el.text.addEventListener("keydown", (event) => {
 });
 el.form.addEventListener("submit", (event) => {
   event.preventDefault();
-  state.set({ model: el.model.value, text: el.text.value, textPair: el.textPair.value, query: null });
+  const patch = { model: el.model.value, text: el.text.value, textPair: el.textPair.value, query: null };
+  if (patch.model !== state.get().model) Object.assign(patch, { layer: 0, head: 0, overlay: null });
   notice("");
-  run();
+  const changed = state.set(patch);
+  if (!changed.some((k) => RUN_FROM.includes(k))) run(); // the same text again: run it anyway
 });
-el.model.addEventListener("change", () => {
-  describeModel();
-  state.set({ model: el.model.value, layer: 0, head: 0 });
-});
+el.model.addEventListener("change", describeModel);
 el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value), overlay: null }));
 el.head.addEventListener("change", () => state.set({ head: Number(el.head.value) }));
-el.qkQuery.addEventListener("change", () => state.set({ query: Number(el.qkQuery.value) }));
-let sliderTimer = null;
-function settleThen(fn) {
-  clearTimeout(sliderTimer);
-  sliderTimer = setTimeout(fn, 120); // sliders fire many events; act once they settle
-}
-
-/** Every control shows what the state says (after a reload, a shared link, or a change). */
-function syncControls() {
-  const current = state.get();
-  const info = session?.meta;
-  el.linesThreshold.value = String(current.threshold);
-  el.linesThresholdValue.textContent = current.threshold.toFixed(2);
-  el.whatifUnscaled.checked = current.unscaled;
-  el.whatifTemperature.value = String(Math.log10(current.temperature));
-  el.whatifTemperatureValue.textContent = current.temperature.toFixed(2);
-  if (!info) return;
-  const heads = overlayHeads(current, info);
-  const boxes = el.linesHeads.querySelectorAll("input");
-  if (boxes.length !== info.num_heads) {
-    el.linesHeads.querySelectorAll("label").forEach((n) => n.remove());
-    for (let h = 0; h < info.num_heads; h++) {
-      const box = make("input", { attrs: { type: "checkbox", value: String(h) } });
-      const label = make("label", {}, [box, make("span", { text: `h${h}` })]);
-      label.style.color = headColour(h, info.num_heads);
-      el.linesHeads.append(label);
-    }
-  }
-  for (const box of el.linesHeads.querySelectorAll("input")) box.checked = heads.includes(Number(box.value));
-}
-// Controls write the state; render() draws from it (and sets the controls back from it).
-el.linesThreshold.addEventListener("input", () => {
-  el.linesThresholdValue.textContent = Number(el.linesThreshold.value).toFixed(2);
-  settleThen(() => state.set({ threshold: Number(el.linesThreshold.value) }));
-});
-el.whatifUnscaled.addEventListener("change", () => state.set({ unscaled: el.whatifUnscaled.checked }));
-el.whatifTemperature.addEventListener("input", () => {
-  const temperature = Number((10 ** Number(el.whatifTemperature.value)).toFixed(4));
-  el.whatifTemperatureValue.textContent = temperature.toFixed(2);
-  settleThen(() => state.set({ temperature }));
-});
-el.linesHeads.addEventListener("change", () => {
-  const chosen = [...el.linesHeads.querySelectorAll("input:checked")].map((b) => Number(b.value));
-  state.set({ overlay: chosen.length ? chosen : null });
-});
+for (const [name, module] of Object.entries(VIEW_MODULES)) module.bind?.(PARTS[name], state.set);
 for (const tab of document.querySelectorAll('[role="tab"]')) {
   tab.addEventListener("click", () => state.set({ view: tab.dataset.view }));
   tab.addEventListener("keydown", (event) => {
@@ -313,7 +292,7 @@ for (const tab of document.querySelectorAll('[role="tab"]')) {
   });
 }
 el.views.addEventListener("keydown", (event) => {
-  if (!session?.meta || event.target.closest("input, select, textarea")) return;
+  if (!session?.meta || event.target.closest("input, select, textarea, button, table")) return;
   const { layer, head } = state.get();
   const { num_layers: layers, num_heads: heads } = session.meta;
   const moves = {
@@ -329,19 +308,24 @@ el.views.addEventListener("keydown", (event) => {
 for (const button of document.querySelectorAll("[data-export]")) {
   button.addEventListener("click", async () => {
     try {
-      await exportCurrent(button.dataset.export, ctx.current || {}, state.get(), (note) => setStatus(note));
+      await exportCurrent(button.dataset.export, exported || {}, state.get(), (note) => setStatus(note));
     } catch (err) {
       showError(el.error, err.message);
     }
   });
 }
-const DRAWN_FROM = ["layer", "head", "view", "query", "overlay", "threshold", "unscaled", "temperature"];
+let modelsListed = false;
 state.subscribe((_, changed) => {
-  if (changed.some((k) => DRAWN_FROM.includes(k))) render();
+  if (changed.some((k) => RUN_FROM.includes(k))) {
+    if (modelsListed) run();
+  } else {
+    render();
+  }
 });
 
 loadModels()
   .then(() => {
+    modelsListed = true;
     if (hadText) run();
   })
   .catch((err) => showError(el.error, err.message));

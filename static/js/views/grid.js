@@ -38,15 +38,16 @@ function drawThumbnail(canvas, flat, n) {
   return pooled;
 }
 
-export async function renderGrid(ctx) {
-  const { session, state, el, info, onOpen } = ctx;
+const shownIn = new WeakMap(); // grid element -> what its thumbnails show (for the export)
+
+/** scene.open(layer, head) opens a head; the grid is drawn once per text, layer by layer. */
+export async function render({ session, state, parts, info, open }) {
   const { num_layers: layers, num_heads: heads, num_kv_heads: kvHeads } = info;
   const key = `${session.model}|${session.text}|${session.textPair}`;
-  const grid = el.grid;
+  const grid = parts.grid;
   if (grid.dataset.key === key) {
     markSelected(grid, state.layer, state.head);
-    ctx.current = gridExport(grid, ctx.gridShown);
-    return;
+    return gridExport(grid, shownIn.get(grid));
   }
   grid.dataset.key = key;
   grid.replaceChildren();
@@ -54,7 +55,7 @@ export async function renderGrid(ctx) {
   grid.setAttribute("role", "grid");
   grid.setAttribute("aria-label", `${layers} layers by ${heads} heads: arrow keys move, Enter opens a head`);
   const perGroup = heads / kvHeads;
-  el.gridGqa.textContent =
+  parts.gqa.textContent =
     kvHeads < heads
       ? `This model shares each key/value head among ${perGroup} query heads (grouped-query attention): the labels kv0, kv1 … above the columns show which heads share keys.`
       : "";
@@ -69,8 +70,7 @@ export async function renderGrid(ctx) {
   grid.append(header);
   const canvases = [];
   const shown = { tokens: session.meta.tokens, layers, heads, size: 0, maps: {} };
-  ctx.gridShown = shown;
-  ctx.current = gridExport(grid, shown);
+  shownIn.set(grid, shown);
   for (let l = 0; l < layers; l++) {
     const row = make("div", { attrs: { role: "row" }, className: "grid-row" }, [
       make("div", { text: `L${l}`, className: "grid-label", attrs: { role: "rowheader" } }),
@@ -80,7 +80,7 @@ export async function renderGrid(ctx) {
       const canvas = make("canvas", {
         attrs: { tabindex: "-1", role: "gridcell", "aria-label": `Layer ${l}, head ${h}`, "data-layer": l, "data-head": h },
       });
-      canvas.addEventListener("click", () => onOpen(l, h));
+      canvas.addEventListener("click", () => open(l, h));
       row.append(canvas);
       cells.push(canvas);
     }
@@ -99,7 +99,7 @@ export async function renderGrid(ctx) {
     };
     if (event.key === "Enter" || event.key === " ") {
       event.preventDefault();
-      onOpen(l, h, { focusView: true });
+      open(l, h, { focusView: true });
       return;
     }
     const to = moves[event.key];
@@ -110,9 +110,17 @@ export async function renderGrid(ctx) {
     focusCell(grid, canvases[nl][nh]);
   });
   markSelected(grid, state.layer, state.head);
+  await fillIn(grid, key, session, canvases, shown, parts.status);
+  return gridExport(grid, shown);
+}
+
+/** Draws every layer's thumbnails, one layer a task, while the rest of the page stays live. */
+async function fillIn(grid, key, session, canvases, shown, status) {
+  const layers = canvases.length;
+  const heads = canvases[0].length;
   for (let l = 0; l < layers; l++) {
     if (grid.dataset.key !== key) return; // a newer sentence replaced this grid
-    el.gridStatus.textContent = `Loading layer ${l + 1} of ${layers}…`;
+    status.textContent = `Loading layer ${l + 1} of ${layers}…`;
     const maps = await session.coarseLayer(l);
     const n = maps.meta.tokens.length;
     for (let h = 0; h < heads; h++) {
@@ -122,7 +130,7 @@ export async function renderGrid(ctx) {
     }
     await new Promise((resolve) => requestAnimationFrame(resolve)); // let the page breathe
   }
-  el.gridStatus.textContent = `${layers * heads} heads shown.`;
+  status.textContent = `${layers * heads} heads shown.`;
 }
 
 /** What the grid's export buttons save: the thumbnails as one PNG, and the values they show. */

@@ -4,23 +4,17 @@ import { toMatrix } from "../binary.js";
 import { viridis } from "../colors.js";
 import { drawHeatmap } from "./plot.js";
 
-export async function renderHeatmap(ctx) {
-  const token = ctx.renderToken;
-  const { session, state, el } = ctx;
+/** Every view: render(scene) reads scene.state, draws into scene.parts and returns what the
+ * export buttons save (see export.js); scene = {state, session, info, parts, set, isStale}. */
+export async function render({ session, state, parts, isStale }) {
   const { layer, head } = state;
   const maps = await session.layer(layer);
-  if (ctx.isStale(token)) return;
+  if (isStale()) return null;
   const tokens = maps.meta.tokens;
   const n = tokens.length;
   const z = toMatrix(maps.map(0, head), n, n);
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
-  ctx.current = { kind: "head", layer, head, tokens, matrix: z, element: el.heatmap, title, colour: viridis };
   const height = Math.min(900, Math.max(420, 18 * n + 140));
-  await drawHeatmap(el.heatmap, z, tokens, tokens, {
-    title,
-    zmin: 0,
-    zmax: 1,
-    hoverName: "weight",
-    height,
-  });
+  await drawHeatmap(parts.plot, z, tokens, tokens, { title, zmin: 0, zmax: 1, hoverName: "weight", height });
+  return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: viridis };
 }

@@ -1,6 +1,8 @@
 // Token-to-token view: queries left, keys right, a line per weight above a threshold.
 
 import { headColour } from "../colors.js";
+import { el as make } from "../dom.js";
+import { settle } from "./settle.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const ROW = 20;
@@ -27,17 +29,43 @@ export function overlayHeads(state, info) {
   return chosen.length ? chosen : [state.head];
 }
 
-export async function renderLines(ctx) {
-  const token = ctx.renderToken;
-  const { session, state, el, info } = ctx;
+export function bind(parts, set) {
+  parts.threshold.addEventListener("input", () => {
+    parts.thresholdValue.textContent = Number(parts.threshold.value).toFixed(2);
+    settle(() => set({ threshold: Number(parts.threshold.value) }));
+  });
+  parts.heads.addEventListener("change", () => {
+    const chosen = [...parts.heads.querySelectorAll("input:checked")].map((b) => Number(b.value));
+    set({ overlay: chosen.length ? chosen : null });
+  });
+}
+
+/** One checkbox per head of the layer, ticked for the heads drawn. */
+function showHeadPicks(fieldset, heads, count) {
+  if (fieldset.querySelectorAll("input").length !== count) {
+    fieldset.querySelectorAll("label").forEach((n) => n.remove());
+    for (let h = 0; h < count; h++) {
+      const box = make("input", { attrs: { type: "checkbox", value: String(h) } });
+      const label = make("label", {}, [box, make("span", { text: `h${h}` })]);
+      label.style.color = headColour(h, count);
+      fieldset.append(label);
+    }
+  }
+  for (const box of fieldset.querySelectorAll("input")) box.checked = heads.includes(Number(box.value));
+}
+
+export async function render({ session, state, parts, info, isStale }) {
   const heads = overlayHeads(state, info);
+  showHeadPicks(parts.heads, heads, info.num_heads);
+  parts.threshold.value = String(state.threshold);
+  parts.thresholdValue.textContent = state.threshold.toFixed(2);
 
   const maps = await session.layer(state.layer);
-  if (ctx.isStale(token)) return;
+  if (isStale()) return null;
   const tokens = maps.meta.tokens;
   const n = tokens.length;
   const threshold = state.threshold;
-  const { width: WIDTH, leftX: LEFT_X, rightX: RIGHT_X } = geometry(tokens, Math.min(720, el.lines.clientWidth - 2));
+  const { width: WIDTH, leftX: LEFT_X, rightX: RIGHT_X } = geometry(tokens, Math.min(720, parts.lines.clientWidth - 2));
   const root = svg("svg", { width: WIDTH, height: n * ROW + 30, role: "img", "aria-label": `Attention lines for heads ${heads.join(", ")} of layer ${state.layer}` });
   root.append(svg("text", { x: LEFT_X, y: 14, "text-anchor": "end" }));
   root.lastChild.textContent = "query";
@@ -91,10 +119,10 @@ export async function renderLines(ctx) {
     label.addEventListener("mouseleave", () => focus(null, null));
     label.addEventListener("blur", () => focus(null, null));
   }
-  el.lines.replaceChildren(root);
+  parts.lines.replaceChildren(root);
   const matrixOf = (h) => Array.from({ length: n }, (_, q) => Array.from(maps.map(0, h).subarray(q * n, (q + 1) * n)));
   const main = heads.includes(state.head) ? state.head : heads[0];
-  ctx.current = {
+  return {
     kind: "svg", element: root, layer: state.layer, head: main, tokens, matrix: matrixOf(main), suffix: "-lines",
     payload: {
       overlaid_heads: heads, threshold,

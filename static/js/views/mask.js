@@ -5,30 +5,28 @@ import { viridis } from "../colors.js";
 import { maskedScores } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
 
-export async function renderMask(ctx) {
-  const token = ctx.renderToken;
-  const { session, state, el, info } = ctx;
+export async function render({ session, state, parts, info, isStale }) {
   const detail = await session.detail({ layer: state.layer, head: state.head, fields: ["scaled_scores", "mask", "weights"] });
-  if (ctx.isStale(token)) return;
+  if (isStale()) return null;
   const tokens = detail.tokens;
   const n = tokens.length;
   const segments = session.meta.segments;
   const masked = maskedScores(detail);
   let allowed = 0;
   for (const row of detail.mask) for (const ok of row) allowed += ok ? 1 : 0;
-  const parts = [];
+  const sentences = [];
   if (info.causal) {
-    parts.push("This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.");
+    sentences.push("This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.");
   } else {
-    parts.push(
+    sentences.push(
       "This is a bidirectional encoder: every token may look at every token, so nothing is masked here. " +
         "A single sentence needs no mask. In a batch, shorter sentences are padded to the longest one, " +
         "and the padding mask then sets every padded key to −∞ before softmax, so no real token attends " +
         "to padding (padded query rows are computed but ignored).",
     );
   }
-  if (segments) parts.push("With a sentence pair, segment A and segment B share one attention matrix; the lines mark where B starts, and the off-diagonal blocks are cross-segment attention.");
-  el.maskExplain.textContent = parts.join(" ");
+  if (segments) sentences.push("With a sentence pair, segment A and segment B share one attention matrix; the lines mark where B starts, and the off-diagonal blocks are cross-segment attention.");
+  parts.explain.textContent = sentences.join(" ");
   const metrics = [metric("allowed pairs", `${allowed} of ${n * n}`), metric("masked (−∞) cells", String(n * n - allowed))];
   const shapes = [];
   if (segments) {
@@ -48,15 +46,12 @@ export async function renderMask(ctx) {
       );
     }
   }
-  el.maskMetrics.replaceChildren(...metrics);
-  const common = { xTitle: "key", yTitle: "query" };
-  await drawHeatmap(el.maskBefore, masked, tokens, tokens, { ...common, title: "before softmax: scaled scores, blank = −∞", hoverName: "score" });
-  await drawHeatmap(el.maskAfter, detail.weights, tokens, tokens, { ...common, title: "after softmax: weights (masked = 0)", zmin: 0, zmax: 1, hoverName: "weight" });
-  if (shapes.length) {
-    for (const plot of [el.maskBefore, el.maskAfter]) window.Plotly.relayout(plot, { shapes });
-  }
-  ctx.current = {
-    kind: "head", element: el.maskAfter, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
+  parts.metrics.replaceChildren(...metrics);
+  const common = { xTitle: "key", yTitle: "query", shapes };
+  await drawHeatmap(parts.before, masked, tokens, tokens, { ...common, title: "before softmax: scaled scores, blank = −∞", hoverName: "score" });
+  await drawHeatmap(parts.after, detail.weights, tokens, tokens, { ...common, title: "after softmax: weights (masked = 0)", zmin: 0, zmax: 1, hoverName: "weight" });
+  return {
+    kind: "head", element: parts.after, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
     title: "weights after the mask", colour: viridis, suffix: "-mask", payload: { mask: detail.mask },
   };
 }

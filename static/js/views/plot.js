@@ -80,7 +80,8 @@ export function titleLayout(title, width, height, font = 13, above = 0) {
 /**
  * Draw (or redraw in place) a heatmap of z[row][col].
  * rows/cols: label arrays (raw user text); options: {title, zmin, zmax, showText, colorscale,
- * xTitle, yTitle, hoverName, height}.
+ * xTitle, yTitle, hoverName, height, shapes (Plotly shapes drawn over the map), numbered
+ * (false: the labels are unique already, e.g. "L3", and are shown as they are)}.
  */
 export async function drawHeatmap(el, z, rows, cols, options = {}) {
   // Each chart in a task of its own: drawing a 512 x 512 map takes ~100-180 ms, and views that
@@ -92,8 +93,8 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
   const trace = {
     type: "heatmap",
     z,
-    x: categories(cols),
-    y: categories(rows),
+    x: categories(cols, options.numbered),
+    y: categories(rows, options.numbered),
     colorscale: options.colorscale || COLORSCALE,
     zmin: options.zmin,
     zmax: options.zmax,
@@ -133,6 +134,7 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
     xaxis: { ...xTicks, type: "category", side: "top", tickangle: -45, title: { text: title ? "" : options.xTitle || "" } },
     yaxis: { ...tokenTicks(axes.yaxis), type: "category", autorange: "reversed", title: { text: options.yTitle || "" } },
     height,
+    shapes: options.shapes || [],
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, sans-serif" },
@@ -141,8 +143,26 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
 }
 
 /** "index · label" for each label, escaped: unique category names that hovers can show. */
-function categories(labels) {
-  return labels.map((label, i) => `${i} · ${escapeLabel(label)}`);
+function categories(labels, numbered = true) {
+  return labels.map((label, i) => (numbered === false ? escapeLabel(label) : `${i} · ${escapeLabel(label)}`));
+}
+
+/** Calls fn(row, col) when a cell of the chart in `el` is clicked (its indices, not labels). */
+export function onCellClick(el, fn) {
+  el._onCell = fn;
+  if (el._cellClicks) return;
+  el._cellClicks = true;
+  el.on("plotly_click", (event) => {
+    const point = event.points?.[0];
+    if (!point) return;
+    const [row, col] = Array.isArray(point.pointIndex) ? point.pointIndex : [point.pointNumber, point.pointNumber];
+    el._onCell(row, col, point);
+  });
+}
+
+/** Saves the chart in `el` as PNG or SVG (Plotly's own image export). */
+export function downloadPlot(el, format, filename) {
+  return window.Plotly.downloadImage(el, { format, filename, scale: format === "png" ? 2 : 1 });
 }
 
 /**

@@ -1,25 +1,25 @@
 // Query/key view: a token's q vector, every k, the elementwise products and the resulting weights.
 
+import { chosenToken, fillTokenPicker } from "./tokens.js";
 import { drawChart, drawHeatmap, escapeLabel } from "./plot.js";
 
-export async function renderQK(ctx) {
-  const token = ctx.renderToken;
-  const { session, state, el } = ctx;
+export function bind(parts, set) {
+  parts.query.addEventListener("change", () => set({ query: Number(parts.query.value) }));
+}
+
+export async function render({ session, state, parts, isStale }) {
   const tokens = session.meta.tokens;
-  const query = Math.min(state.query ?? defaultQuery(tokens), tokens.length - 1);
-  if (el.qkQuery.options.length !== tokens.length) {
-    el.qkQuery.replaceChildren(...tokens.map((t, i) => new Option(`${i}: ${t}`, String(i))));
-  }
-  el.qkQuery.value = String(query);
+  const query = chosenToken(state, tokens);
+  fillTokenPicker(parts.query, tokens, query);
   const detail = await session.detail({
     layer: state.layer, head: state.head, query, scale: false,
     fields: ["q", "k", "products", "weights", "counterfactual_weights"],
   });
-  if (ctx.isStale(token)) return;
+  if (isStale()) return null;
   const dims = detail.q[0].map((_, i) => `${i}`);
   const label = tokens[query];
-  ctx.current = {
-    kind: "head", element: el.qkProducts, layer: state.layer, head: state.head, tokens: dims, rowTokens: tokens,
+  const current = {
+    kind: "head", element: parts.products, layer: state.layer, head: state.head, tokens: dims, rowTokens: tokens,
     matrix: detail.products, matrixName: "products", suffix: `-qk-query${query}`,
     payload: {
       what: "q ∘ k for one query: row j holds q[query] * k[j] elementwise; each row sums to the raw score q·k",
@@ -28,13 +28,13 @@ export async function renderQK(ctx) {
       weights: detail.weights[query], unscaled_weights: detail.counterfactual_weights[query],
     },
   };
-  drawHeatmap(el.qkQ, [detail.q[query]], [`q(${label})`], dims, {
+  drawHeatmap(parts.q, [detail.q[query]], [`q(${label})`], dims, {
     title: `query vector of “${label}” (head dim ${detail.head_dim})`, colorscale: "RdBu", zmid: 0, hoverName: "q", height: 170,
   });
-  drawHeatmap(el.qkK, detail.k, tokens, dims, {
+  drawHeatmap(parts.k, detail.k, tokens, dims, {
     title: `key vectors (kv head ${detail.kv_head})`, colorscale: "RdBu", zmid: 0, xTitle: "dimension", hoverName: "k",
   });
-  drawHeatmap(el.qkProducts, detail.products, tokens, dims, {
+  drawHeatmap(parts.products, detail.products, tokens, dims, {
     title: "q ∘ k: each row sums to the score", colorscale: "RdBu", zmid: 0, xTitle: "dimension", hoverName: "q∘k",
   });
   const keys = tokens.map((t) => escapeLabel(t));
@@ -42,7 +42,7 @@ export async function renderQK(ctx) {
   const unscaledRow = detail.counterfactual_weights[query];
   const x = tokens.map((_, i) => i);
   drawChart(
-    el.qkBars,
+    parts.bars,
     [
       { type: "bar", name: `softmax(q·k × ${detail.model_scale.toFixed(3)}) — the model`, x, y: scaledRow, marker: { color: "#0072B2" },
         customdata: keys, hovertemplate: "%{customdata}: %{y:.6f}<extra>scaled</extra>" },
@@ -59,10 +59,7 @@ export async function renderQK(ctx) {
       height: 400,
     },
     {},
-    { xaxis: { labels: tokens, pixels: (el.qkBars.clientWidth || 600) - 80, perLabel: 14 } },
+    { xaxis: { labels: tokens, pixels: (parts.bars.clientWidth || 600) - 80, perLabel: 14 } },
   );
-}
-
-function defaultQuery(tokens) {
-  return Math.min(tokens.length - 1, Math.floor(tokens.length / 2));
+  return current;
 }

@@ -56,15 +56,13 @@ export async function drawStages(plots, data, rows, cols, dims, scaleNote) {
 }
 
 /** The stages of a real head, from the detail API. */
-export async function renderModelStages(ctx) {
-  const token = ctx.renderToken;
-  const { session, state, el } = ctx;
+export async function render({ session, state, parts, isStale }) {
   const detail = await session.detail({
     layer: state.layer, head: state.head, fields: ["scores", "scaled_scores", "mask", "weights", "output"],
   });
-  if (ctx.isStale(token)) return;
+  if (isStale()) return null;
   const tokens = detail.tokens;
-  const plots = stageFigures(el.stepsGrid);
+  const plots = stageFigures(parts.stages);
   const masked = maskedScores(detail);
   const anyMasked = detail.mask.some((row) => row.includes(false));
   plots.masked.parentElement.querySelector(".why").textContent = anyMasked
@@ -76,7 +74,7 @@ export async function renderModelStages(ctx) {
     { scores: detail.scores, scaled: detail.scaled_scores, masked, weights: detail.weights, output: detail.output },
     tokens, tokens, dims, `× ${detail.model_scale.toFixed(4)} (1/√${detail.head_dim})`,
   );
-  ctx.current = {
+  return {
     kind: "head", element: plots.weights, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
     title: "softmax weights", colour: viridis, suffix: "-stages",
     payload: { scores: detail.scores, scaled_scores: detail.scaled_scores, mask: detail.mask, output: detail.output, model_scale: detail.model_scale },

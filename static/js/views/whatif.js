@@ -3,17 +3,29 @@
 import { viridis } from "../colors.js";
 import { metricCard } from "../dom.js";
 import { meanEntropy, meanMax } from "../stats.js";
+import { settle } from "./settle.js";
 import { drawHeatmap } from "./plot.js";
 
-export async function renderWhatIf(ctx) {
-  const token = ctx.renderToken;
-  const { session, state, el } = ctx;
+/** The controls write the state; render sets them back from it. */
+export function bind(parts, set) {
+  parts.unscaled.addEventListener("change", () => set({ unscaled: parts.unscaled.checked }));
+  parts.temperature.addEventListener("input", () => {
+    const temperature = Number((10 ** Number(parts.temperature.value)).toFixed(4));
+    parts.temperatureValue.textContent = temperature.toFixed(2);
+    settle(() => set({ temperature }));
+  });
+}
+
+export async function render({ session, state, parts, isStale }) {
   const { temperature, unscaled } = state;
+  parts.unscaled.checked = unscaled;
+  parts.temperature.value = String(Math.log10(temperature));
+  parts.temperatureValue.textContent = temperature.toFixed(2);
   const detail = await session.detail({
     layer: state.layer, head: state.head, scale: unscaled ? false : true, temperature: Number(temperature.toFixed(4)),
     fields: ["weights", "counterfactual_weights"],
   });
-  if (ctx.isStale(token)) return;
+  if (isStale()) return null;
   const tokens = detail.tokens;
   const label = `${unscaled ? "no 1/√d scale" : `× ${detail.model_scale.toFixed(3)}`}, temperature ${temperature.toFixed(2)}`;
   const cards = [
@@ -22,14 +34,14 @@ export async function renderWhatIf(ctx) {
     ["model: mean max weight", meanMax(detail.weights).toFixed(3)],
     ["what-if: mean max weight", meanMax(detail.counterfactual_weights).toFixed(3)],
   ].map(([label, value]) => metricCard(label, value));
-  el.whatifMetrics.replaceChildren(...cards);
+  parts.metrics.replaceChildren(...cards);
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
-  await drawHeatmap(el.whatifModel, detail.weights, tokens, tokens, { ...common, title: `as the model computes it (× ${detail.model_scale.toFixed(3)})` });
-  await drawHeatmap(el.whatifCounterfactual, detail.counterfactual_weights, tokens, tokens, { ...common, title: label });
+  await drawHeatmap(parts.model, detail.weights, tokens, tokens, { ...common, title: `as the model computes it (× ${detail.model_scale.toFixed(3)})` });
+  await drawHeatmap(parts.counterfactual, detail.counterfactual_weights, tokens, tokens, { ...common, title: label });
   // Not the model's map: the file name and the JSON say which counterfactual it is.
   const suffix = `-what-if-${unscaled ? "unscaled" : "scaled"}-T${detail.counterfactual_temperature}`;
-  ctx.current = {
-    kind: "head", element: el.whatifCounterfactual, layer: state.layer, head: state.head, tokens,
+  return {
+    kind: "head", element: parts.counterfactual, layer: state.layer, head: state.head, tokens,
     matrix: detail.counterfactual_weights, matrixName: "counterfactual_weights", title: `what-if: ${label}`, colour: viridis, suffix,
     payload: {
       what: "counterfactual weights: this head recomputed at another scale and temperature, not what the model computed",

@@ -1,0 +1,60 @@
+// Follow a token: what it attends to (its rows) and who attends to it (its columns), in every
+// layer and head at once, with each layer's heads summed up.
+
+import { viridis } from "../colors.js";
+import { headLabels } from "./heads.js";
+import { drawHeatmap, onCellClick } from "./plot.js";
+import { chosenToken, fillTokenPicker } from "./tokens.js";
+
+export function bind(parts, set) {
+  parts.token.addEventListener("change", () => set({ query: Number(parts.token.value) }));
+  parts.summary.addEventListener("change", () => set({ summary: parts.summary.value }));
+}
+
+export async function render({ session, state, parts, info, open, isStale }) {
+  const tokens = info.tokens;
+  const token = chosenToken(state, tokens);
+  fillTokenPicker(parts.token, tokens, token);
+  const summary = state.summary === "max" ? "max" : "mean";
+  parts.summary.value = summary;
+  const data = await session.follow(token);
+  if (isStale()) return null;
+  const labels = headLabels(info);
+  const rowsOfHeads = labels.layers.flatMap((l) => labels.heads.map((h) => `${l} ${h.split(" ")[0]}`));
+  const word = `“${tokens[token]}” (token ${token})`;
+  const how = summary === "max" ? "the largest over each layer's heads" : "each layer's heads averaged";
+  // The followed token's own column, outlined in the charts of what it attends to.
+  const own = [{ type: "rect", x0: token - 0.5, x1: token + 0.5, y0: 0, y1: 1, yref: "paper", line: { color: "#e4572e", width: 2 } }];
+  const layersHeight = Math.min(700, Math.max(300, 20 * info.num_layers + 170));
+  const common = { zmin: 0, zmax: 1, yTitle: "", hoverName: "weight", height: layersHeight };
+  const queryLayers = data[`query_${summary}`];
+  const keyLayers = data[`key_${summary}`];
+  await drawHeatmap(parts.queryLayers, queryLayers, labels.layers, tokens, {
+    ...common, title: `what ${word} attends to, layer by layer (${how})`, xTitle: "key", shapes: own,
+  });
+  await drawHeatmap(parts.keyLayers, keyLayers, labels.layers, tokens, {
+    ...common, title: `how much each token gives ${word}, layer by layer (${how})`, xTitle: "query",
+  });
+  const headsHeight = Math.min(820, Math.max(360, 5 * rowsOfHeads.length + 170));
+  const flat = (grid) => grid.flat(); // [layer][head][token] -> [layer * heads + head][token]
+  await drawHeatmap(parts.queryHeads, flat(data.as_query), rowsOfHeads, tokens, {
+    ...common, height: headsHeight, title: `what ${word} attends to in every head · click a row to open its head`, xTitle: "key", shapes: own,
+  });
+  await drawHeatmap(parts.keyHeads, flat(data.as_key), rowsOfHeads, tokens, {
+    ...common, height: headsHeight, title: `what every token gives ${word} in every head · click a row to open its head`, xTitle: "query",
+  });
+  const openRow = (row) => open(Math.floor(row / info.num_heads), row % info.num_heads);
+  onCellClick(parts.queryHeads, openRow);
+  onCellClick(parts.keyHeads, openRow);
+  return {
+    kind: "head", element: parts.queryLayers, where: `token-${token}`, tokens, rowTokens: labels.layers,
+    matrix: queryLayers, matrixName: `query_${summary}`, corner: "layer \\ key", colour: viridis,
+    title: `what ${word} attends to, layer by layer (${how})`,
+    payload: {
+      what: "token followed through the model: as_query[layer][head][key] is its row, as_key[layer][head][query] its column; *_mean and *_max sum up each layer's heads",
+      token, token_text: tokens[token], summary,
+      as_query: data.as_query, as_key: data.as_key, query_mean: data.query_mean, query_max: data.query_max,
+      key_mean: data.key_mean, key_max: data.key_max,
+    },
+  };
+}

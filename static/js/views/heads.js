@@ -1,0 +1,148 @@
+// Head roles: one statistic over every layer and head as a map, and every head in a sortable
+// table with its roles (each with the score that decided it).
+
+import { api } from "../api.js";
+import { viridis } from "../colors.js";
+import { el as make } from "../dom.js";
+import { drawHeatmap, onCellClick } from "./plot.js";
+
+const INDUCTION_LENGTH = 50; // random tokens before the repeat
+const SHARES_ABOVE = 0.9; // the summary counts heads whose share passes this
+
+/** "L3" for each layer; "h5" (or "h5 · kv1" with grouped-query attention) for each head. */
+export function headLabels(info) {
+  const group = info.num_heads / info.num_kv_heads;
+  return {
+    layers: Array.from({ length: info.num_layers }, (_, l) => `L${l}`),
+    heads: Array.from({ length: info.num_heads }, (_, h) => (group > 1 ? `h${h} · kv${Math.floor(h / group)}` : `h${h}`)),
+  };
+}
+
+/** The largest value of a (layers x heads) grid with nulls: the colour scale's top. */
+function gridMax(grid) {
+  return Math.max(1e-9, ...grid.flat().filter((v) => v !== null));
+}
+
+function format(statistic, value) {
+  if (value === null) return "–";
+  return statistic === "distance" ? value.toFixed(1) : value.toFixed(3);
+}
+
+/** The sort state "-previous" -> {key: "previous", descending: true}. */
+function parseSort(sort) {
+  if (!sort) return { key: "layer", descending: false };
+  return sort.startsWith("-") ? { key: sort.slice(1), descending: true } : { key: sort, descending: false };
+}
+
+export function bind(parts, set) {
+  parts.stat.addEventListener("change", () => set({ stat: parts.stat.value }));
+  parts.table.addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-sort]");
+    if (button) set({ sort: button.dataset.sort });
+  });
+}
+
+export async function render({ session, state, parts, info, set, open, isStale }) {
+  parts.induction.onclick = async () => {
+    parts.induction.disabled = true;
+    try {
+      const made = await api.inductionText(state.model, INDUCTION_LENGTH, 0);
+      set({ text: made.text, textPair: "", query: null, view: "heads", stat: "induction", sort: "-induction" });
+    } finally {
+      parts.induction.disabled = false;
+    }
+  };
+  const data = await session.heads();
+  if (isStale()) return null;
+  const names = Object.keys(data.statistics);
+  if (parts.stat.options.length !== names.length) {
+    parts.stat.replaceChildren(...names.map((name) => new Option(name.replace("_", " "), name)));
+  }
+  const stat = names.includes(state.stat) ? state.stat : "previous";
+  parts.stat.value = stat;
+  parts.describe.textContent = `${stat.replace("_", " ")}: ${data.descriptions[stat]}.`;
+  const grid = data.statistics[stat];
+  const labels = headLabels(info);
+  const top = stat === "distance" ? gridMax(grid) : 1;
+  const kvGroup = info.num_heads / info.num_kv_heads;
+  const shapes = [
+    // the open head, outlined
+    { type: "rect", x0: state.head - 0.5, x1: state.head + 0.5, y0: state.layer - 0.5, y1: state.layer + 0.5, line: { color: "#e4572e", width: 2 } },
+  ];
+  for (let g = 1; kvGroup > 1 && g < info.num_kv_heads; g++) {
+    // heads that share a key/value head sit between these lines
+    shapes.push({ type: "line", x0: g * kvGroup - 0.5, x1: g * kvGroup - 0.5, y0: -0.5, y1: info.num_layers - 0.5, line: { color: "#fff", width: 2 } });
+  }
+  const title = `${stat.replace("_", " ")} of every head · rows: layers, columns: heads · click a cell to open it`;
+  await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
+    title, zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: true, digits: stat === "distance" ? 1 : 2,
+    height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
+  });
+  onCellClick(parts.map, (layer, head) => open(layer, head));
+  parts.summary.textContent = summarise(data, stat, grid);
+  showTable(parts.table, data, info, parseSort(state.sort), open);
+  return {
+    kind: "head", element: parts.map, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
+    matrix: grid, matrixName: stat, blank: "", corner: "layer \\ head", title, colour: (v) => viridis(v / top),
+    payload: {
+      what: "statistics[name][layer][head] of every head on this text (null: no query row qualifies); roles[layer][head] strongest first",
+      statistics: data.statistics, descriptions: data.descriptions, roles: data.roles, rules: data.rules,
+    },
+  };
+}
+
+function summarise(data, stat, grid) {
+  const values = grid.flatMap((row, l) => row.map((v, h) => [v, l, h])).filter(([v]) => v !== null);
+  if (!values.length) {
+    return stat === "induction" || stat === "duplicate"
+      ? "No token repeats in this text, so no head can be scored: press “Test for induction heads”."
+      : "No query row qualifies for this statistic on this text.";
+  }
+  values.sort((a, b) => b[0] - a[0]);
+  const [v, l, h] = values[0];
+  const best = `highest: layer ${l} head ${h} (${format(stat, v)})`;
+  const timing = `computed in ${data.compute_ms.toFixed(0)} ms from the cached forward pass`;
+  if (stat === "distance") return `${best}; ${timing}.`;
+  const above = values.filter(([x]) => x > SHARES_ABOVE).length;
+  return `${above} of ${values.length} heads above ${SHARES_ABOVE}; ${best}; ${timing}.`;
+}
+
+/** Every head as a table row, sorted; the first cell opens the head. */
+function showTable(table, data, info, sort, open) {
+  const names = Object.keys(data.statistics);
+  const rows = [];
+  for (let l = 0; l < info.num_layers; l++) {
+    for (let h = 0; h < info.num_heads; h++) {
+      const row = { layer: l, head: h, roles: data.roles[l][h] };
+      for (const name of names) row[name] = data.statistics[name][l][h];
+      rows.push(row);
+    }
+  }
+  const key = sort.key === "roles" || sort.key === "layer" || sort.key === "head" || names.includes(sort.key) ? sort.key : "layer";
+  const value = (row) => (key === "roles" ? row.roles[0]?.score ?? -1 : row[key] ?? -Infinity);
+  rows.sort((a, b) => (sort.descending ? value(b) - value(a) : value(a) - value(b)) || a.layer - b.layer || a.head - b.head);
+  const columns = ["layer", "head", "roles", ...names];
+  const header = make("tr", {}, columns.map((name) => {
+    const active = name === key;
+    const next = active && sort.descending ? name : `-${name}`; // click again to reverse
+    const th = make("th", { attrs: { scope: "col", "aria-sort": active ? (sort.descending ? "descending" : "ascending") : "none" } }, [
+      make("button", { text: name.replace("_", " ") + (active ? (sort.descending ? " ↓" : " ↑") : ""), className: "link", attrs: { type: "button", "data-sort": next, title: data.descriptions[name] || "" } }),
+    ]);
+    return th;
+  }));
+  const group = info.num_heads / info.num_kv_heads;
+  const body = make("tbody");
+  for (const row of rows) {
+    const opener = make("button", { text: `L${row.layer} H${row.head}`, className: "link", attrs: { type: "button", title: `open layer ${row.layer} head ${row.head}` } });
+    opener.addEventListener("click", () => open(row.layer, row.head, { focusView: true }));
+    const roles = row.roles.map((r) => `${r.role} ${r.score.toFixed(2)}`).join(", ");
+    const cells = [
+      make("th", { attrs: { scope: "row" } }, [opener]),
+      make("td", { text: group > 1 ? `${row.head} · kv${Math.floor(row.head / group)}` : String(row.head) }),
+      make("td", { text: roles || "–", className: "roles" }),
+      ...names.map((name) => make("td", { text: format(name, row[name]) })),
+    ];
+    body.append(make("tr", {}, cells));
+  }
+  table.replaceChildren(make("caption", { text: `${rows.length} heads, sorted by ${key.replace("_", " ")}` }), make("thead", {}, [header]), body);
+}

@@ -1,0 +1,122 @@
+// Find heads: by a weight between two tokens, by role, or ranked by a statistic. The query
+// lives in the state as one string (state.find), so a search is a link.
+
+import { viridis } from "../colors.js";
+import { el as make } from "../dom.js";
+import { headLabels } from "./heads.js";
+import { drawHeatmap, onCellClick } from "./plot.js";
+import { chosenToken, fillTokenPicker } from "./tokens.js";
+
+const DEFAULT_FIND = "role:previous-token";
+
+/** state.find -> a query of POST /api/attention/search (null if it is not one). */
+export function parseFind(find, tokens, roles, statistics) {
+  const [kind, ...rest] = String(find || "").split(":");
+  if (kind === "role" && roles.includes(rest.join(":"))) return { kind, role: rest.join(":") };
+  if (kind === "rank" && statistics.includes(rest[0]) && ["descending", "ascending"].includes(rest[1] ?? "descending")) {
+    return { kind, statistic: rest[0], order: rest[1] ?? "descending" };
+  }
+  if (kind === "pair" && rest.length === 3) {
+    const [source, target] = rest.slice(0, 2).map((v) => (/^\d+$/.test(v) ? Number(v) : -1));
+    const above = Number(rest[2]);
+    if (source >= 0 && source < tokens.length && target >= 0 && target < tokens.length && rest[2] !== "" && above >= 0 && above <= 1) {
+      return { kind, source, target, above };
+    }
+  }
+  return null;
+}
+
+function encodeFind(query) {
+  if (query.kind === "role") return `role:${query.role}`;
+  if (query.kind === "rank") return `rank:${query.statistic}:${query.order}`;
+  return `pair:${query.source}:${query.target}:${query.above}`;
+}
+
+/** The form shows only the fields of the chosen kind of search. */
+function showKind(parts) {
+  for (const label of parts.form.querySelectorAll("[data-kind]")) label.hidden = label.dataset.kind !== parts.kind.value;
+}
+
+export function bind(parts, set) {
+  parts.kind.addEventListener("change", () => showKind(parts));
+  parts.form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const kind = parts.kind.value;
+    const above = Math.min(1, Math.max(0, Number(parts.above.value) || 0));
+    const query = kind === "role" ? { kind, role: parts.role.value }
+      : kind === "rank" ? { kind, statistic: parts.statistic.value, order: parts.order.value }
+      : { kind, source: Number(parts.source.value), target: Number(parts.target.value), above };
+    set({ find: encodeFind(query) });
+  });
+}
+
+function describe(query, tokens) {
+  if (query.kind === "role") return `heads with the role “${query.role}”, strongest first`;
+  if (query.kind === "rank") return `every head ranked by ${query.statistic.replace("_", " ")}, ${query.order === "descending" ? "highest" : "lowest"} first`;
+  return `heads where token ${query.source} “${tokens[query.source]}” gives token ${query.target} “${tokens[query.target]}” more than ${query.above}`;
+}
+
+export async function render({ session, state, parts, info, open, isStale }) {
+  const heads = await session.heads();
+  if (isStale()) return null;
+  const tokens = info.tokens;
+  const roles = Object.keys(heads.rules);
+  const statistics = Object.keys(heads.statistics);
+  if (parts.role.options.length !== roles.length) parts.role.replaceChildren(...roles.map((r) => new Option(r, r)));
+  if (parts.statistic.options.length !== statistics.length) {
+    parts.statistic.replaceChildren(...statistics.map((s) => new Option(s.replace("_", " "), s)));
+  }
+  const query = parseFind(state.find, tokens, roles, statistics) ?? parseFind(DEFAULT_FIND, tokens, roles, statistics);
+  // The form shows the query that ran.
+  parts.kind.value = query.kind;
+  fillTokenPicker(parts.source, tokens, query.source ?? chosenToken(state, tokens));
+  fillTokenPicker(parts.target, tokens, query.target ?? 0);
+  if (query.kind === "pair") parts.above.value = String(query.above);
+  if (query.kind === "role") parts.role.value = query.role;
+  if (query.kind === "rank") {
+    parts.statistic.value = query.statistic;
+    parts.order.value = query.order;
+  }
+  showKind(parts);
+
+  const found = await session.search(query);
+  if (isStale()) return null;
+  const labels = headLabels(info);
+  const grid = labels.layers.map(() => labels.heads.map(() => null));
+  for (const f of found.heads) grid[f.layer][f.head] = f.value;
+  const values = found.heads.map((f) => f.value);
+  const top = Math.max(1e-9, ...values, query.kind === "rank" && query.statistic === "distance" ? 0 : 1);
+  const what = describe(query, tokens);
+  parts.summary.textContent = `${found.matches} head${found.matches === 1 ? "" : "s"} found: ${what}.`;
+  await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
+    title: `${found.matches} found · blank: not found · click a cell to open it`, zmin: 0, zmax: top, numbered: false,
+    hoverName: query.kind === "pair" ? "weight" : query.kind === "role" ? "score" : query.statistic,
+    height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
+  });
+  onCellClick(parts.map, (layer, head) => open(layer, head));
+  showResults(parts.results, found.heads, heads.roles, query, open);
+  return {
+    kind: "head", element: parts.map, where: `search-${encodeFind(query).replace(/[^a-z0-9]+/gi, "-")}`,
+    tokens: labels.heads, rowTokens: labels.layers, matrix: grid, matrixName: "found", blank: "", corner: "layer \\ head",
+    title: what, colour: (v) => viridis(v / top),
+    payload: { what, query, matches: found.matches, heads: found.heads },
+  };
+}
+
+function showResults(table, found, roles, query, open) {
+  const valueName = query.kind === "pair" ? "weight" : query.kind === "role" ? "score" : query.statistic.replace("_", " ");
+  const header = make("tr", {}, ["head", valueName, "roles"].map((text) => make("th", { text, attrs: { scope: "col" } })));
+  const body = make("tbody");
+  for (const f of found) {
+    const opener = make("button", { text: `L${f.layer} H${f.head}`, className: "link", attrs: { type: "button", title: `open layer ${f.layer} head ${f.head}` } });
+    opener.addEventListener("click", () => open(f.layer, f.head, { focusView: true }));
+    const theirs = roles[f.layer][f.head].map((r) => `${r.role} ${r.score.toFixed(2)}`).join(", ") || "–";
+    body.append(make("tr", {}, [
+      make("th", { attrs: { scope: "row" } }, [opener]),
+      make("td", { text: f.value.toFixed(query.kind === "rank" && query.statistic === "distance" ? 1 : 3) }),
+      make("td", { text: theirs, className: "roles" }),
+    ]));
+  }
+  if (!found.length) body.append(make("tr", {}, [make("td", { text: "No head matches.", attrs: { colspan: "3" } })]));
+  table.replaceChildren(make("thead", {}, [header]), body);
+}
