@@ -10,6 +10,13 @@ Every function is pure: it returns what it computed (usually a small frozen data
 of tensors) and never stores results as a side effect. Each variant has a manual path
 that is tested against PyTorch's own kernel (`F.scaled_dot_product_attention`) or
 against an exact quadratic reference.
+
+Every attention variant has one call shape and returns one type (attention_core.trace):
+
+    variant(q, k, v, mask=None, *, causal=False, scale=True, temperature=1.0, **its_own) -> Trace
+
+and `attend(name, ...)` runs any of them by name (VARIANTS). `scale` is read in one place,
+`resolve_scale`; devices and dtypes come from the inputs.
 """
 
 from attention_core.analysis import (
@@ -24,8 +31,11 @@ from attention_core.analysis import (
 from attention_core.heads import merge_heads, repeat_kv, split_heads
 from attention_core.linear import linear_attention, linear_attention_reference
 from attention_core.masks import (
+    MASK_KINDS,
+    MaskSpec,
     bigbird_mask,
     block_sparse_mask,
+    build_mask,
     causal_mask,
     custom_mask,
     dilated_window_mask,
@@ -40,22 +50,29 @@ from attention_core.positional import apply_rope, rope_cos_sin, sinusoidal_encod
 from attention_core.replay import LayerReplay, QKProjection, Rope, project_qk, replay_layer
 from attention_core.scoring import additive_attention, general_attention
 from attention_core.sdpa import AttentionTrace, masked_softmax, scaled_dot_product_attention
-from attention_core.sparse import SparseResult, sparse_attention
-from attention_core.tiled import TiledResult, tiled_attention
+from attention_core.sparse import sparse_attention
+from attention_core.tiled import tiled_attention
+from attention_core.trace import Cost, Trace, resolve_scale
+from attention_core.variants import VARIANTS, attend
 
 __all__ = [
+    "MASK_KINDS",
+    "VARIANTS",
     "AttentionProjections",
     "AttentionTrace",
+    "Cost",
     "LayerReplay",
+    "MaskSpec",
     "MultiHeadResult",
     "QKProjection",
     "Rope",
-    "SparseResult",
-    "TiledResult",
+    "Trace",
     "additive_attention",
     "apply_rope",
+    "attend",
     "bigbird_mask",
     "block_sparse_mask",
+    "build_mask",
     "causal_mask",
     "custom_mask",
     "dilated_window_mask",
@@ -76,6 +93,7 @@ __all__ = [
     "render_mask",
     "repeat_kv",
     "replay_layer",
+    "resolve_scale",
     "rope_cos_sin",
     "scaled_dot_product_attention",
     "score_variance",

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention_core.trace import Cost, Scale, Trace
 from attention_core.validation import check_qkv
 
 
@@ -19,12 +20,40 @@ def elu_feature_map(x: Tensor) -> Tensor:
     return F.elu(x) + 1
 
 
-def linear_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False) -> Tensor:
-    """Linear-time attention. q, k: (..., n, d_k), v: (..., n, d_v) -> (..., n, d_v)."""
+def _refuse_softmax_options(mask: Tensor | None, scale: Scale, temperature: float) -> None:
+    if mask is not None:
+        raise ValueError(
+            "linear attention takes no mask: its sums run over every key, or over j <= i with "
+            "causal=True (prefix sums)"
+        )
+    if scale not in (True, None) or temperature != 1.0:
+        raise ValueError(
+            "linear attention has no softmax, so scale and temperature do not apply to it"
+        )
+
+
+def linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    scale: Scale = True,
+    temperature: float = 1.0,
+    implied_weights: bool = False,
+) -> Trace:
+    """Linear-time attention. q, k: (..., n, d_k), v: (..., n, d_v); output (..., n, d_v).
+
+    stages: "phi_q", "phi_k" (the features) and "kv_state" (the sums S: (..., d_k, d_v), or
+    their prefix sums (..., n, d_k, d_v) when causal). implied_weights=True also forms the
+    (..., n, n) weights the same result implies (O(n^2): for display and tests only)."""
     check_qkv(q, k, v)
+    _refuse_softmax_options(mask, scale, temperature)
     phi_q, phi_k = elu_feature_map(q), elu_feature_map(k)
+    n_q, n_k = q.shape[-2], k.shape[-2]
     if causal:
-        if q.shape[-2] != k.shape[-2]:
+        if n_q != n_k:
             raise ValueError(
                 f"causal linear attention needs q_len == k_len; got {q.shape}, {k.shape}"
             )
@@ -32,11 +61,24 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, *, causal: bool = False) -
         z = torch.cumsum(phi_k, dim=-2)  # (..., n, d_k)
         numerator = (phi_q.unsqueeze(-2) @ kv).squeeze(-2)  # (..., n, d_v)
         denominator = (phi_q * z).sum(dim=-1, keepdim=True)  # (..., n, 1)
-        return numerator / denominator
-    kv = phi_k.transpose(-2, -1) @ v  # (..., d_k, d_v)
-    z = phi_k.sum(dim=-2)  # (..., d_k)
-    denominator = phi_q @ z.unsqueeze(-1)  # (..., n, 1)
-    return (phi_q @ kv) / denominator
+    else:
+        kv = phi_k.transpose(-2, -1) @ v  # (..., d_k, d_v)
+        z = phi_k.sum(dim=-2)  # (..., d_k)
+        numerator = phi_q @ kv
+        denominator = phi_q @ z.unsqueeze(-1)  # (..., n, 1)
+    weights = linear_attention_weights(q, k, causal=causal) if implied_weights else None
+    return Trace(
+        variant="linear",
+        output=numerator / denominator,
+        weights=weights,
+        scores=None,
+        scaled_scores=None,
+        masked_scores=None,
+        scale=None,
+        temperature=1.0,
+        cost=Cost(pairs_computed=0, pairs_full=n_q * n_k, max_block_elements=0),
+        stages={"phi_q": phi_q, "phi_k": phi_k, "kv_state": kv},
+    )
 
 
 def linear_attention_weights(q: Tensor, k: Tensor, *, causal: bool = False) -> Tensor:
@@ -44,7 +86,7 @@ def linear_attention_weights(q: Tensor, k: Tensor, *, causal: bool = False) -> T
     scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)  # (..., q_len, k_len)
     if causal:
         n_q, n_k = scores.shape[-2:]
-        scores = scores * torch.ones(n_q, n_k, dtype=torch.bool).tril()
+        scores = scores * torch.ones(n_q, n_k, dtype=torch.bool, device=q.device).tril()
     return scores / scores.sum(dim=-1, keepdim=True)
 
 

@@ -225,3 +225,73 @@ def render_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> MaskRenderi
         computed_pairs=int(mask.sum()),
         full_pairs=mask.numel(),
     )
+
+
+MASK_KINDS = (
+    "none", "causal", "sliding_window", "sliding_window_causal", "dilated", "global", "random",
+    "bigbird", "block_sparse", "custom",
+)  # fmt: skip
+"""Every mask attention_core builds by name (build_mask): the one list of them."""
+
+
+@dataclass(frozen=True)
+class MaskSpec:
+    """A mask by name and its parameters; build_mask turns it into a (q_len, k_len) tensor.
+    window: reach (each side, or back for sliding_window_causal); dilation: the step of a
+    dilated window; global_tokens: indices that see and are seen by all; num_random and
+    seed: random keys a row; block_size: block-sparse blocks; custom: the matrix itself."""
+
+    kind: str
+    window: int | None = None
+    dilation: int = 2
+    global_tokens: tuple[int, ...] = (0,)
+    num_random: int = 2
+    seed: int = 0
+    block_size: int = 4
+    custom: Sequence[Sequence[bool]] | None = None
+
+
+SQUARE_ONLY = ("sliding_window", "sliding_window_causal", "dilated", "bigbird", "block_sparse")
+NEEDS_WINDOW = ("sliding_window", "sliding_window_causal", "dilated", "bigbird")
+
+
+def build_mask(spec: MaskSpec, q_len: int, k_len: int | None = None, device=None) -> Tensor:
+    """The (q_len, k_len) boolean mask `spec` names; True = may attend. Random picks are
+    capped at k_len; a kind that needs a window or a square matrix says so (ValueError)."""
+    k_len = q_len if k_len is None else k_len
+    kind = spec.kind
+    if kind not in MASK_KINDS:
+        raise ValueError(f"unknown mask {kind!r}; one of {list(MASK_KINDS)}")
+    if kind in SQUARE_ONLY and q_len != k_len:
+        raise ValueError(f"the {kind} mask needs q_len == k_len; got {q_len} and {k_len}")
+    if kind in NEEDS_WINDOW and spec.window is None:
+        raise ValueError(f"the {kind} mask needs a window")
+    n = q_len
+    if kind == "none":
+        return torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    if kind == "causal":
+        return causal_mask(q_len, k_len, device=device)
+    if kind in ("sliding_window", "sliding_window_causal"):
+        causal = kind == "sliding_window_causal"
+        return sliding_window_mask(n, window=spec.window, causal=causal, device=device)
+    if kind == "dilated":
+        return dilated_window_mask(n, window=spec.window, dilation=spec.dilation, device=device)
+    if kind == "global":
+        return global_tokens_mask(q_len, k_len, indices=list(spec.global_tokens), device=device)
+    if kind == "random":
+        picks = min(spec.num_random, k_len)
+        return random_mask(q_len, k_len, num_random=picks, seed=spec.seed, device=device)
+    if kind == "bigbird":
+        return bigbird_mask(
+            n,
+            window=spec.window,
+            global_indices=list(spec.global_tokens),
+            num_random=min(spec.num_random, n),
+            seed=spec.seed,
+            device=device,
+        )
+    if kind == "block_sparse":
+        return block_sparse_mask(n, block_size=spec.block_size, device=device)
+    if spec.custom is None:
+        raise ValueError("the custom mask needs its matrix")
+    return custom_mask(spec.custom)

@@ -108,8 +108,7 @@ def replay_layer(
     q_sel, k_sel, v_sel = q, k_shared, v_shared
     if heads is not None:
         q_sel, k_sel, v_sel = q[:, heads], k_shared[:, heads], v_shared[:, heads]
-    effective_scale = proj.scale if scale is None or scale is True else scale
     trace = scaled_dot_product_attention(
-        q_sel, k_sel, v_sel, mask, scale=effective_scale, temperature=temperature
+        q_sel, k_sel, v_sel, mask, scale=scale, temperature=temperature, default_scale=proj.scale
     )
     return LayerReplay(q=q, k=k, v=v, trace=trace)

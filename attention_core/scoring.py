@@ -1,28 +1,71 @@
-"""Older scoring functions: additive (Bahdanau) and general bilinear (Luong)."""
+"""Older scoring functions: additive (Bahdanau) and general bilinear (Luong).
+
+Both take the call shape of every variant; neither scales its scores by default (scale=True
+means 1 here), and a temperature divides the scores as in scaled dot-product attention.
+"""
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from attention_core.sdpa import masked_softmax
+from attention_core.trace import (
+    Cost,
+    Scale,
+    Trace,
+    check_temperature,
+    combined_mask,
+    resolve_scale,
+)
 from attention_core.validation import check_mask, check_qkv
+
+
+def _finish(
+    variant: str,
+    scores: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    temperature: float,
+    stages: dict[str, Tensor],
+) -> Trace:
+    """Softmax of the scores (scaled, masked) and the weighted values, as a Trace."""
+    q_len, k_len = scores.shape[-2:]
+    scaled = scores * (scale / temperature)
+    masked = scaled if mask is None else scaled.masked_fill(~mask, float("-inf"))
+    weights = masked_softmax(scaled, mask)
+    return Trace(
+        variant=variant,
+        output=weights @ v,
+        weights=weights,
+        scores=scores,
+        scaled_scores=scaled,
+        masked_scores=masked,
+        scale=scale,
+        temperature=temperature,
+        cost=Cost(q_len * k_len, q_len * k_len, q_len * k_len),
+        stages=stages,
+    )
 
 
 def additive_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    scale: Scale = True,
+    temperature: float = 1.0,
     w_q: Tensor,
     w_k: Tensor,
     v_a: Tensor,
-    mask: Tensor | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> Trace:
     """Bahdanau: score(i, j) = v_a · tanh(W_q q_i + W_k k_j).
 
     q: (..., q_len, d_q), k: (..., k_len, d_k), v: (..., k_len, d_v);
     w_q: (d_attn, d_q), w_k: (d_attn, d_k), v_a: (d_attn,).
-    Returns (output (..., q_len, d_v), weights (..., q_len, k_len), scores (..., q_len, k_len)).
+    stages["hidden"]: tanh(W_q q_i + W_k k_j), (..., q_len, k_len, d_attn).
     """
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} need the same length")
@@ -33,31 +76,45 @@ def additive_attention(
         )
     if v_a.shape != (w_q.shape[0],):
         raise ValueError(f"v_a must be ({w_q.shape[0]},); got {tuple(v_a.shape)}")
+    q_len, k_len = q.shape[-2], k.shape[-2]
     if mask is not None:
-        check_mask(mask, q.shape[:-2], q.shape[-2], k.shape[-2])
-    hidden = torch.tanh(
-        (q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)
-    )  # (..., q_len, k_len, d_attn)
+        check_mask(mask, q.shape[:-2], q_len, k_len)
+    temperature = check_temperature(temperature)
+    scale_value = resolve_scale(scale, q.shape[-1], default=1.0)
+    mask = combined_mask(mask, causal, q_len, k_len, q.device)
+    hidden = (q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)  # (..., q_len, k_len, d_attn)
+    hidden = hidden.tanh()
     scores = hidden @ v_a  # (..., q_len, k_len)
-    weights = masked_softmax(scores, mask)
-    return weights @ v, weights, scores
+    return _finish("additive", scores, v, mask, scale_value, temperature, {"hidden": hidden})
 
 
 def general_attention(
-    q: Tensor, k: Tensor, v: Tensor, w: Tensor, mask: Tensor | None = None
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Luong's general score: score(i, j) = q_i^T W k_j (no 1/sqrt(d) scale).
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    causal: bool = False,
+    scale: Scale = True,
+    temperature: float = 1.0,
+    w: Tensor,
+) -> Trace:
+    """Luong's general score: score(i, j) = q_i^T W k_j (no 1/sqrt(d) scale by default).
 
     q: (..., q_len, d_q), k: (..., k_len, d_k), v: (..., k_len, d_v), w: (d_q, d_k).
-    Returns (output, weights, scores) as additive_attention does.
+    stages["qw"]: q @ W, (..., q_len, d_k).
     """
     if w.shape != (q.shape[-1], k.shape[-1]):
         raise ValueError(
             f"w must be (d_q, d_k) = ({q.shape[-1]}, {k.shape[-1]}); got {tuple(w.shape)}"
         )
-    check_qkv(q @ w, k, v)
+    qw = q @ w  # (..., q_len, d_k)
+    check_qkv(qw, k, v)
+    q_len, k_len = q.shape[-2], k.shape[-2]
     if mask is not None:
-        check_mask(mask, q.shape[:-2], q.shape[-2], k.shape[-2])
-    scores = (q @ w) @ k.transpose(-2, -1)  # (..., q_len, k_len)
-    weights = masked_softmax(scores, mask)
-    return weights @ v, weights, scores
+        check_mask(mask, q.shape[:-2], q_len, k_len)
+    temperature = check_temperature(temperature)
+    scale_value = resolve_scale(scale, q.shape[-1], default=1.0)
+    mask = combined_mask(mask, causal, q_len, k_len, q.device)
+    scores = qw @ k.transpose(-2, -1)  # (..., q_len, k_len)
+    return _finish("general", scores, v, mask, scale_value, temperature, {"qw": qw})

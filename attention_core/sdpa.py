@@ -2,41 +2,28 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
+from attention_core.trace import (
+    Cost,
+    Scale,
+    Trace,
+    check_temperature,
+    combined_mask,
+    resolve_scale,
+)
 from attention_core.validation import check_mask, check_qkv
 
-Scale = bool | float | int | None
-"""True or None: 1/sqrt(d_k) (the default). False: 1 (unscaled). A number: that number."""
+AttentionTrace = Trace  # the name callers of scaled_dot_product_attention know
 
-
-@dataclass(frozen=True)
-class AttentionTrace:
-    """Every stage of one attention call. Patterns are (batch, heads, q_len, k_len)."""
-
-    scores: Tensor  # q @ k^T, before any scaling
-    scaled_scores: Tensor  # scores * scale / temperature: the logits softmax sees
-    masked_scores: Tensor  # scaled_scores with -inf where the mask forbids attention
-    weights: Tensor  # softmax over keys; masked cells exactly 0, fully masked rows all 0
-    output: Tensor  # weights @ v, (batch, heads, q_len, d_v)
-    scale: float
-    temperature: float
-
-
-def resolve_scale(scale: Scale, d_k: int) -> float:
-    """Turn the user-facing `scale` option into the number that multiplies q @ k^T."""
-    if scale is None or scale is True:
-        return 1.0 / math.sqrt(d_k)
-    if scale is False:
-        return 1.0
-    value = float(scale)
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"scale must be a positive finite number, True or False; got {scale!r}")
-    return value
+__all__ = [
+    "AttentionTrace",
+    "Scale",
+    "masked_softmax",
+    "resolve_scale",
+    "scaled_dot_product_attention",
+]
 
 
 def masked_softmax(logits: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -50,7 +37,9 @@ def masked_softmax(logits: Tensor, mask: Tensor | None = None) -> Tensor:
     masked = logits.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(masked, dim=-1)
     any_allowed = mask.any(dim=-1, keepdim=True)
-    return torch.where(any_allowed, weights, torch.zeros((), dtype=weights.dtype))
+    return torch.where(
+        any_allowed, weights, torch.zeros((), dtype=weights.dtype, device=weights.device)
+    )
 
 
 def scaled_dot_product_attention(
@@ -59,33 +48,39 @@ def scaled_dot_product_attention(
     v: Tensor,
     mask: Tensor | None = None,
     *,
+    causal: bool = False,
     scale: Scale = True,
     temperature: float = 1.0,
-) -> AttentionTrace:
+    default_scale: float | None = None,
+) -> Trace:
     """softmax(q k^T * scale / temperature, masked) @ v, with every stage kept.
 
     q: (..., q_len, d_k), k: (..., k_len, d_k), v: (..., k_len, d_v);
-    mask: bool broadcastable to (..., q_len, k_len), True = may attend.
-    Returns an AttentionTrace; its output is (..., q_len, d_v).
+    mask: bool broadcastable to (..., q_len, k_len), True = may attend; causal adds key j <= i.
+    default_scale: what scale=True means (a model's own scale; 1/sqrt(d_k) if None).
+    Returns a Trace; its output is (..., q_len, d_v).
     """
     check_qkv(q, k, v)
+    q_len, k_len = q.shape[-2], k.shape[-2]
     if mask is not None:
-        check_mask(mask, q.shape[:-2], q.shape[-2], k.shape[-2])
-    if not (math.isfinite(temperature) and temperature > 0):
-        raise ValueError(f"temperature must be a positive finite number; got {temperature!r}")
-    scale_value = resolve_scale(scale, q.shape[-1])
+        check_mask(mask, q.shape[:-2], q_len, k_len)
+    temperature = check_temperature(temperature)
+    scale_value = resolve_scale(scale, q.shape[-1], default_scale)
+    mask = combined_mask(mask, causal, q_len, k_len, q.device)
 
     scores = q @ k.transpose(-2, -1)  # (..., q_len, k_len)
     scaled = scores * (scale_value / temperature)
     masked = scaled if mask is None else scaled.masked_fill(~mask, float("-inf"))
     weights = masked_softmax(scaled, mask)
     output = weights @ v  # (..., q_len, d_v)
-    return AttentionTrace(
+    return Trace(
+        variant="dot",
+        output=output,
+        weights=weights,
         scores=scores,
         scaled_scores=scaled,
         masked_scores=masked,
-        weights=weights,
-        output=output,
         scale=scale_value,
-        temperature=float(temperature),
+        temperature=temperature,
+        cost=Cost(q_len * k_len, q_len * k_len, q_len * k_len),
     )

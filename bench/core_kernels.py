@@ -62,12 +62,12 @@ def row(n: int) -> str:
         t_tiled = median_ms(
             lambda: tiled_attention(q, k, v, block_q=BLOCK, block_k=BLOCK, causal=True), 3
         )
-        t_linear = median_ms(lambda: linear_attention(q, k, v, causal=True), 3)
+        t_linear = median_ms(lambda: linear_attention(q, k, v, causal=True).output, 3)
     diff = max((ours - reference).abs().max().item(), (tiled.output - reference).abs().max().item())
     return (
         f"{n:>6} {t_torch:>7.1f}ms {t_ours:>7.1f}ms {t_ours / t_torch:>9.1f}x {t_tiled:>7.1f}ms "
-        f"{t_linear:>7.1f}ms {tiled.full_elements:>11,} {tiled.max_block_elements:>11,} "
-        f"{tiled.full_elements / tiled.max_block_elements:>6.0f}x {diff:>11.2e}"
+        f"{t_linear:>7.1f}ms {tiled.cost.pairs_full:>11,} {tiled.cost.max_block_elements:>11,} "
+        f"{tiled.cost.pairs_full / tiled.cost.max_block_elements:>6.0f}x {diff:>11.2e}"
     )
 
 

@@ -8,16 +8,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.errors import input_rule
 from app.schemas.common import FiniteFloat, PositiveScale, Seed, StrictModel, index_list, json_int
+from attention_core.masks import MASK_KINDS, NEEDS_WINDOW, SQUARE_ONLY
 
 MAX_CORE_TOKENS = 64
 MAX_CORE_DIMS = 256
 
 Row = Annotated[list[FiniteFloat], Field(min_length=1, max_length=MAX_CORE_DIMS)]
 Matrix = Annotated[list[Row], Field(min_length=1, max_length=MAX_CORE_TOKENS)]
-MaskKind = Literal[
-    "none", "causal", "sliding_window", "dilated", "global", "random", "bigbird", "block_sparse",
-    "custom",
-]  # fmt: skip
+MaskKind = Literal[MASK_KINDS]
 
 SEED_EXAMPLE = {
     "q": [[1.0, 0.5], [0.3, 1.2], [0.8, 0.6]],
@@ -54,7 +52,9 @@ class CoreAttentionRequest(StrictModel):
     v: Matrix = Field(description="Values, (k_len, d_v).")
     mask: MaskKind = "none"
     window: json_int(ge=0, le=MAX_CORE_TOKENS) | None = Field(
-        None, description="sliding_window/dilated/bigbird: reach each side."
+        None,
+        description="sliding_window/dilated/bigbird: reach each side; sliding_window_causal: "
+        "reach back.",
     )
     dilation: json_int(ge=1, le=MAX_CORE_TOKENS) = Field(
         2, description="dilated: gap between keys."
@@ -91,7 +91,7 @@ class CoreAttentionRequest(StrictModel):
             raise input_rule(f"q has {d_k} columns but k has {d_k2}: queries and keys share d_k")
         if k_len != v_len:
             raise input_rule(f"k has {k_len} rows but v has {v_len}: each key needs one value")
-        if self.mask in ("sliding_window", "dilated", "bigbird") and self.window is None:
+        if self.mask in NEEDS_WINDOW and self.window is None:
             raise input_rule(f"mask '{self.mask}' needs a 'window' (an integer >= 0)")
         if self.mask == "custom":
             if self.custom_mask is None:
@@ -101,7 +101,7 @@ class CoreAttentionRequest(StrictModel):
             shape = (len(self.custom_mask), len(self.custom_mask[0]) if self.custom_mask else 0)
             if shape != (q_len, k_len) or any(len(r) != k_len for r in self.custom_mask):
                 raise input_rule(f"custom_mask must be ({q_len}, {k_len}) to fit q and k")
-        if self.mask in ("sliding_window", "dilated", "bigbird", "block_sparse") and q_len != k_len:
+        if self.mask in SQUARE_ONLY and q_len != k_len:
             raise input_rule(f"mask '{self.mask}' needs q and k of the same length")
         return self
 

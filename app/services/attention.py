@@ -31,7 +31,7 @@ from app.serialize import (
     to_lists,
 )
 from attention_core import causal_mask, masked_softmax, replay_layer
-from attention_core.sdpa import resolve_scale
+from attention_core.trace import resolve_scale
 
 ShouldStop = Callable[[], bool] | None
 
@@ -241,7 +241,7 @@ def _detail(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> D
     hidden = result.hidden_inputs[req.layer].unsqueeze(0)  # (1, T, d_model)
     with torch.inference_mode():
         actual = replay_layer(hidden, proj, mask, rope=rope, heads=[req.head])
-    scale = proj.scale if req.scale is True else resolve_scale(req.scale, proj.head_dim)
+    scale = resolve_scale(req.scale, proj.head_dim, default=proj.scale)
     what_if = counterfactual_weights(actual.trace.scores[0, 0], mask, scale, req.temperature)
     kv_head = req.head // (proj.n_heads // proj.n_kv_heads)
     q = actual.q[0, req.head]  # (T, hd)

@@ -13,35 +13,17 @@ from app.serialize import to_bool_lists, to_lists, to_lists_with_nulls
 
 def build_mask(req: CoreAttentionRequest, q_len: int, k_len: int) -> Tensor:
     """The (q_len, k_len) boolean mask the request names; True = may attend."""
-    n = q_len
-    match req.mask:
-        case "none":
-            return torch.ones(q_len, k_len, dtype=torch.bool)
-        case "causal":
-            return ac.causal_mask(q_len, k_len)
-        case "sliding_window":
-            return ac.sliding_window_mask(n, window=req.window)
-        case "dilated":
-            return ac.dilated_window_mask(n, window=req.window, dilation=req.dilation)
-        case "global":
-            return ac.global_tokens_mask(q_len, k_len, indices=req.global_tokens)
-        case "random":
-            return ac.random_mask(
-                q_len, k_len, num_random=min(req.num_random, k_len), seed=req.seed
-            )
-        case "bigbird":
-            return ac.bigbird_mask(
-                n,
-                window=req.window,
-                global_indices=req.global_tokens,
-                num_random=min(req.num_random, n),
-                seed=req.seed,
-            )
-        case "block_sparse":
-            return ac.block_sparse_mask(n, block_size=req.block_size)
-        case "custom":
-            return ac.custom_mask(req.custom_mask)
-    raise InvalidInput(f"unknown mask {req.mask!r}")  # unreachable: the schema lists the kinds
+    spec = ac.MaskSpec(
+        kind=req.mask,
+        window=req.window,
+        dilation=req.dilation,
+        global_tokens=tuple(req.global_tokens),
+        num_random=req.num_random,
+        seed=req.seed,
+        block_size=req.block_size,
+        custom=req.custom_mask,
+    )
+    return ac.build_mask(spec, q_len, k_len)
 
 
 def run_core_attention(req: CoreAttentionRequest) -> CoreAttentionResponse:

@@ -32,66 +32,62 @@ def all_masks(req: MasksRequest) -> MasksResponse:
             f"global_tokens {outside[:5]} out of range: with n = {n} tokens they must lie in "
             f"0 to {n - 1}"
         )
-    global_ids = sorted(req.global_tokens)
+    global_ids = tuple(sorted(req.global_tokens))
+    common = {
+        "window": req.window,
+        "dilation": req.dilation,
+        "global_tokens": global_ids,
+        "num_random": req.num_random,
+        "seed": req.seed,
+        "block_size": req.block_size,
+    }
+    shown = [  # (name on the page, kind of attention_core's MASK_KINDS, label, what it does)
+        ("full", "none", "Full attention", "every token sees every token"),
+        ("causal", "causal", "Causal", "a token sees itself and the past (decoders)"),
+        (
+            "sliding_window",
+            "sliding_window",
+            f"Sliding window (±{req.window})",
+            "a token sees its neighbours on both sides (Longformer's local attention, "
+            "BigBird's window; encoders)",
+        ),
+        (
+            "sliding_window_causal",
+            "sliding_window_causal",
+            f"Causal sliding window ({req.window} back)",
+            "a token sees itself and the previous few only (Mistral, Gemma 2's local "
+            "layers; decoders)",
+        ),
+        (
+            "dilated",
+            "dilated",
+            f"Dilated window (±{req.window}, every {req.dilation})",
+            "a window with gaps: reaches further for the same cost",
+        ),
+        (
+            "global",
+            "global",
+            f"Global tokens {list(global_ids)}",
+            "a few tokens see and are seen by all",
+        ),
+        (
+            "random",
+            "random",
+            f"Random ({min(req.num_random, n)} a row, seed {req.seed})",
+            "each token sees a few random keys",
+        ),
+        ("bigbird", "bigbird", "BigBird", "window + global + random together"),
+        (
+            "block_sparse",
+            "block_sparse",
+            f"Block-sparse (blocks of {req.block_size})",
+            "attention only inside fixed blocks",
+        ),
+    ]
     try:
         masks = [
-            (
-                "full",
-                "Full attention",
-                "every token sees every token",
-                torch.ones(n, n, dtype=torch.bool),
-            ),
-            ("causal", "Causal", "a token sees itself and the past (decoders)", ac.causal_mask(n)),
-            (
-                "sliding_window",
-                f"Sliding window (±{req.window})",
-                "a token sees its neighbours on both sides (Longformer's local attention, "
-                "BigBird's window; encoders)",
-                ac.sliding_window_mask(n, window=req.window),
-            ),
-            (
-                "sliding_window_causal",
-                f"Causal sliding window ({req.window} back)",
-                "a token sees itself and the previous few only (Mistral, Gemma 2's local "
-                "layers; decoders)",
-                ac.sliding_window_mask(n, window=req.window, causal=True),
-            ),
-            (
-                "dilated",
-                f"Dilated window (±{req.window}, every {req.dilation})",
-                "a window with gaps: reaches further for the same cost",
-                ac.dilated_window_mask(n, window=req.window, dilation=req.dilation),
-            ),
-            (
-                "global",
-                f"Global tokens {global_ids}",
-                "a few tokens see and are seen by all",
-                ac.global_tokens_mask(n, indices=global_ids),
-            ),
-            (
-                "random",
-                f"Random ({min(req.num_random, n)} a row, seed {req.seed})",
-                "each token sees a few random keys",
-                ac.random_mask(n, num_random=min(req.num_random, n), seed=req.seed),
-            ),
-            (
-                "bigbird",
-                "BigBird",
-                "window + global + random together",
-                ac.bigbird_mask(
-                    n,
-                    window=req.window,
-                    global_indices=global_ids,
-                    num_random=min(req.num_random, n),
-                    seed=req.seed,
-                ),
-            ),
-            (
-                "block_sparse",
-                f"Block-sparse (blocks of {req.block_size})",
-                "attention only inside fixed blocks",
-                ac.block_sparse_mask(n, block_size=req.block_size),
-            ),
+            (name, label, text, ac.build_mask(ac.MaskSpec(kind=kind, **common), n))
+            for name, kind, label, text in shown
         ]
     except ValueError as err:
         raise InvalidInput(str(err)) from err

@@ -37,16 +37,16 @@ def test_tiled_equals_exact(q_len, k_len, block_q, block_k, causal, seed):
     tiled = tiled_attention(q, k, v, block_q=block_q, block_k=block_k, causal=causal)
     assert torch.allclose(tiled.output, exact.output, atol=1e-5)
     expected_lse = torch.logsumexp(exact.masked_scores, dim=-1)
-    assert torch.allclose(tiled.logsumexp, expected_lse, atol=1e-5)
+    assert torch.allclose(tiled.stages["logsumexp"], expected_lse, atol=1e-5)
 
 
 def test_tiled_reports_its_memory_saving_and_skips_future_blocks():
     q, k, v = torch.randn(1, 1, 256, 16), torch.randn(1, 1, 256, 16), torch.randn(1, 1, 256, 16)
     result = tiled_attention(q, k, v, block_q=32, block_k=64, causal=True)
-    assert result.max_block_elements == 32 * 64
-    assert result.full_elements == 256 * 256
-    assert result.blocks_computed + result.blocks_skipped == 8 * 4
-    assert result.blocks_skipped > 0
+    assert result.cost.max_block_elements == 32 * 64
+    assert result.cost.pairs_full == 256 * 256
+    assert result.cost.blocks_computed + result.cost.blocks_skipped == 8 * 4
+    assert result.cost.blocks_skipped > 0
 
 
 def test_tiled_with_boolean_mask_and_fully_masked_rows():
@@ -65,7 +65,7 @@ def test_tiled_with_boolean_mask_and_fully_masked_rows():
 def test_linear_attention_equals_its_quadratic_form(causal):
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(2, 3, 17, 8, generator=g, dtype=torch.float64) for _ in range(3))
-    fast = linear_attention(q, k, v, causal=causal)
+    fast = linear_attention(q, k, v, causal=causal).output
     slow = linear_attention_reference(q, k, v, causal=causal)
     assert torch.allclose(fast, slow, atol=1e-10)
     weights = linear_attention_weights(q, k, causal=causal)
@@ -91,7 +91,7 @@ def test_sparse_equals_dense_masked_and_counts_pairs(mask_fn):
     sparse = sparse_attention(q, k, v, mask)
     assert torch.allclose(sparse.output, dense.output, atol=1e-5)
     assert torch.allclose(sparse.weights, dense.weights, atol=1e-6)
-    assert sparse.computed_pairs == int(mask.sum()) < sparse.full_pairs == n * n
+    assert sparse.cost.pairs_computed == int(mask.sum()) < sparse.cost.pairs_full == n * n
 
 
 def test_sparse_rejects_wrong_mask():
