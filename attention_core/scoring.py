@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from attention_core.sdpa import masked_softmax
+from attention_core.sdpa import softmax_trace
 from attention_core.trace import (
-    Cost,
     Scale,
     Trace,
     check_temperature,
@@ -18,34 +17,6 @@ from attention_core.trace import (
     resolve_scale,
 )
 from attention_core.validation import check_mask, check_qkv
-
-
-def _finish(
-    variant: str,
-    scores: Tensor,
-    v: Tensor,
-    mask: Tensor | None,
-    scale: float,
-    temperature: float,
-    stages: dict[str, Tensor],
-) -> Trace:
-    """Softmax of the scores (scaled, masked) and the weighted values, as a Trace."""
-    q_len, k_len = scores.shape[-2:]
-    scaled = scores * (scale / temperature)
-    masked = scaled if mask is None else scaled.masked_fill(~mask, float("-inf"))
-    weights = masked_softmax(scaled, mask)
-    return Trace(
-        variant=variant,
-        output=weights @ v,
-        weights=weights,
-        scores=scores,
-        scaled_scores=scaled,
-        masked_scores=masked,
-        scale=scale,
-        temperature=temperature,
-        cost=Cost(q_len * k_len, q_len * k_len, q_len * k_len),
-        stages=stages,
-    )
 
 
 def additive_attention(
@@ -85,7 +56,7 @@ def additive_attention(
     hidden = (q @ w_q.T).unsqueeze(-2) + (k @ w_k.T).unsqueeze(-3)  # (..., q_len, k_len, d_attn)
     hidden = hidden.tanh()
     scores = hidden @ v_a  # (..., q_len, k_len)
-    return _finish("additive", scores, v, mask, scale_value, temperature, {"hidden": hidden})
+    return softmax_trace("additive", scores, v, mask, scale_value, temperature, {"hidden": hidden})
 
 
 def general_attention(
@@ -117,4 +88,4 @@ def general_attention(
     scale_value = resolve_scale(scale, q.shape[-1], default=1.0)
     mask = combined_mask(mask, causal, q_len, k_len, q.device)
     scores = qw @ k.transpose(-2, -1)  # (..., q_len, k_len)
-    return _finish("general", scores, v, mask, scale_value, temperature, {"qw": qw})
+    return softmax_trace("general", scores, v, mask, scale_value, temperature, {"qw": qw})

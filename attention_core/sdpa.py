@@ -69,18 +69,33 @@ def scaled_dot_product_attention(
     mask = combined_mask(mask, causal, q_len, k_len, q.device)
 
     scores = q @ k.transpose(-2, -1)  # (..., q_len, k_len)
-    scaled = scores * (scale_value / temperature)
+    return softmax_trace("dot", scores, v, mask, scale_value, temperature)
+
+
+def softmax_trace(
+    variant: str,
+    scores: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    temperature: float,
+    stages: dict[str, Tensor] | None = None,
+) -> Trace:
+    """The stages every dense softmax variant shares, from its raw scores (..., q_len, k_len):
+    scale and temperature, the mask's -inf, softmax, and the weighted values (..., q_len, d_v)."""
+    q_len, k_len = scores.shape[-2:]
+    scaled = scores * (scale / temperature)
     masked = scaled if mask is None else scaled.masked_fill(~mask, float("-inf"))
     weights = masked_softmax(scaled, mask)
-    output = weights @ v  # (..., q_len, d_v)
     return Trace(
-        variant="dot",
-        output=output,
+        variant=variant,
+        output=weights @ v,
         weights=weights,
         scores=scores,
         scaled_scores=scaled,
         masked_scores=masked,
-        scale=scale_value,
+        scale=scale,
         temperature=temperature,
         cost=Cost(q_len * k_len, q_len * k_len, q_len * k_len),
+        stages=stages or {},
     )

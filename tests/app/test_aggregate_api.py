@@ -75,3 +75,19 @@ def test_similarity_is_symmetric_with_ones_on_the_diagonal_and_a_full_order(clie
     assert torch.equal(matrix, matrix.T) and torch.all(matrix.diagonal() == 1)
     assert torch.all((matrix >= 0) & (matrix <= 1))
     assert sorted(body["order"]) == list(range(72))
+
+
+def test_bad_aggregate_and_similarity_requests_get_clear_4xx(client):
+    cases = [
+        ("/api/attention/aggregate", {"kind": "max"}, 422, "invalid_field"),
+        ("/api/attention/aggregate", {"kind": "rollout", "residual": 1.5}, 422, "invalid_field"),
+        ("/api/attention/aggregate", {"kind": "average", "layers": [1, 1]}, 422, "invalid_field"),
+        ("/api/attention/aggregate", {"kind": "average", "extra": 1}, 422, "invalid_field"),
+        ("/api/attention/similarity", {"text": "   "}, 422, "invalid_field"),
+        ("/api/attention/similarity", {"model": "no/such-model"}, 404, "unknown_model"),
+    ]
+    for path, change, status, code in cases:
+        body = {"model": MINILM_ID, "text": TEXT, **change}
+        response = client.post(path, json=body)
+        assert (response.status_code, response.json()["code"]) == (status, code), (path, change)
+        assert response.json()["detail"]

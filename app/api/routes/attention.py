@@ -29,6 +29,10 @@ from app.services.heads import describe_heads, follow, search_heads
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
 ERRORS = errors(*BODY_ROUTE, 404, 503)
+MAPS_RESPONSES = {  # maps answers: JSON (the response model) or the binary format below
+    **ERRORS,
+    200: {"content": {BINARY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
+}
 
 BINARY_DOC = """
 **Binary formats** (`format` = `f32`, `f16` or `u8`) answer `application/vnd.attention-atlas.maps`.
@@ -98,6 +102,14 @@ class AnswerStream(StreamingResponse):
             self.reservation.release()
 
 
+async def stream_maps(
+    request: Request, build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]]
+) -> AnswerStream:
+    """Build a maps answer in the thread pool (sized and reserved there), then stream it."""
+    answer, reservation = await until_disconnect(request, build)
+    return AnswerStream(answer, reservation)
+
+
 @router.post(
     "",
     response_model=AttentionResponse,
@@ -105,10 +117,7 @@ class AnswerStream(StreamingResponse):
     description="Runs the model once (or answers from the cache) and returns the attention "
     "weights `attentions[layer][head][query][key]` for the requested layers and heads.\n"
     + BINARY_DOC,
-    responses={
-        **ERRORS,
-        200: {"content": {BINARY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
-    },
+    responses=MAPS_RESPONSES,
 )
 async def post_attention(
     body: AttentionRequest,
@@ -118,11 +127,10 @@ async def post_attention(
     settings: SettingsDep,
     request: Request,
 ) -> Response:
-    answer, reservation = await until_disconnect(
+    return await stream_maps(
         request,
         lambda stop: attention_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
     )
-    return AnswerStream(answer, reservation)
 
 
 @router.post(
@@ -207,10 +215,7 @@ async def post_search(
     "says how much of each input token token i holds after that layer. Answers are framed as "
     "POST /api/attention's with one 'head' (`heads` is []); the same formats and limits "
     "apply.",
-    responses={
-        **ERRORS,
-        200: {"content": {BINARY_MEDIA_TYPE: {"schema": {"type": "string", "format": "binary"}}}},
-    },
+    responses=MAPS_RESPONSES,
 )
 async def post_aggregate(
     body: AggregateRequest,
@@ -220,11 +225,10 @@ async def post_aggregate(
     settings: SettingsDep,
     request: Request,
 ) -> Response:
-    answer, reservation = await until_disconnect(
+    return await stream_maps(
         request,
         lambda stop: aggregate_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
     )
-    return AnswerStream(answer, reservation)
 
 
 @router.post(
