@@ -27,8 +27,10 @@ from attention_core.analysis import (
     score_variance,
     softmax_jacobian,
     softmax_stats,
+    total_variation,
 )
-from attention_core.heads import merge_heads, repeat_kv, split_heads
+from attention_core.cost import kv_cache_bytes, pairs
+from attention_core.heads import merge_heads, pool_kv_heads, repeat_kv, split_heads
 from attention_core.linear import linear_attention, linear_attention_reference
 from attention_core.masks import (
     MASK_KINDS,
@@ -46,12 +48,18 @@ from attention_core.masks import (
     sliding_window_mask,
 )
 from attention_core.multihead import AttentionProjections, MultiHeadResult, multi_head_attention
-from attention_core.positional import apply_rope, rope_cos_sin, sinusoidal_encoding
+from attention_core.positional import (
+    apply_rope,
+    rope_cos_sin,
+    rope_scores_by_position,
+    sinusoidal_encoding,
+    sinusoidal_shift_matrix,
+)
 from attention_core.replay import LayerReplay, QKProjection, Rope, project_qk, replay_layer
 from attention_core.scoring import additive_attention, general_attention
 from attention_core.sdpa import AttentionTrace, masked_softmax, scaled_dot_product_attention
 from attention_core.sparse import sparse_attention
-from attention_core.tiled import tiled_attention
+from attention_core.tiled import TileStep, tile_steps, tiled_attention
 from attention_core.trace import Cost, Trace, resolve_scale
 from attention_core.variants import VARIANTS, attend
 
@@ -66,6 +74,7 @@ __all__ = [
     "MultiHeadResult",
     "QKProjection",
     "Rope",
+    "TileStep",
     "Trace",
     "additive_attention",
     "apply_rope",
@@ -81,6 +90,7 @@ __all__ = [
     "general_attention",
     "global_tokens_mask",
     "jacobian_frobenius_norm",
+    "kv_cache_bytes",
     "linear_attention",
     "linear_attention_reference",
     "masked_softmax",
@@ -88,6 +98,8 @@ __all__ = [
     "merge_heads",
     "multi_head_attention",
     "padding_mask",
+    "pairs",
+    "pool_kv_heads",
     "project_qk",
     "random_mask",
     "render_mask",
@@ -95,13 +107,17 @@ __all__ = [
     "replay_layer",
     "resolve_scale",
     "rope_cos_sin",
+    "rope_scores_by_position",
     "scaled_dot_product_attention",
     "score_variance",
     "sinusoidal_encoding",
+    "sinusoidal_shift_matrix",
     "sliding_window_mask",
     "softmax_jacobian",
     "softmax_stats",
     "sparse_attention",
     "split_heads",
+    "tile_steps",
     "tiled_attention",
+    "total_variation",
 ]

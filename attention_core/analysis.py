@@ -109,3 +109,9 @@ def score_variance(d_k_values: list[int], *, n_samples: int = 4096, seed: int = 
         unscaled.append(float(dots.var()))
         scaled.append(float((dots / math.sqrt(d_k)).var()))
     return ScoreVariance(d_k=list(d_k_values), unscaled=unscaled, scaled=scaled)
+
+
+def total_variation(p: Tensor, q: Tensor) -> Tensor:
+    """Half the L1 distance between attention rows: 0 for the same row, 1 for disjoint ones.
+    p, q: (..., k_len) -> (...)."""
+    return 0.5 * (p - q).abs().sum(dim=-1)

@@ -32,3 +32,21 @@ def repeat_kv(x: Tensor, n_rep: int) -> Tensor:
     if n_rep == 1:
         return x
     return x.repeat_interleave(n_rep, dim=1)  # (B, Hkv * n_rep, T, hd)
+
+
+def pool_kv_heads(weight: Tensor, n_kv_heads: int, to_heads: int) -> Tensor:
+    """Mean-pool K or V projection heads into fewer, as the GQA paper converts a checkpoint.
+
+    weight: (n_kv_heads * head_dim, ...) in nn.Linear layout (a bias is (n_kv_heads * head_dim,));
+    consecutive groups of n_kv_heads / to_heads heads are averaged, so pooled head g serves the
+    query heads that used heads g*r .. g*r + r - 1. Returns (to_heads * head_dim, ...)."""
+    if to_heads < 1 or n_kv_heads % to_heads:
+        raise ValueError(
+            f"{to_heads} K/V heads cannot be pooled from {n_kv_heads}: it must divide it"
+        )
+    rows = weight.shape[0]
+    if rows % n_kv_heads:
+        raise ValueError(f"weight {tuple(weight.shape)} does not split into {n_kv_heads} heads")
+    head_dim = rows // n_kv_heads
+    grouped = weight.reshape(to_heads, n_kv_heads // to_heads, head_dim, *weight.shape[1:])
+    return grouped.mean(dim=1).reshape(to_heads * head_dim, *weight.shape[1:])
