@@ -27,7 +27,7 @@ SEED_EXAMPLE = {
 }
 
 
-def _check_matrix(name: str, m: Matrix) -> tuple[int, int]:
+def check_matrix(name: str, m: Matrix) -> tuple[int, int]:
     """Rows x cols of a rectangular matrix. Emptiness and the size bounds are the fields' own
     constraints (min_length/max_length), checked before this runs."""
     rows, cols = len(m), len(m[0])
@@ -84,9 +84,9 @@ class CoreAttentionRequest(StrictModel):
 
     @model_validator(mode="after")
     def _shapes_fit(self) -> CoreAttentionRequest:
-        q_len, d_k = _check_matrix("q", self.q)
-        k_len, d_k2 = _check_matrix("k", self.k)
-        v_len, _ = _check_matrix("v", self.v)
+        q_len, d_k = check_matrix("q", self.q)
+        k_len, d_k2 = check_matrix("k", self.k)
+        v_len, _ = check_matrix("v", self.v)
         if d_k != d_k2:
             raise input_rule(f"q has {d_k} columns but k has {d_k2}: queries and keys share d_k")
         if k_len != v_len:

@@ -16,6 +16,7 @@ class ModelInfo(BaseModel):
     num_layers: int | None
     num_heads: int | None
     num_kv_heads: int | None = Field(description="< num_heads for grouped-query attention")
+    head_dim: int | None = Field(None, description="width of one query/key/value head")
     max_tokens: int | None = Field(description="tokens a request may have (model and server limit)")
     available: bool
     unavailable_reason: str | None = None

@@ -33,6 +33,7 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
         num_layers=arch.num_layers if arch else None,
         num_heads=arch.num_heads if arch else None,
         num_kv_heads=arch.num_kv_heads if arch else None,
+        head_dim=arch.head_dim if arch else None,
         max_tokens=min(arch.max_positions, manager.token_limit) if arch else None,
         available=reason is None,
         unavailable_reason=reason,

@@ -1,12 +1,41 @@
 from fastapi import APIRouter
 
 from app.api.responses import BODY_ROUTE, errors
+from app.deps import BudgetDep, CacheDep, ManagerDep
 from app.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
+from app.schemas.lab_matrices import (
+    CostRequest,
+    CostResponse,
+    KvCacheRequest,
+    KvCacheResponse,
+    LinearRequest,
+    LinearResponse,
+    PositionsRequest,
+    PositionsResponse,
+    ScoringRequest,
+    ScoringResponse,
+    TilingRequest,
+    TilingResponse,
+)
+from app.schemas.lab_models import (
+    CrossRequest,
+    CrossResponse,
+    KvSharingRequest,
+    KvSharingResponse,
+    PaddingRequest,
+    PaddingResponse,
+    RopeHeadRequest,
+    RopeHeadResponse,
+    SparseRequest,
+    SparseResponse,
+)
+from app.services import lab_matrices, lab_models
 from app.services.lab import all_masks, scaling_demo
 
 router = APIRouter(prefix="/api/lab", tags=["lab"])
 
 ERRORS = errors(*BODY_ROUTE)
+MODEL_ERRORS = errors(*BODY_ROUTE, 404, 503)
 
 
 @router.post(
@@ -29,3 +58,103 @@ def scaling(body: ScalingRequest) -> ScalingResponse:
     1/sqrt(d_k) scale, with entropy, max weight, effective tokens and the Jacobian norm, the
     empirical variance of q·k, and mean entropy against d_k."""
     return scaling_demo(body)
+
+
+@router.post(
+    "/scoring", response_model=ScoringResponse, responses=ERRORS, summary="Three score functions"
+)
+def scoring(body: ScoringRequest) -> ScoringResponse:
+    """Scaled dot-product, general (Luong, q^T W k) and additive (Bahdanau, v·tanh(W_q q + W_k
+    k)) attention on the same q, k, v, with parameter and multiply-accumulate counts."""
+    return lab_matrices.scoring(body)
+
+
+@router.post(
+    "/tiling", response_model=TilingResponse, responses=ERRORS, summary="FlashAttention's tiles"
+)
+def tiling(body: TilingRequest) -> TilingResponse:
+    """The online softmax one tile at a time (running max, running sum, the rescaling factor,
+    the partial output) and the tiled output against exact attention."""
+    return lab_matrices.tiling(body)
+
+
+@router.post("/linear", response_model=LinearResponse, responses=ERRORS, summary="Linear attention")
+def linear(body: LinearRequest) -> LinearResponse:
+    """phi = elu + 1 features, the d x d state, both multiplication orders, the implied weights
+    beside softmax's, and cost curves against n."""
+    return lab_matrices.linear(body)
+
+
+@router.post("/positions", response_model=PositionsResponse, responses=ERRORS, summary="Positions")
+def positions(body: PositionsRequest) -> PositionsResponse:
+    """The sinusoidal encoding with its shift matrix, and RoPE's q·k as a function of offset."""
+    return lab_matrices.positions(body)
+
+
+@router.post(
+    "/cost", response_model=CostResponse, responses=ERRORS, summary="Pairs, MACs and memory"
+)
+def attention_cost(body: CostRequest) -> CostResponse:
+    """Pairs, multiply-accumulates and score memory for every mask kind, linear and tiled
+    attention, at up to a million tokens, from exact formulas (no mask is built)."""
+    return lab_matrices.attention_cost(body)
+
+
+@router.post("/kv-cache", response_model=KvCacheResponse, responses=ERRORS, summary="KV cache")
+def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
+    """KV-cache bytes per token and in all, for MHA, the configuration given and MQA."""
+    return lab_matrices.kv_cache(body)
+
+
+@router.post(
+    "/heads",
+    response_model=KvSharingResponse,
+    responses=MODEL_ERRORS,
+    summary="Multi-head vs GQA vs MQA on a real layer",
+)
+def kv_sharing(
+    body: KvSharingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
+) -> KvSharingResponse:
+    """A real layer with its own K/V heads and with them mean-pooled into fewer (as GQA
+    checkpoints are converted): which query head reads which K/V head, and how far maps move.
+    Texts of at most 64 tokens."""
+    return lab_models.kv_sharing(manager, cache, budget, body)
+
+
+@router.post(
+    "/cross", response_model=CrossResponse, responses=MODEL_ERRORS, summary="Cross-attention"
+)
+def cross(body: CrossRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+    """Queries from sentence A, keys and values from sentence B, through one encoder layer's
+    own projections. Texts of at most 64 tokens; decoders are refused with the reason."""
+    return lab_models.cross_attention(manager, cache, budget, body)
+
+
+@router.post(
+    "/sparse",
+    response_model=SparseResponse,
+    responses=MODEL_ERRORS,
+    summary="Sparse patterns on a real head",
+)
+def sparse(body: SparseRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+    """A real head's q, k, v under seven sparse patterns: weights renormalised over the allowed
+    keys, the attention mass each drops, the pairs scored and the change in output."""
+    return lab_models.sparse_weights(manager, cache, budget, body)
+
+
+@router.post(
+    "/rope-head",
+    response_model=RopeHeadResponse,
+    responses=MODEL_ERRORS,
+    summary="A head with and without RoPE",
+)
+def rope_head(body: RopeHeadRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+    """A Llama-family head replayed with its rotary embedding and with it switched off."""
+    return lab_models.rope_head(manager, cache, budget, body)
+
+
+@router.post("/padding", response_model=PaddingResponse, responses=MODEL_ERRORS, summary="Padding")
+def padding(body: PaddingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+    """Two to four sentences as one padded batch through an encoder: the key-padding mask, the
+    zero weight on padded keys, and each sentence against a run of it alone."""
+    return lab_models.padding(manager, cache, budget, body)
