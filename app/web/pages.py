@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from app.models.registry import MINILM_ID
+from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from app.schemas.core import SEED_EXAMPLE
 from app.web.assets import (
@@ -16,9 +16,11 @@ from app.web.assets import (
     docs_assets,
     plotly_js_name,
 )
+from app.web.lab_topics import LAB_TOPICS
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["plotly_js"] = plotly_js_name
+templates.env.globals["lab_topics"] = LAB_TOPICS
 
 router = APIRouter(include_in_schema=False)
 
@@ -63,7 +65,7 @@ def api_redoc() -> RedirectResponse:
 @router.get("/lab/step-by-step", response_class=HTMLResponse)
 def step_by_step(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(
-        request, "step_by_step.html", {"page": "steps", "example": SEED_EXAMPLE}
+        request, "step_by_step.html", {"page": "step-by-step", "example": SEED_EXAMPLE}
     )
 
 
@@ -91,3 +93,27 @@ def scaling_lab(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(
         request, "scaling.html", {"page": "scaling", "page_data": page_data}
     )
+
+
+@router.get("/lab", response_class=HTMLResponse)
+def lab_index(request: Request) -> HTMLResponse:
+    return templates.TemplateResponse(request, "lab_index.html", {"page": "lab"})
+
+
+NEW_TOPICS = ("heads", "cross", "scoring", "tiling", "linear", "sparse", "positions", "padding",
+              "cost")  # fmt: skip
+
+
+def _topic_page(slug: str):
+    def page(request: Request) -> HTMLResponse:
+        page_data = {"example_text": EXAMPLE_TEXT, "minilm": MINILM_ID, "smollm2": SMOLLM2_ID}
+        return templates.TemplateResponse(
+            request, f"lab_{slug}.html", {"page": slug, "page_data": page_data}
+        )
+
+    page.__name__ = f"lab_{slug}"
+    return page
+
+
+for _slug in NEW_TOPICS:
+    router.add_api_route(f"/lab/{_slug}", _topic_page(_slug), response_class=HTMLResponse)

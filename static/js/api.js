@@ -71,4 +71,6 @@ export const api = {
   modelStatus: (id, opts) => request("GET", `/api/models/${encodePath(id)}/status`, undefined, opts),
   masks: (body, opts) => request("POST", "/api/lab/masks", body, opts),
   scaling: (body, opts) => request("POST", "/api/lab/scaling", body, opts),
+  /** Any other lab route: POST /api/lab/{topic}. */
+  lab: (topic, body, opts) => request("POST", `/api/lab/${topic}`, body, opts),
 };

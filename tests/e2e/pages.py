@@ -8,7 +8,15 @@ EXPLORER_TABS = (
     "heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity",
     "lines", "qk", "mask", "whatif", "steps",
 )  # fmt: skip
-LAB_PAGES = ("/lab/step-by-step", "/lab/masks", "/lab/scaling")
+LAB_TOPICS = ("heads", "cross", "scoring", "tiling", "linear", "sparse", "positions", "padding",
+              "cost")  # fmt: skip
+LAB_PAGES = (
+    "/lab",
+    "/lab/step-by-step",
+    "/lab/masks",
+    "/lab/scaling",
+    *(f"/lab/{t}" for t in LAB_TOPICS),
+)
 ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, "/docs")
 
 
