@@ -17,17 +17,22 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-class RealHeadRequest(TextRequest):
+class RealHeadRequest(StrictModel):
     """A text of at most 64 tokens and one layer of a model."""
 
+    model: str = TextRequest.model_fields["model"]
+    text: str = Field(
+        description=f"One sentence (at most {MAX_LAB_REAL_TOKENS} tokens).",
+        max_length=2000,
+        examples=[EXAMPLE_TEXT],
+        json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
+    )
     layer: Index = Field(0, description="Layer (0-based, below the model's count).")
 
-    @field_validator("text_pair")
+    @field_validator("text")
     @classmethod
-    def _no_pair(cls, v: str | None) -> None:
-        if v is not None:
-            raise ValueError("the lab pages take one sentence; leave text_pair out")
-        return None
+    def _text_ok(cls, v: str) -> str:
+        return check_text(v, "text")
 
 
 class KvSharingRequest(RealHeadRequest):

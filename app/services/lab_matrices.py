@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 import attention_core as ac
+from app.errors import InvalidInput
 from app.schemas.lab_matrices import (
     CostRequest,
     CostResponse,
@@ -83,6 +84,11 @@ def scoring(req: ScoringRequest) -> ScoringResponse:
             a * d * (n_q + n_k) + n_q * n_k * a,
         ),
     ]
+    for name, _, trace, _, _ in runs:
+        if not (torch.isfinite(trace.scores).all() and torch.isfinite(trace.output).all()):
+            raise InvalidInput(
+                f"the {name} scores overflow float64; send smaller numbers or a larger temperature"
+            )
     return ScoringResponse(
         q=to_lists(q),
         k=to_lists(k),

@@ -169,7 +169,7 @@ def test_padded_keys_get_zero_weight_and_real_rows_match_each_sentence_alone(cli
         ("sparse", {"model": MINILM, "text": TEXT, "layer": 6}, "out of range"),
         ("padding", {"sentences": ["one"]}, "at least 2"),
         ("padding", {"model": SMOLLM2, "sentences": ["a", "b"]}, "decoder"),
-        ("heads", {"model": MINILM, "text": TEXT, "text_pair": "x"}, "one sentence"),
+        ("heads", {"model": MINILM, "text": TEXT, "text_pair": "x"}, "text_pair"),
     ],
 )
 def test_bad_lab_requests_get_a_clear_422(client, path, body, needle):

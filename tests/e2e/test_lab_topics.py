@@ -90,6 +90,7 @@ def test_the_kv_cache_table_and_heads_numbers_equal_the_api(page, live_server):
 def test_positions_and_rope_head_show_the_api_numbers(page, live_server):
     page.goto(f"{live_server}/lab/positions")
     settle(page)
+    page.click("#rope-form button[type=submit]")
     wait_js(page, "document.querySelector(\"[data-metric='rope-replay']\") !== null", 120)
     assert metric(page, "rope-replay") == "0.0e+0"
     before, after = (float(x) for x in metric(page, "rope-previous").split(" / "))

@@ -35,6 +35,7 @@ async function replay(signal) {
     metricCard("weight on the first token: with / without", `${r.first_token_share[0].toFixed(3)} / ${r.first_token_share[1].toFixed(3)}`, "rope-first"),
   );
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
+  $("#rope-plots").hidden = false;
   await drawHeatmap($("#rope-with"), r.with_rope, r.tokens, r.tokens, { ...common, title: `L${r.layer} H${r.head} with RoPE (as the model computes it)` });
   await drawHeatmap($("#rope-without"), r.without_rope, r.tokens, r.tokens, { ...common, title: "the same head with RoPE switched off" });
 }
@@ -47,6 +48,9 @@ async function start() {
     $("#rope-error").hidden = false;
     return;
   }
-  labForm({ form: $("#rope-form"), error: $("#rope-error"), fields: ropeFields, run: replay })();
+  const go = labForm({ form: $("#rope-form"), error: $("#rope-error"), fields: ropeFields, run: replay });
+  // A model that is not loaded yet takes seconds to load: that waits for the Replay button.
+  if (models.find((m) => m.id === ropeFields.model.value)?.loaded) go();
+  else $("#rope-metrics").textContent = "Press Replay: the model loads the first time (up to half a minute).";
 }
 start();
