@@ -78,6 +78,14 @@ def project_qk(
     return q, k
 
 
+def project_v(hidden: Tensor, proj: QKProjection) -> Tensor:
+    """hidden (batch, seq, d_model) -> v (batch, n_kv_heads, seq, head_dim); needs proj.w_v."""
+    if proj.w_v is None:
+        raise ValueError("this projection has no value weights (w_v)")
+    v = hidden @ proj.w_v.T
+    return split_heads(v if proj.b_v is None else v + proj.b_v, proj.n_kv_heads)  # (B, Hkv, T, hd)
+
+
 def replay_layer(
     hidden: Tensor,
     proj: QKProjection,
@@ -98,8 +106,7 @@ def replay_layer(
     q, k = project_qk(hidden, proj, rope)
     n_rep = proj.n_heads // proj.n_kv_heads
     if proj.w_v is not None:
-        v = hidden @ proj.w_v.T
-        v = split_heads(v if proj.b_v is None else v + proj.b_v, proj.n_kv_heads)  # (B, Hkv, T, hd)
+        v = project_v(hidden, proj)  # (B, Hkv, T, hd)
         v_shared = repeat_kv(v, n_rep)  # (B, H, T, hd)
     else:
         v = None

@@ -39,6 +39,19 @@ def check_matrix(name: str, m: Matrix) -> tuple[int, int]:
     return rows, cols
 
 
+def check_qkv_matrices(q: Matrix, k: Matrix, v: Matrix) -> tuple[int, int]:
+    """(q_len, k_len) of a rectangular q, k, v that fit together: q and k share d_k, and k and
+    v have one row per key. An input_rule error says which rule is broken."""
+    q_len, d_k = check_matrix("q", q)
+    k_len, d_k2 = check_matrix("k", k)
+    v_len, _ = check_matrix("v", v)
+    if d_k != d_k2:
+        raise input_rule(f"q has {d_k} columns but k has {d_k2}: queries and keys share d_k")
+    if k_len != v_len:
+        raise input_rule(f"k has {k_len} rows but v has {v_len}: each key needs one value")
+    return q_len, k_len
+
+
 class CoreAttentionRequest(StrictModel):
     """Matrices for one attention head, plus how to mask and scale it.
 
@@ -84,13 +97,7 @@ class CoreAttentionRequest(StrictModel):
 
     @model_validator(mode="after")
     def _shapes_fit(self) -> CoreAttentionRequest:
-        q_len, d_k = check_matrix("q", self.q)
-        k_len, d_k2 = check_matrix("k", self.k)
-        v_len, _ = check_matrix("v", self.v)
-        if d_k != d_k2:
-            raise input_rule(f"q has {d_k} columns but k has {d_k2}: queries and keys share d_k")
-        if k_len != v_len:
-            raise input_rule(f"k has {k_len} rows but v has {v_len}: each key needs one value")
+        q_len, k_len = check_qkv_matrices(self.q, self.k, self.v)
         if self.mask in NEEDS_WINDOW and self.window is None:
             raise input_rule(f"mask '{self.mask}' needs a 'window' (an integer >= 0)")
         if self.mask == "custom":

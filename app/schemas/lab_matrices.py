@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.errors import input_rule
 from app.schemas.common import FiniteFloat, Seed, StrictModel, json_int
-from app.schemas.core import Matrix, check_matrix
+from app.schemas.core import Matrix, check_qkv_matrices
 
 Cell = float | None
 Grid = list[list[float]]
@@ -35,13 +35,7 @@ class ScoringRequest(StrictModel):
         if any(given) and not all(given):
             raise input_rule("send all three of q, k and v, or none (then they are seeded)")
         if all(given):
-            _, d_q = check_matrix("q", self.q)
-            k_len, d_k = check_matrix("k", self.k)
-            v_len, _ = check_matrix("v", self.v)
-            if d_q != d_k:
-                raise input_rule(f"q has {d_q} columns but k has {d_k}; they must match")
-            if k_len != v_len:
-                raise input_rule(f"k has {k_len} rows but v has {v_len}; one value per key")
+            check_qkv_matrices(self.q, self.k, self.v)
         return self
 
 

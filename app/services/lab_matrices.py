@@ -186,27 +186,22 @@ def linear(req: LinearRequest) -> LinearResponse:
 
 def positions(req: PositionsRequest) -> PositionsResponse:
     """The sinusoidal encoding and its shift matrix; RoPE's scores as a function of offset."""
-    pe = ac.sinusoidal_encoding(req.n + req.offset, req.d_model).double()  # (n + offset, d)
+    pe_all = ac.sinusoidal_encoding(req.n + req.offset, req.d_model).double()  # (n + offset, d)
+    pe = pe_all[: req.n]  # (n, d)
     m = ac.sinusoidal_shift_matrix(req.offset, req.d_model)
-    shifted = pe[: req.n] @ m.T  # (n, d): M applied to every position
+    shifted = pe @ m.T  # (n, d): M applied to every position
     q, k = _seeded(req.seed, 2, req.head_dim)
     rope = ac.rope_scores_by_position(q, k, req.n)  # (n, n)
     diagonals = [torch.diagonal(rope, offset=o) for o in range(-req.n + 1, req.n)]
-    pe = pe[: req.n]
     return PositionsResponse(
         encoding=to_lists(pe),
         encoding_dot=to_lists(pe @ pe.T),
-        shift_max_error=float((shifted - pe_target(req)).abs().max()),
+        shift_max_error=float((shifted - pe_all[req.offset :]).abs().max()),
         shift_matrix=to_lists(m),
         rope_scores=to_lists(rope),
         rope_diagonal_spread=max(float(d.max() - d.min()) for d in diagonals),
         unrotated_score=float(q @ k),
     )
-
-
-def pe_target(req: PositionsRequest) -> Tensor:
-    """PE[p + offset] for p < n, (n, d_model)."""
-    return ac.sinusoidal_encoding(req.n + req.offset, req.d_model).double()[req.offset :]
 
 
 COST_KINDS = (
@@ -267,20 +262,21 @@ def attention_cost(req: CostRequest) -> CostResponse:
     )
 
 
+def _sharing_name(kv_heads: int, heads: int) -> str:
+    return "MHA" if kv_heads == heads else "MQA" if kv_heads == 1 else "GQA"
+
+
 def kv_cache(req: KvCacheRequest) -> KvCacheResponse:
     """KV-cache bytes of the configuration asked for, beside MHA and MQA of the same model."""
-    configs = [("MHA", req.heads), ("asked", req.kv_heads), ("MQA", 1)]
     rows = []
-    for name, kv in configs:
-        if name == "asked":
-            name = {req.heads: "MHA", 1: "MQA"}.get(kv, "GQA")
+    for kv in (req.heads, req.kv_heads, 1):
         one = ac.kv_cache_bytes(
             1, layers=req.layers, kv_heads=kv, head_dim=req.head_dim,
             bytes_per_value=req.bytes_per_value,
         )  # fmt: skip
         rows.append(
             KvCacheRow(
-                name=name,
+                name=_sharing_name(kv, req.heads),
                 kv_heads=kv,
                 bytes_per_token=one,
                 total_bytes=one * req.tokens * req.batch,

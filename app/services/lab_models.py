@@ -39,14 +39,13 @@ from app.serialize import to_bool_lists, to_lists
 from app.services.attention import check_layer_head, held_forward, indices
 from attention_core.analysis import total_variation
 from attention_core.cost import sharing_options
-from attention_core.replay import QKProjection, Rope
+from attention_core.replay import QKProjection, Rope, project_qk, project_v
 
 
 @dataclass(frozen=True)
 class Layer:
     """What a replay of one layer needs, from the cached forward pass over a text."""
 
-    loaded: LoadedModel
     result: ForwardResult
     hidden: Tensor  # (1, seq, d_model), entering the layer's attention
     proj: QKProjection
@@ -68,15 +67,18 @@ def _lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) 
     return loaded
 
 
+def _one_text(loaded: LoadedModel, text: str) -> TextRequest:
+    """The forward cache's key for one sentence (already validated by the lab's schema)."""
+    return TextRequest.model_construct(model=loaded.id, text=text, text_pair=None)
+
+
 @contextmanager
 def _layer(
     loaded: LoadedModel, cache: ForwardCache, budget: AnswerBudget, text: str, layer: int
 ) -> Iterator[Layer]:
-    req = TextRequest.model_construct(model=loaded.id, text=text, text_pair=None)
-    with held_forward(loaded, cache, budget, req) as result:
+    with held_forward(loaded, cache, budget, _one_text(loaded, text)) as result:
         seq = result.seq_len
         yield Layer(
-            loaded=loaded,
             result=result,
             hidden=result.hidden_inputs[layer].unsqueeze(0),
             proj=families.qk_projection(loaded.model, loaded.family, layer),
@@ -154,11 +156,10 @@ def cross_attention(
         _layer(loaded, cache, budget, req.text_b, req.layer) as b,
         torch.inference_mode(),
     ):
-        p = a.proj
-        q = ac.split_heads(a.hidden @ p.w_q.T + p.b_q, p.n_heads)  # (1, H, Ta, hd)
-        k = ac.split_heads(b.hidden @ p.w_k.T + p.b_k, p.n_kv_heads)  # (1, H, Tb, hd)
-        v = ac.split_heads(b.hidden @ p.w_v.T + p.b_v, p.n_kv_heads)  # (1, H, Tb, hd)
-        trace = ac.scaled_dot_product_attention(q, k, v, scale=p.scale)
+        q, _ = project_qk(a.hidden, a.proj)  # (1, H, Ta, hd): sentence A's queries
+        _, k = project_qk(b.hidden, a.proj)  # (1, H, Tb, hd): sentence B's keys
+        v = project_v(b.hidden, a.proj)  # (1, H, Tb, hd)
+        trace = ac.scaled_dot_product_attention(q, k, v, scale=a.proj.scale)
         tokens_a, tokens_b = a.result.tokens, b.result.tokens
     return CrossResponse(
         model=loaded.id,
@@ -290,8 +291,7 @@ def padding(
     for i, text in enumerate(req.sentences):
         real = int(batch.attention_mask[i].sum())
         w = maps[i]
-        with held_forward(loaded, cache, budget, TextRequest.model_construct(
-            model=loaded.id, text=text, text_pair=None)) as alone:  # fmt: skip
+        with held_forward(loaded, cache, budget, _one_text(loaded, text)) as alone:
             own = alone.attentions[req.layer, req.head]  # (real, real)
             diff = float((w[:real, :real] - own).abs().max())
         sentences.append(

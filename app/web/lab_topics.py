@@ -12,7 +12,9 @@ class Topic:
 
 
 LAB_TOPICS: dict[str, Topic] = {
-    "step-by-step": Topic("Step by step", "QKᵀ → scale → mask → softmax → × V on numbers you type."),
+    "step-by-step": Topic(
+        "Step by step", "QKᵀ → scale → mask → softmax → × V on numbers you type."
+    ),
     "scaling": Topic("Why √d", "Scaled against unscaled softmax: variance, entropy, gradients."),
     "masks": Topic("Masks", "Causal, windows, global, random, BigBird and blocks on a sentence."),
     "heads": Topic("Heads, GQA, MQA", "Pool a real layer's K/V heads; KV-cache bytes."),

@@ -100,8 +100,7 @@ def lab_index(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "lab_index.html", {"page": "lab"})
 
 
-NEW_TOPICS = ("heads", "cross", "scoring", "tiling", "linear", "sparse", "positions", "padding",
-              "cost")  # fmt: skip
+TOPICS_WITH_OWN_ROUTE = ("step-by-step", "masks", "scaling")  # their routes are above
 
 
 def _topic_page(slug: str):
@@ -115,5 +114,5 @@ def _topic_page(slug: str):
     return page
 
 
-for _slug in NEW_TOPICS:
+for _slug in (s for s in LAB_TOPICS if s not in TOPICS_WITH_OWN_ROUTE):
     router.add_api_route(f"/lab/{_slug}", _topic_page(_slug), response_class=HTMLResponse)

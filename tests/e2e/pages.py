@@ -1,5 +1,7 @@
 """Every page and every explorer tab, opened and drawn, for checks that apply to all of them."""
 
+from app.web.lab_topics import LAB_TOPICS as ALL_LAB_TOPICS
+from app.web.pages import TOPICS_WITH_OWN_ROUTE
 from tests.e2e.helpers import wait_js
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
@@ -8,15 +10,8 @@ EXPLORER_TABS = (
     "heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity",
     "lines", "qk", "mask", "whatif", "steps",
 )  # fmt: skip
-LAB_TOPICS = ("heads", "cross", "scoring", "tiling", "linear", "sparse", "positions", "padding",
-              "cost")  # fmt: skip
-LAB_PAGES = (
-    "/lab",
-    "/lab/step-by-step",
-    "/lab/masks",
-    "/lab/scaling",
-    *(f"/lab/{t}" for t in LAB_TOPICS),
-)
+LAB_TOPICS = tuple(t for t in ALL_LAB_TOPICS if t not in TOPICS_WITH_OWN_ROUTE)  # issue 11's
+LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))
 ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, "/docs")
 
 

@@ -124,7 +124,9 @@ def kv_sharing(
 @router.post(
     "/cross", response_model=CrossResponse, responses=MODEL_ERRORS, summary="Cross-attention"
 )
-def cross(body: CrossRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+def cross(
+    body: CrossRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
+) -> CrossResponse:
     """Queries from sentence A, keys and values from sentence B, through one encoder layer's
     own projections. Texts of at most 64 tokens; decoders are refused with the reason."""
     return lab_models.cross_attention(manager, cache, budget, body)
@@ -136,7 +138,9 @@ def cross(body: CrossRequest, manager: ManagerDep, cache: CacheDep, budget: Budg
     responses=MODEL_ERRORS,
     summary="Sparse patterns on a real head",
 )
-def sparse(body: SparseRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+def sparse(
+    body: SparseRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
+) -> SparseResponse:
     """A real head's q, k, v under seven sparse patterns: weights renormalised over the allowed
     keys, the attention mass each drops, the pairs scored and the change in output."""
     return lab_models.sparse_weights(manager, cache, budget, body)
@@ -148,13 +152,17 @@ def sparse(body: SparseRequest, manager: ManagerDep, cache: CacheDep, budget: Bu
     responses=MODEL_ERRORS,
     summary="A head with and without RoPE",
 )
-def rope_head(body: RopeHeadRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+def rope_head(
+    body: RopeHeadRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
+) -> RopeHeadResponse:
     """A Llama-family head replayed with its rotary embedding and with it switched off."""
     return lab_models.rope_head(manager, cache, budget, body)
 
 
 @router.post("/padding", response_model=PaddingResponse, responses=MODEL_ERRORS, summary="Padding")
-def padding(body: PaddingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep):
+def padding(
+    body: PaddingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
+) -> PaddingResponse:
     """Two to four sentences as one padded batch through an encoder: the key-padding mask, the
     zero weight on padded keys, and each sentence against a run of it alone."""
     return lab_models.padding(manager, cache, budget, body)

@@ -57,8 +57,7 @@ async function countCache(signal) {
 }
 
 async function start() {
-  await fillModels(fields.model);
-  const models = (await api.models()).models.filter((m) => m.available && m.head_dim);
+  const models = (await fillModels(fields.model)).filter((m) => m.head_dim);
   for (const m of models) $("#kv-preset").append(new Option(m.id, m.id));
   $("#kv-preset").addEventListener("change", () => {
     const m = models.find((x) => x.id === $("#kv-preset").value);
