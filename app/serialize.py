@@ -90,9 +90,23 @@ BINARY_FORMATS = {
 }
 BINARY_MEDIA_TYPE = "application/vnd.attention-atlas.maps"
 
+# Standard containers, float32 and exact, readable with no decoder of ours:
+# safetensors: one tensor "attentions" [layers, heads, seq, seq]; the header's __metadata__ holds
+#              {"atlas": the JSON answer without "attentions"} (safetensors metadata is str -> str).
+# npy:         numpy's .npy (format 1.0) of the same array, weights only (the tokens come from a
+#              JSON or safetensors answer for the same text).
+STANDARD_MEDIA_TYPES = {
+    "safetensors": "application/vnd.safetensors",
+    "npy": "application/x-npy",
+}
+MEDIA_TYPES = {"json": "application/json", **dict.fromkeys(BINARY_FORMATS, BINARY_MEDIA_TYPE)}
+MEDIA_TYPES.update(STANDARD_MEDIA_TYPES)
+
 
 JSON_BYTES_PER_WEIGHT = 16  # at most: "-1.23456789e-05" is 15 characters, plus a comma
-BYTES_PER_WEIGHT = {"json": JSON_BYTES_PER_WEIGHT, "f32": 4, "f16": 2, "u8": 1}
+BYTES_PER_WEIGHT = {
+    "json": JSON_BYTES_PER_WEIGHT, "f32": 4, "f16": 2, "u8": 1, "safetensors": 4, "npy": 4,
+}  # fmt: skip
 PIECE_BYTES = 1 << 20  # a streamed answer is produced about this much at a time
 
 
@@ -133,7 +147,15 @@ class MapsAnswer:
 
     @property
     def media_type(self) -> str:
-        return "application/json" if self.fmt == "json" else BINARY_MEDIA_TYPE
+        return MEDIA_TYPES[self.fmt]
+
+    def _head(self) -> bytes:
+        """Everything before the weights, for the binary and standard formats."""
+        if self.fmt == "safetensors":
+            return safetensors_head(self.meta, self.shape)
+        if self.fmt == "npy":
+            return npy_head(self.shape)
+        return self._binary_head()
 
     def _binary_head(self) -> bytes:
         code, bound, decode = BINARY_FORMATS[self.fmt]
@@ -157,7 +179,7 @@ class MapsAnswer:
         """Exact size of a binary body; None for JSON (its numbers vary in width)."""
         if self.fmt == "json":
             return None
-        return len(self._binary_head()) + math.prod(self.shape) * BYTES_PER_WEIGHT[self.fmt]
+        return len(self._head()) + math.prod(self.shape) * BYTES_PER_WEIGHT[self.fmt]
 
     def _row_blocks(self, maps: Tensor) -> Iterator[Tensor]:
         """(heads, q, k) -> blocks of whole rows, each about PIECE_BYTES on the wire."""
@@ -169,10 +191,11 @@ class MapsAnswer:
 
     def chunks(self) -> Iterator[bytes]:
         if self.fmt != "json":
-            yield self._binary_head()
+            yield self._head()
+            wire = "f32" if self.fmt in STANDARD_MEDIA_TYPES else self.fmt
             for i in range(self.shape[0]):
                 for block in self._row_blocks(self.layer_maps(i)):
-                    yield quantize(block, self.fmt)
+                    yield quantize(block, wire)
             return
         head = json.dumps(self.meta, ensure_ascii=False, allow_nan=False)
         yield (head[:-1] + ', "attentions": [').encode("utf-8")
@@ -188,6 +211,28 @@ class MapsAnswer:
                 yield b"]"
             yield b"]"
         yield b"]}"
+
+
+def safetensors_head(meta: dict, shape: tuple[int, ...]) -> bytes:
+    """A safetensors header for one float32 tensor "attentions" of `shape`, the answer's JSON
+    fields in __metadata__["atlas"]; padded with spaces to 8 bytes, as the format allows."""
+    size = math.prod(shape) * 4
+    header = {
+        "__metadata__": {"atlas": json.dumps(meta, ensure_ascii=False, allow_nan=False)},
+        "attentions": {"dtype": "F32", "shape": list(shape), "data_offsets": [0, size]},
+    }
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-(8 + len(text)) % 8)
+    return struct.pack("<Q", len(text)) + text
+
+
+def npy_head(shape: tuple[int, ...]) -> bytes:
+    """A .npy (format 1.0) header for a little-endian float32 C-order array of `shape`."""
+    described = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple(shape)}, }}"
+    raw = described.encode("latin1")
+    padding = -(10 + len(raw) + 1) % 64  # the data starts at a multiple of 64 bytes
+    raw += b" " * padding + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(raw)) + raw
 
 
 def decode_binary(body: bytes) -> tuple[dict, Tensor]:

@@ -6,7 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.attention import EXAMPLE_TEXT, AttentionResponse, LayerList, TextRequest
+from app.schemas.attention import (
+    EXAMPLE_TEXT,
+    AttentionResponse,
+    LayerList,
+    MapsFormat,
+    TextRequest,
+)
 from app.schemas.common import FiniteFloat
 
 
@@ -40,7 +46,7 @@ class AggregateRequest(TextRequest):
         description="Rollout only: the identity's share, A' = r*I + (1-r)*A (0.5 in the paper).",
     )
     layers: LayerList | None = Field(None, description="Which layers (all by default).")
-    format: Literal["json", "f32", "f16", "u8"] = Field(
+    format: MapsFormat = Field(
         "json",
         description="As POST /api/attention. Rollout spreads weight thinly over many tokens: "
         "f32 or json keep it exact; u8's 1/510 is coarse next to 1/seq.",

@@ -22,6 +22,9 @@ MAX_JSON_WEIGHTS = 4_000_000  # about 50 MB of JSON; binary answers are bounded 
 LayerList = index_list(MAX_INDEX_LIST, "Layer indices")
 HeadList = index_list(MAX_INDEX_LIST, "Head indices")
 
+MapsFormat = Literal["json", "f32", "f16", "u8", "safetensors", "npy"]
+"""How maps answers are encoded: see AttentionRequest.format."""
+
 EXAMPLE_TEXT = "The animal didn't cross the street because it was too tired."
 
 
@@ -93,11 +96,13 @@ class AttentionRequest(TextRequest):
 
     layers: LayerList | None = None
     heads: HeadList | None = None
-    format: Literal["json", "f32", "f16", "u8"] = Field(
+    format: MapsFormat = Field(
         "json",
         description=f"json: float32 values, exact (at most {MAX_JSON_WEIGHTS:,} weights). "
         "f32: binary float32, exact. f16: binary float16, |error| <= 2^-12. "
-        "u8: binary uint8 (round(w*255)), |error| <= 1/510. Binary layout: see the API docs.",
+        "u8: binary uint8 (round(w*255)), |error| <= 1/510. Binary layout: see the API docs. "
+        "safetensors: one float32 tensor 'attentions', exact, the other fields in its "
+        "metadata. npy: numpy's .npy of the same float32 array, weights only.",
     )
 
 
