@@ -8,9 +8,10 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
+
+from attention_atlas.formats import ATLS_MAGIC, ATLS_VERSION, decode_atls
 
 
 def to_lists(t: Tensor, digits: int | None = None) -> list:
@@ -79,8 +80,8 @@ def float32_json(t: Tensor) -> str:
 # uint8:   w ≈ q / 255 with q = round(w * 255), |decoded - exact| <= 1/510.
 # ---------------------------------------------------------------------------------------------
 
-BINARY_MAGIC = b"ATLS"
-BINARY_VERSION = 1
+BINARY_MAGIC = ATLS_MAGIC
+BINARY_VERSION = ATLS_VERSION
 F16_ERROR_BOUND = 2.0**-12
 U8_ERROR_BOUND = 1.0 / 510.0
 BINARY_FORMATS = {
@@ -236,20 +237,7 @@ def npy_head(shape: tuple[int, ...]) -> bytes:
 
 
 def decode_binary(body: bytes) -> tuple[dict, Tensor]:
-    """Inverse of encode_binary: (metadata, float32 weights). Used by tests and Python clients."""
-    if body[:4] != BINARY_MAGIC:
-        raise ValueError("not an Attention Atlas binary map (bad magic)")
-    version, code, _, meta_len = struct.unpack("<BBHI", body[4:12])
-    if version != BINARY_VERSION:
-        raise ValueError(f"unsupported version {version}")
-    meta = json.loads(body[12 : 12 + meta_len].decode("utf-8"))
-    start = 12 + meta_len
-    start += -start % 8
-    shape = meta["shape"]
-    if code == 3:
-        values = np.frombuffer(body, dtype="<f4", offset=start).astype(np.float32)
-    elif code == 1:
-        values = np.frombuffer(body, dtype="<f2", offset=start).astype(np.float32)
-    else:
-        values = np.frombuffer(body, dtype=np.uint8, offset=start).astype(np.float32) / 255.0
-    return meta, torch.from_numpy(values.reshape(shape).copy())
+    """Inverse of the binary format: (metadata, float32 weights). Used by tests; Python clients
+    use attention_atlas.formats, which needs no torch."""
+    meta, values = decode_atls(body)
+    return meta, torch.from_numpy(values.copy())

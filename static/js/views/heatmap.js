@@ -10,11 +10,12 @@ export async function render({ session, state, parts, isStale }) {
   const { layer, head } = state;
   const maps = await session.layer(layer);
   if (isStale()) return null;
-  const tokens = maps.meta.tokens;
-  const n = tokens.length;
-  const z = toMatrix(maps.map(0, head), n, n);
+  const tokens = maps.meta.tokens; // keys
+  const queries = maps.meta.query_tokens || tokens; // differ only for cross-attention (notebooks)
+  const n = queries.length;
+  const z = toMatrix(maps.map(0, head), n, tokens.length);
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
   const height = Math.min(900, Math.max(420, 18 * n + 140));
-  await drawHeatmap(parts.plot, z, tokens, tokens, { title, zmin: 0, zmax: 1, hoverName: "weight", height });
+  await drawHeatmap(parts.plot, z, queries, tokens, { title, zmin: 0, zmax: 1, hoverName: "weight", height });
   return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: viridis };
 }

@@ -1,0 +1,74 @@
+"""The web app's own front-end files, packed for a notebook: the widget's ES module with every
+import inlined, the app's stylesheet scoped to the widget, plotly.js, and the views' markup.
+
+Nothing is copied or built ahead: each piece is read from static/ and templates/ when a widget
+is first made, so the notebook shows exactly the views the web app shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from app.web.assets import PLOTLY_JS, STATIC_DIR, TEMPLATES_DIR
+
+JS_DIR = STATIC_DIR / "js"
+RELATIVE_IMPORT = re.compile(r"""(\bfrom\s*|\bimport\s*)(["'])(\.{1,2}/[^"']+)\2""")
+
+
+def _inlined(path: Path, urls: dict[Path, str], visiting: set[Path]) -> str:
+    """The module's source with each relative import replaced by its dependency's data: URL
+    (a data: URL has no base to resolve './x.js' against, so every level is inlined)."""
+    if path in visiting:
+        raise ValueError(f"import cycle through {path.name}: the widget cannot inline it")
+    visiting.add(path)
+
+    def replace(match: re.Match) -> str:
+        target = (path.parent / match.group(3)).resolve()
+        if target not in urls:
+            source = _inlined(target, urls, visiting)
+            encoded = base64.b64encode(source.encode("utf-8")).decode("ascii")
+            urls[target] = f"data:text/javascript;base64,{encoded}"
+        return f"{match.group(1)}{match.group(2)}{urls[target]}{match.group(2)}"
+
+    source = RELATIVE_IMPORT.sub(replace, path.read_text(encoding="utf-8"))
+    visiting.discard(path)
+    return source
+
+
+@lru_cache
+def widget_esm() -> str:
+    """static/js/widget.js as one self-contained module (its imports are data: URLs, and one
+    module imported twice is one URL, so it is evaluated once)."""
+    return _inlined((JS_DIR / "widget.js").resolve(), {}, set())
+
+
+@lru_cache
+def widget_css() -> str:
+    """app.css nested under .atlas-widget, so it styles the widget and nothing else of the
+    notebook (its :root variables and body rules apply to the widget's own element)."""
+    css = (STATIC_DIR / "css" / "app.css").read_text(encoding="utf-8")
+    css = re.sub(r"(?m)^(:root|body)(?=\s*\{)", "&", css)
+    return ".atlas-widget {\n" + css + "\n}\n"
+
+
+@lru_cache
+def plotly_js() -> str:
+    """The plotly.js bundle shipped inside the `plotly` package (the one the web app serves)."""
+    return PLOTLY_JS.read_text(encoding="utf-8")
+
+
+@lru_cache
+def _templates() -> Environment:
+    return Environment(
+        loader=FileSystemLoader(TEMPLATES_DIR), autoescape=select_autoescape(["html"])
+    )
+
+
+def panels_html(views: list[tuple[str, str]], title: str, note: str) -> str:
+    """The widget's markup: a layer and head picker and the explorer's panels for `views`."""
+    return _templates().get_template("widget.html").render(views=views, title=title, note=note)

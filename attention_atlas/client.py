@@ -1,0 +1,129 @@
+"""A small client for a running Atlas server: answers as numpy arrays, no torch needed.
+
+from attention_atlas import AtlasClient
+atlas = AtlasClient("http://127.0.0.1:8000")
+maps = atlas.attention("sentence-transformers/all-MiniLM-L6-v2", "The cat sat.")
+maps.weights.shape  # (layers, heads, seq, seq), float32
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+import numpy as np
+
+from attention_atlas.formats import decode_maps
+
+FORMATS = ("json", "f32", "f16", "u8", "safetensors", "npy")
+ACCEPT_ENCODING = "zstd, br, gzip"
+
+
+class AtlasError(RuntimeError):
+    """The server refused the request; `status` and the server's `detail` say why."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Maps:
+    """weights[i, j, q, k]: the weight query q gives key k in layers[i], heads[j].
+    error_bound is the largest |weights - exact| the format allows (0 for exact formats)."""
+
+    weights: np.ndarray
+    meta: dict
+    error_bound: float
+
+    @property
+    def tokens(self) -> list[str] | None:
+        return self.meta.get("tokens")
+
+
+def _decompress(body: bytes, encoding: str | None) -> bytes:
+    if not encoding or encoding == "identity":
+        return body
+    if encoding == "gzip":
+        return gzip.decompress(body)
+    if encoding == "br":
+        import brotli
+
+        return brotli.decompress(body)
+    if encoding == "zstd":
+        import zstandard
+
+        return zstandard.ZstdDecompressor().decompressobj().decompress(body)
+    raise ValueError(f"the server answered an encoding this client did not offer: {encoding}")
+
+
+class AtlasClient:
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 120.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+
+    def _call(self, path: str, body: dict | None = None) -> tuple[bytes, str]:
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=None if body is None else json.dumps(body).encode("utf-8"),
+            headers={"Content-Type": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
+            method="GET" if body is None else "POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                raw = response.read()
+                data = _decompress(raw, response.headers.get("Content-Encoding"))
+                return data, response.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as err:
+            text = _decompress(err.read(), err.headers.get("Content-Encoding"))
+            try:
+                detail = json.loads(text).get("detail", text.decode("utf-8", "replace"))
+            except ValueError:
+                detail = text.decode("utf-8", "replace")
+            raise AtlasError(err.code, str(detail)) from None
+
+    def get_json(self, path: str) -> dict:
+        return json.loads(self._call(path)[0])
+
+    def post_json(self, path: str, body: dict) -> dict:
+        return json.loads(self._call(path, body)[0])
+
+    def models(self) -> list[dict]:
+        """The models this server can load, with their shapes and whether each is available."""
+        return self.get_json("/api/models")["models"]
+
+    def attention(
+        self,
+        model: str,
+        text: str,
+        text_pair: str | None = None,
+        *,
+        layers: list[int] | None = None,
+        heads: list[int] | None = None,
+        format: str = "f32",
+    ) -> Maps:
+        """Attention maps of `model` on `text` as float32 numpy arrays, from any format."""
+        return self._maps("/api/attention", model, text, text_pair, layers, heads, format)
+
+    def aggregate(
+        self, model: str, text: str, kind: str = "rollout", *, layers: list[int] | None = None,
+        residual: float = 0.5, format: str = "f32",
+    ) -> Maps:  # fmt: skip
+        """Each layer's head average ("average") or attention rollout ("rollout")."""
+        body = {"kind": kind, "residual": residual}
+        return self._maps("/api/attention/aggregate", model, text, None, layers, None, format, body)
+
+    def _maps(self, path, model, text, text_pair, layers, heads, format, extra=None) -> Maps:
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}")
+        body = {"model": model, "text": text, "format": format, **(extra or {})}
+        for name, value in (("text_pair", text_pair), ("layers", layers), ("heads", heads)):
+            if value is not None:
+                body[name] = value
+        data, content_type = self._call(path, body)
+        meta, weights = decode_maps(data, content_type)
+        return Maps(weights, meta, float(meta.get("error_bound", 0.0)))

@@ -1,0 +1,176 @@
+"""Run any transformers model the user already has and keep what Atlas shows: tokens and maps.
+
+    from attention_atlas import run_model
+    run = run_model("path/or/hub-id", "The cat sat on the mat.")
+    run.attentions.shape  # (layers, heads, seq, seq)
+
+The model runs with eager attention (the only implementation that returns weights), on its own
+device and dtype; the maps come back as float32 on the CPU, exactly what the model computed (a
+half-precision model's weights are widened, not recomputed). For the three families Atlas can
+replay (BERT, GPT-2, Llama), the hidden state entering each attention block is kept as well.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from app.inference.tokens import display_tokens
+from app.models.families import attention_modules, hidden_input
+from app.models.registry import MODEL_TYPE_FAMILIES, Family
+
+MAX_TOKENS = 4096  # maps grow with the square: 4,096 tokens of a 12 x 12 model is 9.7 GB
+
+
+@dataclass
+class AttentionRun:
+    """What one forward pass showed. Shapes: L layers, H heads, T tokens (S target tokens for
+    an encoder-decoder, whose decoder maps are (L, H, S, S) and cross maps (L, H, S, T))."""
+
+    model_name: str
+    tokens: list[str]  # readable labels, '␣' for a leading space
+    token_ids: list[int]
+    special_tokens: list[bool]  # True for [CLS], [SEP], <|endoftext|> ...
+    attentions: Tensor  # (L, H, T, T) float32 on the CPU; an encoder-decoder's encoder maps
+    family: Family | None  # None: maps only, no replay (query · key, step by step)
+    causal: bool
+    num_kv_heads: int
+    hidden_inputs: Tensor | None = None  # (L, T, D): what entered each attention block
+    target_tokens: list[str] | None = None
+    decoder_attentions: Tensor | None = None  # (L, H, S, S)
+    cross_attentions: Tensor | None = None  # (L, H, S, T): decoder queries, encoder keys
+    model: nn.Module | None = field(default=None, repr=False)  # the base model, for replay
+
+    @property
+    def num_layers(self) -> int:
+        return self.attentions.shape[0]
+
+    @property
+    def num_heads(self) -> int:
+        return self.attentions.shape[1]
+
+    @property
+    def replayable(self) -> bool:
+        """Whether query · key and step by step can be shown: a known family, inputs kept."""
+        return self.family is not None and self.hidden_inputs is not None
+
+
+def _load(model: str, tokenizer: PreTrainedTokenizerBase | None, dtype, device):
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+    loaded = AutoModel.from_pretrained(
+        model, attn_implementation="eager", dtype=dtype or torch.float32, use_safetensors=None
+    )
+    return loaded.to(device or "cpu"), tokenizer
+
+
+def _eager(model: PreTrainedModel) -> None:
+    """Switch a model the user built to eager attention (sdpa returns no weights)."""
+    if getattr(model.config, "_attn_implementation", "eager") != "eager":
+        model.set_attn_implementation("eager")
+
+
+def run_model(
+    model: str | os.PathLike | PreTrainedModel,
+    text: str,
+    text_pair: str | None = None,
+    *,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    target: str | None = None,
+    dtype: torch.dtype | None = None,
+    device: str | torch.device | None = None,
+) -> AttentionRun:
+    """Run `model` (a transformers model object, or a Hub id or folder to load) on `text`.
+
+    text_pair makes a sentence pair (encoders); target is the decoder's text for an
+    encoder-decoder such as T5 (the decoder and cross-attention maps come back too). dtype and
+    device apply when the model is loaded here; a model object stays where it is.
+    """
+    if isinstance(model, (str, os.PathLike)):
+        model, tokenizer = _load(str(model), tokenizer, dtype, device)
+    elif tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(model.config.name_or_path)
+    _eager(model)
+    model.eval()
+    device = next(model.parameters()).device
+    encoding = tokenizer(text, text_pair, return_tensors="pt", truncation=False)
+    n = encoding["input_ids"].shape[1]
+    if not 0 < n <= MAX_TOKENS:
+        raise ValueError(f"the text is {n} tokens; run_model takes 1 to {MAX_TOKENS}")
+    inputs = {k: v.to(device) for k, v in encoding.items() if k != "token_type_ids"}
+    if "token_type_ids" in encoding and model.config.model_type not in ("distilbert", "t5"):
+        inputs["token_type_ids"] = encoding["token_type_ids"].to(device)
+    if model.config.is_encoder_decoder:
+        return _run_encoder_decoder(model, tokenizer, inputs, target or text)
+    base = model.base_model
+    family = MODEL_TYPE_FAMILIES.get(model.config.model_type)
+    captured: list[Tensor] = []
+    handles = []
+    if family is not None:
+        handles = [
+            module.register_forward_pre_hook(
+                lambda _m, args, kwargs: captured.append(hidden_input(args, kwargs).detach()),
+                with_kwargs=True,
+            )
+            for module in attention_modules(base, family)
+        ]
+    try:
+        with torch.inference_mode():
+            output = base(**inputs, output_attentions=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not output.attentions:
+        raise ValueError(f"{model.config.model_type} returned no attention weights")
+    ids = inputs["input_ids"][0].tolist()
+    maps = _stack(output.attentions)
+    labels, _, special = display_tokens(tokenizer, ids)
+    return AttentionRun(
+        model_name=str(model.config.name_or_path or model.config.model_type),
+        tokens=labels,
+        token_ids=ids,
+        special_tokens=special,
+        attentions=maps,
+        family=family,
+        causal=family.causal if family else _looks_causal(maps),
+        num_kv_heads=getattr(model.config, "num_key_value_heads", None) or maps.shape[1],
+        hidden_inputs=torch.stack([h[0] for h in captured]).float().cpu() if captured else None,
+        model=base if family is not None else None,
+    )
+
+
+def _run_encoder_decoder(model, tokenizer, inputs: dict, target: str) -> AttentionRun:
+    decoder_ids = tokenizer(text_target=target, return_tensors="pt")["input_ids"]
+    decoder_ids = decoder_ids.to(inputs["input_ids"].device)
+    with torch.inference_mode():
+        output = model(**inputs, decoder_input_ids=decoder_ids, output_attentions=True)
+    ids = inputs["input_ids"][0].tolist()
+    target_ids = decoder_ids[0].tolist()
+    encoder = _stack(output.encoder_attentions)
+    labels, _, special = display_tokens(tokenizer, ids)
+    return AttentionRun(
+        model_name=str(model.config.name_or_path or model.config.model_type),
+        tokens=labels,
+        token_ids=ids,
+        special_tokens=special,
+        attentions=encoder,
+        family=None,
+        causal=False,
+        num_kv_heads=encoder.shape[1],
+        target_tokens=display_tokens(tokenizer, target_ids)[0],
+        decoder_attentions=_stack(output.decoder_attentions),
+        cross_attentions=_stack(output.cross_attentions),
+    )
+
+
+def _stack(layers) -> Tensor:
+    """The model's per-layer (1, H, Q, K) maps as one (L, H, Q, K) float32 CPU tensor."""
+    return torch.stack([layer[0].float().cpu() for layer in layers])
+
+
+def _looks_causal(maps: Tensor) -> bool:
+    """Whether no query gives any weight to a later key (what a causal mask does)."""
+    return maps.shape[-1] > 1 and not maps.triu(1).any()

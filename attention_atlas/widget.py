@@ -1,0 +1,219 @@
+"""The explorer's views inline in a notebook (Jupyter, JupyterLab, VS Code, Colab) via anywidget.
+
+    from attention_atlas import show
+    show(model, "The cat sat on the mat.")        # a transformers model object, id or folder
+    show(attention, tokens)                       # what bertviz's head_view takes
+    show(cross, tokens=source, query_tokens=target)  # encoder-decoder cross-attention
+
+The widget runs the web app's own ES modules (static/js/views) on the maps sent with it; the
+views that replay a head from the model's weights (query · key, step by step) ask the kernel,
+which recomputes them with attention_core exactly as the server's detail API does.
+"""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import anywidget
+import numpy as np
+import torch
+import traitlets
+from pydantic import ValidationError
+
+from app.errors import AtlasError
+from app.inference.forward import ForwardResult
+from app.schemas.attention import DetailRequest
+from app.services.attention import _detail
+from attention_atlas.bundle import panels_html, plotly_js, widget_css, widget_esm
+from attention_atlas.run import AttentionRun, run_model
+
+MAX_WIDGET_BYTES = 256 * 2**20  # the maps travel to the browser as one message
+MAPS_VIEWS = [("heatmap", "Heatmap"), ("grid", "All heads"), ("lines", "Token to token")]
+REPLAY_VIEWS = [("qk", "Query · Key"), ("steps", "Step by step")]
+NO_REPLAY = (
+    "Query · Key and Step by step replay a head from the model's weights: they need a BERT, "
+    "GPT-2 or Llama-family model given with its weights (show(model, text)), not bare maps."
+)
+
+
+class AttentionWidget(anywidget.AnyWidget):
+    """One set of attention maps with the explorer's views. view, layer and head are live:
+    set them from Python to move the widget, read them to see where the user is."""
+
+    _esm = traitlets.Unicode(widget_esm()).tag(sync=True)
+    _css = traitlets.Unicode(widget_css()).tag(sync=True)
+    plotly_js = traitlets.Unicode(plotly_js()).tag(sync=True)
+    panels = traitlets.Unicode().tag(sync=True)
+    meta = traitlets.Dict().tag(sync=True)
+    maps = traitlets.Bytes().tag(sync=True)  # float32 [layer][head][query][key]
+    view = traitlets.Unicode("heatmap").tag(sync=True)
+    layer = traitlets.Int(0).tag(sync=True)
+    head = traitlets.Int(0).tag(sync=True)
+
+    def __init__(
+        self,
+        attention,
+        tokens: list[str],
+        *,
+        query_tokens: list[str] | None = None,
+        model_name: str = "attention",
+        num_kv_heads: int | None = None,
+        run: AttentionRun | None = None,
+        view: str = "heatmap",
+        layer: int = 0,
+        head: int = 0,
+    ) -> None:
+        maps = as_maps(attention)
+        layers, heads, rows, _ = maps.shape
+        check_tokens(maps.shape, tokens, query_tokens)
+        replayable = run is not None and run.replayable and query_tokens is None
+        views = MAPS_VIEWS if query_tokens is None else MAPS_VIEWS[:1]  # grid/lines: square
+        views = views + (REPLAY_VIEWS if replayable else [])
+        if view not in dict(views):
+            raise ValueError(f"view must be one of {[name for name, _ in views]}")
+        if not (0 <= layer < layers and 0 <= head < heads):
+            raise ValueError(f"layer and head must be below {layers} and {heads}")
+        note = "" if replayable else NO_REPLAY
+        if query_tokens is not None:
+            note = "Cross-attention: rows are the decoder's tokens, columns the encoder's."
+        super().__init__(
+            panels=panels_html(views, f"{model_name} · {layers} layers × {heads} heads", note),
+            meta={
+                "model": model_name,
+                "tokens": list(tokens),
+                "query_tokens": None if query_tokens is None else list(query_tokens),
+                "num_layers": layers,
+                "num_heads": heads,
+                "num_kv_heads": num_kv_heads or heads,
+                "causal": bool(rows > 1 and not np.triu(maps, 1).any()),
+                "replayable": replayable,
+                "replay_note": NO_REPLAY,
+            },
+            maps=maps.astype("<f4").tobytes(),
+            view=view,
+            layer=layer,
+            head=head,
+        )
+        self._run = run if replayable else None
+        self.on_msg(self._answer)
+
+    def _answer(self, _widget, content: dict, _buffers) -> None:
+        if content.get("kind") != "detail":
+            return
+        try:
+            detail = replay_detail(self._run, content.get("body") or {})
+            self.send({"id": content.get("id"), "detail": detail})
+        except (ValueError, ValidationError, AtlasError) as err:
+            self.send({"id": content.get("id"), "error": str(err).splitlines()[0]})
+
+
+def as_maps(attention) -> np.ndarray:
+    """(layers, heads, queries, keys) float32 from what users hold: a (L, H, Q, K) tensor or
+    array, or transformers' tuple of per-layer (batch=1, H, Q, K) tensors (bertviz's input)."""
+    if isinstance(attention, (tuple, list)):
+        layers = [torch.as_tensor(layer) for layer in attention]
+        if any(layer.dim() == 4 and layer.shape[0] != 1 for layer in layers):
+            raise ValueError("pass one example: each layer's batch dimension must be 1")
+        maps = torch.stack([layer[0] if layer.dim() == 4 else layer for layer in layers])
+    else:
+        maps = torch.as_tensor(attention)
+    if maps.dim() != 4:
+        raise ValueError(
+            f"attention must be (layers, heads, queries, keys); got {tuple(maps.shape)}"
+        )
+    if maps.numel() * 4 > MAX_WIDGET_BYTES:
+        raise ValueError(
+            f"{maps.numel() * 4 / 2**20:,.0f} MB of maps is more than a notebook message should "
+            f"carry ({MAX_WIDGET_BYTES // 2**20} MB): pass fewer layers, e.g. attention[:4]"
+        )
+    maps = maps.detach().float().cpu().numpy()
+    if not np.isfinite(maps).all():
+        raise ValueError("attention holds NaN or infinite values")
+    return maps
+
+
+def check_tokens(shape, tokens, query_tokens) -> None:
+    _, _, rows, cols = shape
+    if len(tokens) != cols:
+        raise ValueError(f"{len(tokens)} tokens for maps with {cols} keys")
+    if len(query_tokens if query_tokens is not None else tokens) != rows:
+        raise ValueError(f"maps have {rows} queries: pass query_tokens for cross-attention")
+
+
+def replay_detail(run: AttentionRun | None, body: dict) -> dict:
+    """The server's detail answer for one head of `run`, from the views' request body."""
+    if run is None:
+        raise ValueError(NO_REPLAY)
+    request = DetailRequest.model_validate({**body, "model": run.model_name, "text": "-"})
+    loaded = SimpleNamespace(
+        model=run.model, family=run.family, causal=run.causal, id=run.model_name
+    )
+    result = ForwardResult(
+        tokens=run.tokens,
+        raw_tokens=run.tokens,
+        token_ids=run.token_ids,
+        special=run.special_tokens,
+        segments=None,
+        words=list(range(len(run.tokens))),
+        attentions=run.attentions,
+        hidden_inputs=run.hidden_inputs,
+        forward_seconds=0.0,
+    )
+    if not (0 <= request.layer < run.num_layers and 0 <= request.head < run.num_heads):
+        raise ValueError("layer or head out of range")
+    with torch.inference_mode():
+        return _detail(loaded, result, request).model_dump(mode="json")
+
+
+def show(
+    source,
+    text_or_tokens=None,
+    text_pair: str | None = None,
+    *,
+    tokens: list[str] | None = None,
+    query_tokens: list[str] | None = None,
+    tokenizer=None,
+    target: str | None = None,
+    which: str = "encoder",
+    **widget_options,
+) -> AttentionWidget:
+    """The explorer's views of `source`, inline:
+
+    - show(model, text[, text_pair]): run a transformers model (object, id or folder);
+    - show(run): an AttentionRun from run_model; for encoder-decoders which = "encoder",
+      "decoder" or "cross";
+    - show(attention, tokens): maps you already have (a (L, H, Q, K) tensor or transformers'
+      tuple of layers), bertviz-style; query_tokens= for cross-attention.
+    """
+    if isinstance(source, (str, os.PathLike)) or hasattr(source, "config"):
+        if not isinstance(text_or_tokens, str):
+            raise ValueError("show(model, text): give the text to run the model on")
+        source = run_model(source, text_or_tokens, text_pair, tokenizer=tokenizer, target=target)
+    if isinstance(source, AttentionRun):
+        return _show_run(source, which, widget_options)
+    tokens = tokens if tokens is not None else text_or_tokens
+    if tokens is None:
+        raise ValueError("show(attention, tokens): the tokens label the maps' rows and columns")
+    return AttentionWidget(source, list(tokens), query_tokens=query_tokens, **widget_options)
+
+
+def _show_run(run: AttentionRun, which: str, options: dict) -> AttentionWidget:
+    name = "/".join(run.model_name.rstrip("/").split("/")[-2:])  # org/name, or a folder's end
+    if which == "encoder":
+        return AttentionWidget(
+            run.attentions, run.tokens, model_name=name, num_kv_heads=run.num_kv_heads,
+            run=run, **options,
+        )  # fmt: skip
+    if run.target_tokens is None:
+        raise ValueError(f"which={which!r} is for encoder-decoder models; this run has one stack")
+    if which == "decoder":
+        return AttentionWidget(
+            run.decoder_attentions, run.target_tokens, model_name=f"{name} decoder", **options
+        )
+    if which == "cross":
+        return AttentionWidget(
+            run.cross_attentions, run.tokens, query_tokens=run.target_tokens,
+            model_name=f"{name} cross-attention", **options,
+        )  # fmt: skip
+    raise ValueError("which must be 'encoder', 'decoder' or 'cross'")

@@ -1,0 +1,74 @@
+// The notebook widget's data source: the same interface the explorer's views read from
+// AttentionSession (data.js), answered from the maps the Python side sent with the widget and,
+// for the replay views, from the Python kernel through the widget's messages.
+
+const DETAIL_TIMEOUT_MS = 120_000;
+
+export class WidgetSession {
+  /** model: the anywidget model; its "meta" trait has the tokens and shapes, "maps" the weights
+   * as float32 bytes in C order [layer][head][query][key]. */
+  constructor(model) {
+    this.widget = model;
+    this.meta = model.get("meta");
+    this.model = this.meta.model;
+    this.text = this.meta.tokens.join(" ");
+    this.textPair = null;
+    const bytes = model.get("maps");
+    const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+    this.values = new Float32Array(buffer);
+    this.pending = new Map();
+    this.nextId = 0;
+    model.on("msg:custom", (message) => this.answer(message));
+  }
+
+  get length() {
+    return this.meta.tokens.length;
+  }
+
+  /** One layer's maps, shaped like decodeMaps' answer: {meta, map(0, head)}. */
+  layer(layer) {
+    const { num_heads: heads } = this.meta;
+    const rows = (this.meta.query_tokens || this.meta.tokens).length;
+    const cols = this.meta.tokens.length;
+    const size = rows * cols;
+    const values = this.values;
+    return Promise.resolve({
+      meta: this.meta,
+      map(_, head) {
+        const offset = (layer * heads + head) * size;
+        return values.subarray(offset, offset + size);
+      },
+    });
+  }
+
+  coarseLayer(layer) {
+    return this.layer(layer);
+  }
+
+  /** One head in depth, replayed by the Python kernel (the detail API's answer). */
+  detail(body) {
+    if (!this.meta.replayable) {
+      return Promise.reject(new Error(this.meta.replay_note));
+    }
+    const id = ++this.nextId;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error("The Python kernel did not answer (is it still running?)."));
+      }, DETAIL_TIMEOUT_MS);
+      this.pending.set(id, { resolve, reject, timer });
+      this.widget.send({ kind: "detail", id, body });
+    });
+  }
+
+  answer(message) {
+    const waiting = this.pending.get(message.id);
+    if (!waiting) return;
+    this.pending.delete(message.id);
+    clearTimeout(waiting.timer);
+    if (message.error) waiting.reject(new Error(message.error));
+    else waiting.resolve(message.detail);
+  }
+
+  abort() {}
+}
