@@ -125,15 +125,9 @@ def run_model(
             handle.remove()
     if not output.attentions:
         raise ValueError(f"{model.config.model_type} returned no attention weights")
-    ids = inputs["input_ids"][0].tolist()
     maps = _stack(output.attentions)
-    labels, _, special = display_tokens(tokenizer, ids)
     return AttentionRun(
-        model_name=str(model.config.name_or_path or model.config.model_type),
-        tokens=labels,
-        token_ids=ids,
-        special_tokens=special,
-        attentions=maps,
+        **_what_every_run_has(model, tokenizer, inputs["input_ids"][0].tolist(), maps),
         family=family,
         causal=family.causal if family else _looks_causal(maps),
         num_kv_heads=getattr(model.config, "num_key_value_heads", None) or maps.shape[1],
@@ -147,16 +141,10 @@ def _run_encoder_decoder(model, tokenizer, inputs: dict, target: str) -> Attenti
     decoder_ids = decoder_ids.to(inputs["input_ids"].device)
     with torch.inference_mode():
         output = model(**inputs, decoder_input_ids=decoder_ids, output_attentions=True)
-    ids = inputs["input_ids"][0].tolist()
     target_ids = decoder_ids[0].tolist()
     encoder = _stack(output.encoder_attentions)
-    labels, _, special = display_tokens(tokenizer, ids)
     return AttentionRun(
-        model_name=str(model.config.name_or_path or model.config.model_type),
-        tokens=labels,
-        token_ids=ids,
-        special_tokens=special,
-        attentions=encoder,
+        **_what_every_run_has(model, tokenizer, inputs["input_ids"][0].tolist(), encoder),
         family=None,
         causal=False,
         num_kv_heads=encoder.shape[1],
@@ -164,6 +152,17 @@ def _run_encoder_decoder(model, tokenizer, inputs: dict, target: str) -> Attenti
         decoder_attentions=_stack(output.decoder_attentions),
         cross_attentions=_stack(output.cross_attentions),
     )
+
+
+def _what_every_run_has(model, tokenizer, ids: list[int], maps: Tensor) -> dict:
+    labels, _, special = display_tokens(tokenizer, ids)
+    return {
+        "model_name": str(model.config.name_or_path or model.config.model_type),
+        "tokens": labels,
+        "token_ids": ids,
+        "special_tokens": special,
+        "attentions": maps,
+    }
 
 
 def _stack(layers) -> Tensor:
