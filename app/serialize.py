@@ -7,6 +7,7 @@ import math
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -150,8 +151,10 @@ class MapsAnswer:
     def media_type(self) -> str:
         return MEDIA_TYPES[self.fmt]
 
-    def _head(self) -> bytes:
-        """Everything before the weights, for the binary and standard formats."""
+    @cached_property
+    def head(self) -> bytes:
+        """Everything before the weights, for the binary and standard formats (built once:
+        both the Content-Length and the body need it)."""
         if self.fmt == "safetensors":
             return safetensors_head(self.meta, self.shape)
         if self.fmt == "npy":
@@ -180,7 +183,7 @@ class MapsAnswer:
         """Exact size of a binary body; None for JSON (its numbers vary in width)."""
         if self.fmt == "json":
             return None
-        return len(self._head()) + math.prod(self.shape) * BYTES_PER_WEIGHT[self.fmt]
+        return len(self.head) + math.prod(self.shape) * BYTES_PER_WEIGHT[self.fmt]
 
     def _row_blocks(self, maps: Tensor) -> Iterator[Tensor]:
         """(heads, q, k) -> blocks of whole rows, each about PIECE_BYTES on the wire."""
@@ -192,7 +195,7 @@ class MapsAnswer:
 
     def chunks(self) -> Iterator[bytes]:
         if self.fmt != "json":
-            yield self._head()
+            yield self.head
             wire = "f32" if self.fmt in STANDARD_MEDIA_TYPES else self.fmt
             for i in range(self.shape[0]):
                 for block in self._row_blocks(self.layer_maps(i)):

@@ -62,7 +62,7 @@ class AttentionRun:
 def _load(model: str, tokenizer: PreTrainedTokenizerBase | None, dtype, device):
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
     loaded = AutoModel.from_pretrained(
-        model, attn_implementation="eager", dtype=dtype or torch.float32, use_safetensors=None
+        model, attn_implementation="eager", dtype=dtype or torch.float32
     )
     return loaded.to(device or "cpu"), tokenizer
 

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from app.errors import AtlasError
 from app.inference.forward import ForwardResult
 from app.schemas.attention import DetailRequest
-from app.services.attention import _detail
+from app.services.attention import detail_of
 from attention_atlas.bundle import panels_html, plotly_js, widget_css, widget_esm
 from attention_atlas.run import AttentionRun, run_model
 
@@ -163,7 +163,7 @@ def replay_detail(run: AttentionRun | None, body: dict) -> dict:
     if not (0 <= request.layer < run.num_layers and 0 <= request.head < run.num_heads):
         raise ValueError("layer or head out of range")
     with torch.inference_mode():
-        return _detail(loaded, result, request).model_dump(mode="json")
+        return detail_of(loaded, result, request).model_dump(mode="json")
 
 
 def show(

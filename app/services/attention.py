@@ -228,10 +228,12 @@ def attention_detail(
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
     with held_forward(loaded, cache, budget, req, should_stop) as result:
-        return _detail(loaded, result, req)
+        return detail_of(loaded, result, req)
 
 
-def _detail(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> DetailResponse:
+def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> DetailResponse:
+    """One head of a forward pass replayed from the weights (also the notebook widget's replay,
+    which passes its own run as `loaded` and `result`)."""
     if req.query is not None and req.query >= result.seq_len:
         raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
     seq = result.seq_len
