@@ -98,3 +98,9 @@ def test_json_is_compressed_and_float_containers_are_not(client):
         answer = post(client, headers={"Accept-Encoding": "zstd"}, format=fmt)
         assert "content-encoding" not in answer.headers
         assert int(answer.headers["content-length"]) == len(answer.content)
+
+
+def test_an_unknown_format_is_a_clear_422(client):
+    response = client.post("/api/attention", json={**BODY, "format": "hdf5"})
+    assert response.status_code == 422 and response.json()["code"] == "invalid_field"
+    assert "safetensors" in response.json()["detail"]  # the message lists what is accepted
