@@ -8,6 +8,8 @@ from functools import lru_cache
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.models.placement import DeviceName, DtypeName
+
 
 class Settings(BaseSettings):
     """Everything an operator can change. Unsafe values are refused at start-up."""
@@ -33,6 +35,14 @@ class Settings(BaseSettings):
     preload: list[str] = Field(
         default_factory=lambda: ["sentence-transformers/all-MiniLM-L6-v2"],
         description="Models loaded in the background at start-up.",
+    )
+    device: DeviceName = Field(
+        "auto", description="Where models run: auto picks cuda, then mps, then the CPU."
+    )
+    dtype: DtypeName = Field(
+        "float32",
+        description="Weights and activations of every model; maps are bit-exact only to a model "
+        "run in this dtype (docs: half precision bounds in the README).",
     )
     hub_downloads: bool = Field(
         False, description="Let Hub models download on first use (needs internet)."

@@ -22,6 +22,7 @@ from app.inference.inflight import AnswerBudget
 from app.limits import RateLimit, RequestBodyGuard, SendGuard
 from app.memory import return_freed_memory_to_the_os
 from app.models.manager import ModelManager
+from app.models.placement import resolve_placement
 from app.models.registry import build_registry
 from app.security import SecurityHeadersMiddleware
 from app.serialize import BINARY_MEDIA_TYPE
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         token_limit=settings.max_tokens,
         max_loaded=settings.max_loaded_models,
         hub_downloads=settings.hub_downloads,
+        placement=resolve_placement(settings.device, settings.dtype),
     )
     app.state.forward_cache = ForwardCache(
         settings.forward_cache_entries, settings.forward_cache_bytes

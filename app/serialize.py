@@ -20,7 +20,7 @@ def to_lists(t: Tensor, digits: int | None = None) -> list:
 
     Non-finite values are not valid JSON; use to_lists_with_nulls where they can occur.
     """
-    values = t.detach().to(torch.float64).cpu()
+    values = t.detach().cpu().to(torch.float64)  # to the host first: mps has no float64
     if digits is not None:
         values = values.round(decimals=digits)
     return values.tolist()

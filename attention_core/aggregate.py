@@ -42,7 +42,7 @@ def rollout_steps(attentions: Tensor, *, residual: float = 0.5) -> Iterator[Tens
     if not 0 <= residual <= 1:
         raise ValueError(f"residual must lie in [0, 1]; got {residual}")
     seq = attentions.shape[-1]
-    eye = torch.eye(seq, dtype=torch.float64)
+    eye = torch.eye(seq, dtype=torch.float64, device=attentions.device)
     current = eye
     for layer_maps in attentions:
         mixed = residual * eye + (1 - residual) * layer_maps.to(torch.float64).mean(dim=0)
@@ -57,7 +57,9 @@ def js_divergence(p: Tensor, q: Tensor) -> Tensor:
     m = (p + q) / 2
 
     def kl(a: Tensor, b: Tensor) -> Tensor:
-        ratio = torch.where(a > 0, a / torch.where(b > 0, b, torch.ones((), dtype=b.dtype)), 1)
+        ratio = torch.where(
+            a > 0, a / torch.where(b > 0, b, torch.ones((), dtype=b.dtype, device=b.device)), 1
+        )
         return (a * torch.log2(ratio)).sum(dim=-1)
 
     return ((kl(p, m) + kl(q, m)) / 2).clamp_min(0)
@@ -69,10 +71,11 @@ def pooled_patterns(attentions: Tensor, max_rows: int = 64, max_bins: int = 64) 
     distribution). Exact (nothing reduced) up to 64 tokens.
     (layers, heads, seq, seq) -> (layers * heads, rows, bins)."""
     layers, heads, seq, _ = attentions.shape
-    rows = torch.linspace(0, seq - 1, min(seq, max_rows)).round().long().unique()
+    device = attentions.device
+    rows = torch.linspace(0, seq - 1, min(seq, max_rows), device=device).round().long().unique()
     flat = attentions.reshape(layers * heads, seq, seq)[:, rows].to(torch.float64)
     bins = min(seq, max_bins)
-    edges = torch.linspace(0, seq, bins + 1).round().long()
+    edges = torch.linspace(0, seq, bins + 1, device=device).round().long()
     cumulative = torch.nn.functional.pad(flat.cumsum(dim=-1), (1, 0))  # (n, rows, seq + 1)
     return cumulative[..., edges[1:]] - cumulative[..., edges[:-1]]  # (n, rows, bins)
 
@@ -87,7 +90,7 @@ def head_similarity(attentions: Tensor, max_rows: int = 64, max_bins: int = 64) 
     patterns = pooled_patterns(attentions, max_rows, max_bins).to(torch.float32)
     n = patterns.shape[0]
     own = torch.special.entr(patterns).sum(dim=-1)  # (n, rows), nats
-    out = torch.ones(n, n, dtype=torch.float32)
+    out = torch.ones(n, n, dtype=torch.float32, device=patterns.device)
     for a in range(n - 1):  # one row of the matrix at a time
         mixture = torch.special.entr((patterns[a] + patterns[a + 1 :]) / 2).sum(dim=-1)
         divergence = (mixture - (own[a] + own[a + 1 :]) / 2) / math.log(2)  # bits

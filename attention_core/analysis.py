@@ -14,7 +14,9 @@ from torch import Tensor
 
 def entropy(weights: Tensor) -> Tensor:
     """Shannon entropy in nats, with 0·log 0 = 0. (..., k_len) -> (...)."""
-    logs = torch.where(weights > 0, weights.log(), torch.zeros((), dtype=weights.dtype))
+    logs = torch.where(
+        weights > 0, weights.log(), torch.zeros((), dtype=weights.dtype, device=weights.device)
+    )
     return -(weights * logs).sum(dim=-1)
 
 
@@ -49,7 +51,7 @@ def jacobian_frobenius_norm(weights: Tensor) -> Tensor:
     weights = weights.to(torch.float64)
     top = weights.argmax(dim=-1, keepdim=True)  # (..., 1)
     is_top = torch.zeros_like(weights, dtype=torch.bool).scatter(-1, top, True)
-    others = torch.where(is_top, torch.zeros((), dtype=weights.dtype), weights)  # (..., k_len)
+    others = torch.where(is_top, weights.new_zeros(()), weights)  # (..., k_len)
     p_top = weights.gather(-1, top)  # (..., 1)
     rest = others.sum(dim=-1, keepdim=True)  # 1 - p_top, without cancellation
     # Only the largest weight can exceed 1/2, so 1 - p_i is accurate for every other key.

@@ -72,7 +72,7 @@ class HeadStatistics:
 def _row_mean(per_row: Tensor, rows: Tensor) -> Tensor:
     """Mean over the query rows selected by `rows` (bool (seq,)); NaN when none is. (H, seq) -> (H,)."""
     if not bool(rows.any()):
-        return torch.full(per_row.shape[:-1], float("nan"), dtype=per_row.dtype)
+        return per_row.new_full(per_row.shape[:-1], float("nan"))
     return per_row[..., rows].mean(dim=-1)
 
 
@@ -86,20 +86,23 @@ def layer_statistics(weights: Tensor, facts: TokenFacts, causal: bool) -> dict[s
     """
     _, seq, _ = weights.shape
     w = weights.to(torch.float32)
-    positions = torch.arange(seq)
+    device = weights.device
+    positions = torch.arange(seq, device=device)
     i = positions.unsqueeze(1)  # (seq, 1) query positions
     j = positions.unsqueeze(0)  # (1, seq) key positions
-    every_row = torch.ones(seq, dtype=torch.bool)
+    every_row = torch.ones(seq, dtype=torch.bool, device=device)
 
     entropy = torch.special.entr(w).sum(dim=-1)  # (H, seq), nats
-    visible = (positions + 1) if causal else torch.full((seq,), seq)  # keys a query may see
+    visible = (
+        (positions + 1) if causal else torch.full((seq,), seq, device=device)
+    )  # keys a query may see
     several = visible > 1
     normalised = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
 
     same_id = facts.ids.unsqueeze(1) == facts.ids.unsqueeze(0)  # (seq, seq)
     earlier_copy = same_id & (j < i)
     # Induction: key j follows an earlier copy of the query token (ids[j-1] == ids[i], j-1 < i).
-    follows_copy = torch.zeros(seq, seq, dtype=torch.bool)
+    follows_copy = torch.zeros(seq, seq, dtype=torch.bool, device=device)
     follows_copy[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
     same_word = (facts.word.unsqueeze(1) == facts.word.unsqueeze(0)) & (facts.word >= 0) & (i != j)
     local = ((i - j).abs() <= LOCAL_REACH) & (i != j) & (j != i - 1)
@@ -115,7 +118,7 @@ def layer_statistics(weights: Tensor, facts: TokenFacts, causal: bool) -> dict[s
         "distance": _row_mean(row_shares[4], every_row),
         "first": _row_mean(w[..., 0], every_row),
         "special": _row_mean(key_shares[0], every_row),
-        "previous": _row_mean(previous, torch.ones(seq - 1, dtype=torch.bool)),
+        "previous": _row_mean(previous, torch.ones(seq - 1, dtype=torch.bool, device=device)),
         "self": _row_mean(torch.diagonal(w, dim1=-2, dim2=-1), every_row),
         "same_word": _row_mean(row_shares[0], same_word.any(dim=-1)),
         "max_weight": _row_mean(w.amax(dim=-1), every_row),

@@ -61,7 +61,9 @@ def padding_mask(
         k_len = int(lengths.max()) if k_len is None else k_len
         if (lengths < 0).any() or (lengths > k_len).any():
             raise ValueError(f"lengths must lie in [0, {k_len}]; got {lengths.tolist()}")
-        keep = torch.arange(k_len).unsqueeze(0) < lengths.unsqueeze(1)  # (batch, k_len)
+        keep = torch.arange(k_len, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(
+            1
+        )  # (batch, k_len)
     return keep[:, None, None, :]
 
 

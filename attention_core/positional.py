@@ -34,7 +34,8 @@ def rope_cos_sin(
     positions: (seq,) or (batch, seq) -> cos, sin: same leading dims + (head_dim,).
     Pass inv_freq to reuse a model's own frequencies (for example with RoPE scaling).
     """
-    inv_freq = rope_inverse_frequencies(head_dim, base) if inv_freq is None else inv_freq
+    if inv_freq is None:
+        inv_freq = rope_inverse_frequencies(head_dim, base).to(positions.device)
     angles = positions.float().unsqueeze(-1) * inv_freq.float()  # (..., seq, head_dim/2)
     emb = torch.cat((angles, angles), dim=-1)  # (..., seq, head_dim)
     return emb.cos(), emb.sin()
@@ -78,8 +79,10 @@ def rope_scores_by_position(q: Tensor, k: Tensor, n_positions: int, *, base: flo
 
     q, k: (head_dim,) -> (n_positions, n_positions), entry [i, j] = rope(q, i) · rope(k, j).
     RoPE makes it a function of i - j alone: constant along every diagonal."""
-    inv_freq = rope_inverse_frequencies(q.shape[-1], base).to(q.dtype)  # (hd/2,)
-    angles = torch.arange(n_positions, dtype=q.dtype).unsqueeze(-1) * inv_freq  # (n, hd/2)
+    inv_freq = rope_inverse_frequencies(q.shape[-1], base).to(q.device, q.dtype)  # (hd/2,)
+    angles = (
+        torch.arange(n_positions, dtype=q.dtype, device=q.device).unsqueeze(-1) * inv_freq
+    )  # (n, hd/2)
     emb = torch.cat((angles, angles), dim=-1)  # (n, hd), in q's dtype (float64 stays exact)
     cos, sin = emb.cos(), emb.sin()
     q_at = apply_rope(q.expand(1, 1, n_positions, -1), cos, sin)[0, 0]  # (n, hd)

@@ -48,7 +48,7 @@ class Rope:
 
     @classmethod
     def from_inv_freq(cls, inv_freq: Tensor, seq_len: int, attention_scaling: float = 1.0) -> Rope:
-        positions = torch.arange(seq_len, dtype=torch.float32)
+        positions = torch.arange(seq_len, dtype=torch.float32, device=inv_freq.device)
         cos, sin = rope_cos_sin(positions, 2 * inv_freq.shape[0], inv_freq=inv_freq)  # (seq, hd)
         return cls(cos=cos * attention_scaling, sin=sin * attention_scaling)
 
@@ -59,6 +59,13 @@ class LayerReplay:
     k: Tensor  # (batch, n_kv_heads, seq, head_dim), after RoPE, before sharing (GQA)
     v: Tensor | None  # (batch, n_kv_heads, seq, head_dim) when the projection has w_v
     trace: AttentionTrace  # patterns (batch, heads, seq, seq); output (batch, heads, seq, hd)
+
+    def to(self, device: object) -> LayerReplay:
+        """The same replay with every tensor on `device`."""
+        v = None if self.v is None else self.v.to(device)
+        return LayerReplay(
+            q=self.q.to(device), k=self.k.to(device), v=v, trace=self.trace.to(device)
+        )
 
 
 def project_qk(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from torch import Tensor
 
@@ -74,6 +74,16 @@ class Trace:
     temperature: float
     cost: Cost
     stages: Mapping[str, Tensor] = field(default_factory=dict)
+
+    def to(self, device: object) -> Trace:
+        """The same trace with every tensor on `device` (a replay run on a GPU, read on the host)."""
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in ("output", "weights", "scores", "scaled_scores", "masked_scores")
+            if getattr(self, name) is not None
+        }
+        stages = {name: t.to(device) for name, t in self.stages.items()}
+        return replace(self, **moved, stages=stages)
 
 
 def combined_mask(

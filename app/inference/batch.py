@@ -9,6 +9,7 @@ from torch import Tensor
 
 from app.inference.tokens import display_tokens
 from app.models.loader import LoadedModel
+from app.models.placement import model_device
 
 
 @dataclass(frozen=True)
@@ -24,8 +25,11 @@ def run_padded_batch(loaded: LoadedModel, sentences: list[str], layer: int) -> P
     encoding = loaded.tokenizer(sentences, padding=True, return_tensors="pt", truncation=False)
     inputs = {k: v for k, v in encoding.items() if k in ("input_ids", "attention_mask",
                                                           "token_type_ids")}  # fmt: skip
+    device = model_device(loaded.model)
     with loaded.lock, torch.inference_mode():
-        output = loaded.model(**inputs, output_attentions=True)
-    maps = output.attentions[layer].float()  # (B, H, T, T)
+        output = loaded.model(
+            **{k: v.to(device) for k, v in inputs.items()}, output_attentions=True
+        )
+    maps = output.attentions[layer].float().cpu()  # (B, H, T, T)
     labels = [display_tokens(loaded.tokenizer, ids.tolist())[0] for ids in inputs["input_ids"]]
     return PaddedBatch(tokens=labels, attention_mask=inputs["attention_mask"], layer_maps=maps)

@@ -15,6 +15,7 @@ from app.errors import InvalidInput, RequestCancelled
 from app.inference.tokens import display_tokens
 from app.models.families import Architecture, attention_modules, hidden_input
 from app.models.loader import LoadedModel
+from app.models.placement import model_device
 
 log = logging.getLogger("attention_atlas")
 
@@ -29,8 +30,8 @@ class ForwardResult:
     special: list[bool]
     segments: list[int] | None  # 0/1 per token for sentence pairs, else None
     words: list[int]  # word number of each token (pieces of one word share it); -1 for specials
-    attentions: Tensor  # (layers, heads, seq, seq), float32, exactly transformers' output
-    hidden_inputs: Tensor  # (layers, seq, d_model): what entered each attention block
+    attentions: Tensor  # (layers, heads, seq, seq), float32 on the host, exactly the model's
+    hidden_inputs: Tensor  # (layers, seq, d_model), float32 on the host: each block's input
     forward_seconds: float
 
     @property
@@ -89,6 +90,7 @@ def run_forward(
     (RequestCancelled), so a client that hung up stops costing CPU within one layer.
     """
     inputs, words = tokenize(loaded, text, text_pair)
+    device = model_device(loaded.model)
     modules = attention_modules(loaded.model, loaded.family)
     captured: list[Tensor | None] = [None] * len(modules)
 
@@ -110,7 +112,9 @@ def run_forward(
         try:
             start = time.perf_counter()
             with torch.inference_mode():
-                output = loaded.model(**inputs, output_attentions=True)
+                output = loaded.model(
+                    **{k: v.to(device) for k, v in inputs.items()}, output_attentions=True
+                )
             seconds = time.perf_counter() - start
         finally:
             for handle in handles:
@@ -139,14 +143,15 @@ def run_forward(
         segments=segments,
         words=words,
         attentions=attentions,
-        hidden_inputs=torch.stack([h[0] for h in captured]).float(),  # (L, T, D)
+        hidden_inputs=_stack_releasing(captured),  # (L, T, D)
         forward_seconds=seconds,
     )
 
 
 def _stack_releasing(layers: list[Tensor]) -> Tensor:
-    """[(1, H, T, T)] * L -> (L, H, T, T) float32, letting go of each layer once copied, so the
-    pass never holds two full copies of its maps (torch.stack would)."""
+    """[(1, *shape)] * L on any device, any float dtype -> (L, *shape) float32 on the host
+    (exact: half-precision values are float32 values), letting go of each layer once copied,
+    so the pass never holds two full copies of its maps (torch.stack would)."""
     first = layers[0]
     out = torch.empty((len(layers), *first.shape[1:]), dtype=torch.float32)
     for i in range(len(layers)):

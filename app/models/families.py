@@ -104,7 +104,8 @@ def _linear_weights(model: nn.Module, family: Family, module: nn.Module, width: 
 
 
 def qk_projection(model: nn.Module, family: Family, layer: int) -> QKProjection:
-    """One layer's query, key and value weights in nn.Linear layout, with the model's scale."""
+    """One layer's query, key and value weights in nn.Linear layout, with the model's scale:
+    float32 on the model's device (a half-precision model's weights upcast, exactly)."""
     arch = architecture(model.config, family)
     module = attention_modules(model, family)[layer]
     scale = arch.head_dim**-0.5
@@ -114,7 +115,7 @@ def qk_projection(model: nn.Module, family: Family, layer: int) -> QKProjection:
         if model.config.scale_attn_by_inverse_layer_idx:
             scale /= float(layer + 1)
     tensors = _linear_weights(model, family, module, arch.num_heads * arch.head_dim)
-    w_q, b_q, w_k, b_k, w_v, b_v = (None if t is None else t.detach() for t in tensors)
+    w_q, b_q, w_k, b_k, w_v, b_v = (None if t is None else t.detach().float() for t in tensors)
     return QKProjection(
         w_q=w_q,
         w_k=w_k,

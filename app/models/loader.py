@@ -8,13 +8,13 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from app.errors import ModelUnavailable
 from app.models.families import Architecture, architecture, architecture_from_dict
+from app.models.placement import CPU_FLOAT32, Placement
 from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
     Progress,
@@ -40,6 +40,7 @@ class LoadedModel:
     model: nn.Module
     arch: Architecture
     max_tokens: int
+    placement: Placement = CPU_FLOAT32
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -71,8 +72,10 @@ def load_model(
     token_limit: int,
     progress: Progress,
     hub_downloads: bool = False,
+    placement: Placement = CPU_FLOAT32,
 ) -> LoadedModel:
-    """Load `spec` or raise ModelUnavailable saying why (never anything else for a bad model)."""
+    """Load `spec` on `placement`'s device in its dtype, or raise ModelUnavailable saying why
+    (never anything else for a bad model)."""
     reason = unavailable_reason(spec, hub_downloads)
     if reason is not None:
         raise ModelUnavailable(reason)
@@ -98,7 +101,7 @@ def load_model(
             trust_remote_code=False,
             use_safetensors=True,
             attn_implementation="eager",
-            dtype=torch.float32,
+            dtype=placement.dtype,
             output_loading_info=True,
         )
     except ModelUnavailable:
@@ -107,7 +110,7 @@ def load_model(
         log.warning("loading %s failed: %s", spec.id, err)
         raise ModelUnavailable(f"'{spec.id}' could not be loaded: {_first_line(err)}") from err
     _check_weights(spec.id, loading)
-    model.eval().requires_grad_(False)
+    model.to(placement.device).eval().requires_grad_(False)
     family = family or family_of(spec, model.config.to_dict())
     if family is None:
         raise ModelUnavailable(
@@ -125,6 +128,7 @@ def load_model(
         model=model,
         arch=arch,
         max_tokens=min(arch.max_positions, token_limit),
+        placement=placement,
     )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.errors import ModelUnavailable, UnknownModel
 from app.models.loader import LoadedModel, load_model
+from app.models.placement import CPU_FLOAT32, Placement
 from app.models.registry import ModelSpec
 from app.models.sources import family_of, hub_reachable, read_config, unavailable_reason
 
@@ -36,11 +37,13 @@ class ModelManager:
         token_limit: int,
         max_loaded: int,
         hub_downloads: bool = False,
+        placement: Placement = CPU_FLOAT32,
     ) -> None:
         self.registry = registry
         self.cache_dir = cache_dir
         self.token_limit = token_limit
         self.max_loaded = max_loaded
+        self.placement = placement
         self.hub_downloads = hub_reachable(hub_downloads)
         self._loaded: OrderedDict[str, LoadedModel] = OrderedDict()
         self._states: dict[str, LoadState] = {mid: LoadState() for mid in registry}
@@ -112,6 +115,7 @@ class ModelManager:
                 token_limit=self.token_limit,
                 progress=progress,
                 hub_downloads=self.hub_downloads,
+                placement=self.placement,
             )
         except ModelUnavailable as err:
             self._states[model_id] = LoadState(state="failed", error=err.message)

@@ -29,6 +29,12 @@ class ModelList(BaseModel):
     models: list[ModelInfo]
     default_encoder: str
     default_decoder: str
+    device: Literal["cpu", "cuda", "mps"] = Field(
+        description="where this server runs every model (ATLAS_DEVICE, resolved)"
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        description="the dtype models run in (ATLAS_DTYPE); maps are float32 values either way"
+    )
 
 
 class LoadStatus(BaseModel):

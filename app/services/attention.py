@@ -12,7 +12,7 @@ from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens, run_forward
 from app.inference.inflight import AnswerBudget, Reservation
-from app.models import families
+from app.inference.replay import layer_inputs
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.attention import (
@@ -237,12 +237,16 @@ def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) ->
     if req.query is not None and req.query >= result.seq_len:
         raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
     seq = result.seq_len
-    proj = families.qk_projection(loaded.model, loaded.family, req.layer)
-    rope = families.rope(loaded.model, loaded.family, seq)
+    inputs = layer_inputs(
+        loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer
+    )
+    proj = inputs.proj
+    with torch.inference_mode():  # on the model's device; what is shown comes to the host
+        replayed = replay_layer(
+            inputs.hidden, proj, inputs.mask, rope=inputs.rope, heads=[req.head]
+        )
+    actual = replayed.to("cpu")
     mask = causal_mask(seq) if loaded.causal else None
-    hidden = result.hidden_inputs[req.layer].unsqueeze(0)  # (1, T, d_model)
-    with torch.inference_mode():
-        actual = replay_layer(hidden, proj, mask, rope=rope, heads=[req.head])
     scale = resolve_scale(req.scale, proj.head_dim, default=proj.scale)
     what_if = counterfactual_weights(actual.trace.scores[0, 0], mask, scale, req.temperature)
     kv_head = req.head // (proj.n_heads // proj.n_kv_heads)

@@ -15,7 +15,7 @@ from app.inference.batch import run_padded_batch
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens
 from app.inference.inflight import AnswerBudget
-from app.models import families
+from app.inference.replay import layer_inputs
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.models.registry import Family
@@ -44,13 +44,18 @@ from attention_core.replay import QKProjection, Rope, project_qk, project_v
 
 @dataclass(frozen=True)
 class Layer:
-    """What a replay of one layer needs, from the cached forward pass over a text."""
+    """What a replay of one layer needs, from the cached forward pass over a text: the pass
+    (on the host) and the replay's inputs (on the model's device, float32)."""
 
     result: ForwardResult
     hidden: Tensor  # (1, seq, d_model), entering the layer's attention
     proj: QKProjection
     rope: Rope | None
     mask: Tensor | None  # (seq, seq) causal for decoders, None for encoders
+
+    def model_maps(self, layer: int) -> Tensor:
+        """The model's own maps of `layer` (H, T, T), on the replay's device to compare."""
+        return self.result.attentions[layer].to(self.hidden.device)
 
 
 def _lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) -> LoadedModel:
@@ -77,14 +82,10 @@ def _layer(
     loaded: LoadedModel, cache: ForwardCache, budget: AnswerBudget, text: str, layer: int
 ) -> Iterator[Layer]:
     with held_forward(loaded, cache, budget, _one_text(loaded, text)) as result:
-        seq = result.seq_len
-        yield Layer(
-            result=result,
-            hidden=result.hidden_inputs[layer].unsqueeze(0),
-            proj=families.qk_projection(loaded.model, loaded.family, layer),
-            rope=families.rope(loaded.model, loaded.family, seq),
-            mask=ac.causal_mask(seq) if loaded.causal else None,
+        inputs = layer_inputs(
+            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer
         )
+        yield Layer(result, inputs.hidden, inputs.proj, inputs.rope, inputs.mask)
 
 
 def _pool(t: Tensor | None, n_kv: int, to: int) -> Tensor | None:
@@ -115,7 +116,7 @@ def kv_sharing(
         )
         own = ac.replay_layer(lay.hidden, p, lay.mask, rope=lay.rope).trace.weights[0]  # (H,T,T)
         shared = ac.replay_layer(lay.hidden, pooled, lay.mask, rope=lay.rope).trace.weights[0]
-        model_maps = lay.result.attentions[req.layer]
+        model_maps = lay.model_maps(req.layer)
         tokens = lay.result.tokens
     heads = p.n_heads
     return KvSharingResponse(
@@ -171,7 +172,9 @@ def cross_attention(
     )
 
 
-def _sparse_patterns(req: SparseRequest, n: int) -> list[tuple[str, str, Tensor]]:
+def _sparse_patterns(
+    req: SparseRequest, n: int, device: torch.device
+) -> list[tuple[str, str, Tensor]]:
     outside = [g for g in req.global_tokens if g >= n]
     if outside:
         raise InvalidInput(f"global_tokens {outside[:5]} out of range: the text has {n} tokens")
@@ -189,7 +192,8 @@ def _sparse_patterns(req: SparseRequest, n: int) -> list[tuple[str, str, Tensor]
         ("block_sparse", f"Block-sparse, blocks of {req.block_size}"),
     )
     return [
-        (kind, label, ac.build_mask(ac.MaskSpec(kind=kind, **spec), n)) for kind, label in shown
+        (kind, label, ac.build_mask(ac.MaskSpec(kind=kind, **spec), n, device=device))
+        for kind, label in shown
     ]
 
 
@@ -209,8 +213,8 @@ def sparse_weights(
         causal = loaded.causal
         full_pairs = n * (n + 1) // 2 if causal else n * n
         patterns = []
-        for kind, label, mask in _sparse_patterns(req, n):
-            allowed = mask & ac.causal_mask(n) if causal else mask
+        for kind, label, mask in _sparse_patterns(req, n, q.device):
+            allowed = mask & ac.causal_mask(n, device=q.device) if causal else mask
             trace = ac.sparse_attention(q, k, v, allowed, scale=lay.proj.scale)
             dropped = 1 - (full_w * allowed).sum(dim=-1)  # (T,)
             change = (trace.output - full_out).abs().mean() / full_out.abs().mean()
@@ -261,7 +265,7 @@ def rope_head(
         with_rope = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=heads)
         without = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=None, heads=heads)
         on, off = with_rope.trace.weights[0, 0], without.trace.weights[0, 0]
-        diff = float((on - lay.result.attentions[req.layer, req.head]).abs().max())
+        diff = float((on - lay.model_maps(req.layer)[req.head]).abs().max())
         tokens = lay.result.tokens
     (prev_on, first_on), (prev_off, first_off) = _shares(on), _shares(off)
     return RopeHeadResponse(

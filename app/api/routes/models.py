@@ -21,6 +21,8 @@ def list_models(manager: ManagerDep) -> ModelList:
         models=[describe(manager, model_id) for model_id in manager.registry],
         default_encoder=MINILM_ID,
         default_decoder=SMOLLM2_ID,
+        device=manager.placement.device.type,
+        dtype=manager.placement.dtype_name,
     )
 
 

@@ -1,0 +1,48 @@
+"""What replaying one layer of a forward pass needs, placed on the model's device.
+
+A replay runs in float32 from the model's own weights (upcast from half precision, so the
+replay shows what the weights compute without a second rounding) and from the hidden states
+the forward pass captured (float32 on the host, moved back to the model's device here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from app.models import families
+from app.models.placement import model_device
+from app.models.registry import Family
+from attention_core import causal_mask
+from attention_core.replay import QKProjection, Rope
+
+
+@dataclass(frozen=True)
+class LayerInputs:
+    """One layer's replay inputs, all on the model's device in float32."""
+
+    hidden: Tensor  # (1, seq, d_model), what entered the layer's attention
+    proj: QKProjection  # the layer's q, k, v projections
+    rope: Rope | None  # Llama family only
+    mask: Tensor | None  # (seq, seq) causal for decoders, None for encoders
+
+    @property
+    def device(self) -> torch.device:
+        return self.hidden.device
+
+
+def layer_inputs(
+    model: nn.Module, family: Family, causal: bool, hidden_inputs: Tensor, layer: int
+) -> LayerInputs:
+    """hidden_inputs: (layers, seq, d_model) from a forward pass (ForwardResult.hidden_inputs)."""
+    device = model_device(model)
+    seq = hidden_inputs.shape[1]
+    rope = families.rope(model, family, seq)
+    return LayerInputs(
+        hidden=hidden_inputs[layer].unsqueeze(0).to(device),
+        proj=families.qk_projection(model, family, layer),
+        rope=rope,
+        mask=causal_mask(seq, device=device) if causal else None,
+    )

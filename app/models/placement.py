@@ -1,0 +1,82 @@
+"""Where models run: the device and dtype an operator chose, resolved against this machine.
+
+Forward passes and replays run on the model's device in its dtype. What leaves the device is
+the model's own maps and the hidden states entering each layer, converted to float32 on the
+host (exact: every bfloat16 and float16 value is a float32 value), because answers and the
+forward cache are host memory. Analyses of cached maps (rollout, head statistics) run where
+the maps are held; moving (L, H, T, T) back to a GPU costs more than those few matmuls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+DeviceName = Literal["auto", "cpu", "cuda", "mps"]
+DtypeName = Literal["float32", "bfloat16", "float16"]
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A resolved device and the dtype models are loaded in."""
+
+    device: torch.device
+    dtype: torch.dtype
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+
+REPLAY_MAX_ABS_DIFF: dict[str, float] = {"float32": 1e-5, "bfloat16": 0.03, "float16": 0.006}
+"""How far a replay (float32, from the model's weights) may be from the model's own maps, per
+model dtype. float32: rounding order only (measured 5.1e-7 on MiniLM, 0 on SmolLM2). Half
+precision: the model rounds its q, k and scores and the replay does not; measured on MiniLM and
+SmolLM2-135M over 19 to 81 tokens, every layer: bfloat16 0.016, float16 0.0033. Every detail
+answer reports its own difference (replay_max_abs_diff)."""
+
+MAPS_VS_FLOAT32_MAX_ABS_DIFF: dict[str, float] = {"bfloat16": 0.3, "float16": 0.03}
+"""How far a half-precision model's maps lie from the same model's in float32 (not a guarantee:
+rounding compounds layer by layer). Measured on MiniLM and SmolLM2-135M over 19 to 81 tokens:
+bfloat16 at most 0.21 (mean 2.7e-4), float16 at most 0.012 (mean 2.9e-5)."""
+
+CPU_FLOAT32 = Placement(torch.device("cpu"), torch.float32)
+"""The default: what the bit-exact tests against transformers' float32 output use."""
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def resolve_device(name: DeviceName) -> torch.device:
+    """'auto' is the first of cuda, mps, cpu this machine has; asking for one it lacks is an
+    error at start-up (ValueError), never a silent fall back to the CPU."""
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        return torch.device("mps" if _mps_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            "ATLAS_DEVICE=cuda but torch sees no CUDA device (is this torch a CPU build, or "
+            "the GPU hidden from the container?); use auto or cpu"
+        )
+    if name == "mps" and not _mps_available():
+        raise ValueError("ATLAS_DEVICE=mps but this machine has no Apple GPU; use auto or cpu")
+    return torch.device(name)
+
+
+def resolve_placement(device: DeviceName, dtype: DtypeName) -> Placement:
+    return Placement(device=resolve_device(device), dtype=DTYPES[dtype])
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device a model's weights are on (the first parameter's; we never split models)."""
+    return next(model.parameters()).device
