@@ -2,6 +2,7 @@
 folder (or Hub id) allowed and loaded, so a fine-tuned checkpoint needs no settings file.
 
     atlas serve --model ./my-finetuned-bert --model gpt2 --port 8000
+    atlas serve --model ./my-llama --device cuda --dtype bfloat16
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def serve(args: argparse.Namespace) -> None:
         extra = json.loads(os.environ.get("ATLAS_EXTRA_MODELS", "[]"))
         os.environ["ATLAS_EXTRA_MODELS"] = json.dumps(extra + [entry for _, entry in entries])
         os.environ["ATLAS_PRELOAD"] = json.dumps([model_id for model_id, _ in entries])
+    for name in ("device", "dtype"):
+        if getattr(args, name) is not None:
+            os.environ[f"ATLAS_{name.upper()}"] = getattr(args, name)
     if args.hub_downloads:
         os.environ["ATLAS_HUB_DOWNLOADS"] = "1"
     else:
@@ -55,6 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--host", default="127.0.0.1")
     run.add_argument("--port", type=int, default=8000)
     run.add_argument("--log-level", default="info")
+    run.add_argument(
+        "--device", choices=["auto", "cpu", "cuda", "mps"], help="where models run (default auto)"
+    )
+    run.add_argument(
+        "--dtype", choices=["float32", "bfloat16", "float16"], help="default float32 (exact)"
+    )
     run.add_argument(
         "--hub-downloads", action="store_true", help="let Hub ids download (needs internet)"
     )

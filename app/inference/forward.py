@@ -31,7 +31,8 @@ class ForwardResult:
     segments: list[int] | None  # 0/1 per token for sentence pairs, else None
     words: list[int]  # word number of each token (pieces of one word share it); -1 for specials
     attentions: Tensor  # (layers, heads, seq, seq), float32 on the host, exactly the model's
-    hidden_inputs: Tensor  # (layers, seq, d_model), float32 on the host: each block's input
+    hidden_inputs: Tensor  # (layers, seq, d_model), float32 on the host: each block's input;
+    # (0, seq, 0) for a model of Family.OTHER, which has no replay to use them
     forward_seconds: float
 
     @property
@@ -91,7 +92,8 @@ def run_forward(
     """
     inputs, words = tokenize(loaded, text, text_pair)
     device = model_device(loaded.model)
-    modules = attention_modules(loaded.model, loaded.family)
+    # Hidden states are captured only where a replay can use them (a known family).
+    modules = attention_modules(loaded.model, loaded.family) if loaded.family.replayable else []
     captured: list[Tensor | None] = [None] * len(modules)
 
     def capture(index: int):
@@ -143,7 +145,7 @@ def run_forward(
         segments=segments,
         words=words,
         attentions=attentions,
-        hidden_inputs=_stack_releasing(captured),  # (L, T, D)
+        hidden_inputs=_stack_releasing(captured) if captured else torch.empty(0, len(ids), 0),
         forward_seconds=seconds,
     )
 

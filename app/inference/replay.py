@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from app.errors import InvalidInput
 from app.models import families
 from app.models.placement import model_device
-from app.models.registry import Family
+from app.models.registry import REPLAY_FAMILIES, Family
 from attention_core import causal_mask
 from attention_core.replay import QKProjection, Rope
 
@@ -36,7 +37,15 @@ class LayerInputs:
 def layer_inputs(
     model: nn.Module, family: Family, causal: bool, hidden_inputs: Tensor, layer: int
 ) -> LayerInputs:
-    """hidden_inputs: (layers, seq, d_model) from a forward pass (ForwardResult.hidden_inputs)."""
+    """hidden_inputs: (layers, seq, d_model) from a forward pass (ForwardResult.hidden_inputs).
+    A model of an architecture without an adapter (Family.OTHER) is refused, saying why."""
+    if not family.replayable:
+        raise InvalidInput(
+            f"This is a {model.config.model_type} model: Atlas shows its attention maps, but "
+            "replaying a head from its weights (the explorer's Query · Key, Mask, Without √d "
+            "and Step by step views, and the lab pages that use a model's heads) "
+            f"needs a {REPLAY_FAMILIES} model"
+        )
     device = model_device(model)
     seq = hidden_inputs.shape[1]
     rope = families.rope(model, family, seq)

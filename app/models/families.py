@@ -29,6 +29,20 @@ class Architecture:
     d_model: int  # width of the hidden states entering each attention block
 
 
+UNBOUNDED_POSITIONS = 2**31 - 1
+"""max_positions of a model with relative positions only (T5): the server's token limit rules."""
+
+
+def _positions_field(c: PretrainedConfig, family: Family) -> str | None:
+    """The config field holding the longest sequence; None for an architecture outside the
+    three families that has none (relative positions)."""
+    if family is not Family.OTHER:
+        return "max_position_embeddings"
+    return next(
+        (name for name in ("max_position_embeddings", "n_positions") if hasattr(c, name)), None
+    )
+
+
 def _count(config: PretrainedConfig, name: str, minimum: int = 1) -> int:
     value = getattr(config, name, None)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -47,9 +61,11 @@ def architecture(c: PretrainedConfig, family: Family) -> Architecture:
         kv = "num_key_value_heads" if getattr(c, "num_key_value_heads", None) else None
         names = (
             "num_hidden_layers", "num_attention_heads", kv or "num_attention_heads",
-            "hidden_size", "max_position_embeddings",
+            "hidden_size", _positions_field(c, family),
         )  # fmt: skip
-    layers, heads, kv_heads, width, positions = (_count(c, name) for name in names)
+    layers, heads, kv_heads, width, positions = (
+        UNBOUNDED_POSITIONS if name is None else _count(c, name) for name in names
+    )
     if heads % kv_heads:
         raise ValueError(f"{names[2]} = {kv_heads} does not divide {names[1]} = {heads}")
     head_dim = getattr(c, "head_dim", None) or width // heads
@@ -57,6 +73,9 @@ def architecture(c: PretrainedConfig, family: Family) -> Architecture:
         raise ValueError(f"{names[3]} = {width} does not divide into {names[1]} = {heads} heads")
     if c.model_type in ("roberta", "xlm-roberta"):
         positions -= c.pad_token_id + 1  # RoBERTa's positions start after the padding index
+    window = getattr(c, "sliding_window", None) if family is Family.LLAMA else None
+    if isinstance(window, int) and window > 0 and getattr(c, "use_sliding_window", True):
+        positions = min(positions, window)  # within the window the mask is plainly causal
     if positions < 2:
         raise ValueError(f"{names[4]} = {positions} leaves no room for a sentence")
     return Architecture(layers, heads, kv_heads, head_dim, positions, width)

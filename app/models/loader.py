@@ -8,13 +8,14 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 from torch import nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from app.errors import ModelUnavailable
 from app.models.families import Architecture, architecture, architecture_from_dict
-from app.models.placement import CPU_FLOAT32, Placement
+from app.models.placement import CPU_FLOAT32, Placement, model_device
 from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
     Progress,
@@ -40,16 +41,13 @@ class LoadedModel:
     model: nn.Module
     arch: Architecture
     max_tokens: int
+    causal: bool
     placement: Placement = CPU_FLOAT32
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def id(self) -> str:
         return self.spec.id
-
-    @property
-    def causal(self) -> bool:
-        return self.family.causal
 
 
 def _location(
@@ -83,8 +81,8 @@ def load_model(
     family = family_of(spec, config)
     if family is None and spec.source is not Source.HUB:
         raise ModelUnavailable(
-            f"'{spec.id}': architecture not supported; Attention Atlas reads BERT, DistilBERT, "
-            "RoBERTa, GPT-2 and Llama-family checkpoints"
+            f"'{spec.id}': config.json names model type {(config or {}).get('model_type')!r}, "
+            "which this transformers does not know (code shipped with a checkpoint is never run)"
         )
     if config is not None and family is not None:
         _check_config(spec.id, config, family)
@@ -110,16 +108,21 @@ def load_model(
         log.warning("loading %s failed: %s", spec.id, err)
         raise ModelUnavailable(f"'{spec.id}' could not be loaded: {_first_line(err)}") from err
     _check_weights(spec.id, loading)
-    model.to(placement.device).eval().requires_grad_(False)
     family = family or family_of(spec, model.config.to_dict())
     if family is None:
         raise ModelUnavailable(
             f"'{spec.id}': model type {model.config.model_type!r} is not supported"
         )
+    if family is Family.OTHER and model.config.is_encoder_decoder:
+        model = model.get_encoder()  # its self-attention; cross-attention: attention_atlas.run
+    model.to(placement.device).eval().requires_grad_(False)
     try:
         arch = architecture(model.config, family)
     except ValueError as err:
         raise ModelUnavailable(f"'{spec.id}' cannot be used: {err}") from None
+    causal = family.causal
+    if causal is None:
+        causal = probe_causal(model, tokenizer)
     progress("ready", 1.0)
     return LoadedModel(
         spec=spec,
@@ -128,13 +131,28 @@ def load_model(
         model=model,
         arch=arch,
         max_tokens=min(arch.max_positions, token_limit),
+        causal=causal,
         placement=placement,
     )
 
 
+def probe_causal(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether a model of an architecture Atlas has no adapter for masks the future, read off
+    its own maps on a short text: causal when no query gives any weight to a later key."""
+    encoding = tokenizer("one two three four", return_tensors="pt")
+    inputs = {k: v.to(model_device(model)) for k, v in encoding.items() if k != "token_type_ids"}
+    with torch.inference_mode():
+        maps = model(**inputs, output_attentions=True).attentions  # L x (1, H, T, T)
+    if not maps or maps[0] is None:
+        raise ModelUnavailable(
+            f"{model.config.model_type} models return no attention maps from transformers"
+        )
+    return all(bool((m[0].triu(diagonal=1) == 0).all()) for m in maps)
+
+
 UNUSED_HEAD_PREFIXES = (
     "lm_head.", "cls.", "qa_outputs.", "classifier.", "pre_classifier.", "score.",
-    "vocab_transform.", "vocab_layer_norm.", "vocab_projector.",
+    "vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "embed_out.",
 )  # fmt: skip
 """Task heads a checkpoint may carry that the base model (all attention needs) leaves out."""
 OPTIONAL_MISSING_PREFIXES = ("pooler.",)

@@ -10,11 +10,18 @@ from pathlib import Path
 class Family(str, Enum):
     BERT = "bert"  # bidirectional encoders: BERT, DistilBERT, RoBERTa, MiniLM
     GPT2 = "gpt2"  # causal decoders with fused Conv1D attention: gpt2, distilgpt2
-    LLAMA = "llama"  # causal decoders with RoPE and grouped-query attention
+    LLAMA = "llama"  # causal decoders with RoPE and grouped-query attention (Mistral, Qwen2)
+    OTHER = "other"  # any other architecture transformers gives attention output for: maps only
 
     @property
-    def causal(self) -> bool:
-        return self is not Family.BERT
+    def causal(self) -> bool | None:
+        """None for OTHER: a loaded model tells from its own maps (loader.probe_causal)."""
+        return None if self is Family.OTHER else self is not Family.BERT
+
+    @property
+    def replayable(self) -> bool:
+        """Whether Atlas knows where this family keeps its q, k and v weights (replay)."""
+        return self is not Family.OTHER
 
 
 class Source(str, Enum):
@@ -31,7 +38,10 @@ MODEL_TYPE_FAMILIES = {
     "xlm-roberta": Family.BERT,
     "gpt2": Family.GPT2,
     "llama": Family.LLAMA,
+    "mistral": Family.LLAMA,  # Llama's layout; its sliding window caps the tokens (loader)
+    "qwen2": Family.LLAMA,  # Llama's layout with q, k, v biases
 }
+REPLAY_FAMILIES = "BERT, DistilBERT, RoBERTa, GPT-2 or Llama-family (Llama, Mistral, Qwen2)"
 
 
 @dataclass(frozen=True)

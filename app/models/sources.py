@@ -11,6 +11,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from transformers import CONFIG_MAPPING
+
 from app.errors import ModelUnavailable
 from app.models.registry import MODEL_TYPE_FAMILIES, Family, ModelSpec, Source
 from app.models.weights import (
@@ -115,7 +117,10 @@ def family_of(spec: ModelSpec, config: dict | None) -> Family | None:
         return spec.family
     if config is None:
         return None
-    return MODEL_TYPE_FAMILIES.get(config.get("model_type", ""))
+    model_type = config.get("model_type", "")
+    if model_type in MODEL_TYPE_FAMILIES:
+        return MODEL_TYPE_FAMILIES[model_type]
+    return Family.OTHER if model_type in CONFIG_MAPPING else None
 
 
 def minilm_folder(progress: Progress) -> Path:

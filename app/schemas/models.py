@@ -9,10 +9,17 @@ from pydantic import BaseModel, Field
 
 class ModelInfo(BaseModel):
     id: str = Field(examples=["sentence-transformers/all-MiniLM-L6-v2"])
-    family: Literal["bert", "gpt2", "llama"] | None = Field(
-        description="null when the architecture is not known until the model is downloaded"
+    family: Literal["bert", "gpt2", "llama", "other"] | None = Field(
+        description="null when the architecture is not known until the model is downloaded; "
+        "'other': an architecture Atlas has no adapter for (maps only, no replay)"
     )
-    causal: bool | None
+    causal: bool | None = Field(
+        description="null until an 'other' model is loaded and its own maps tell"
+    )
+    replay: bool | None = Field(
+        description="whether heads can be replayed from the weights (query · key, step by step, "
+        "the model labs); null when the family is not known yet"
+    )
     num_layers: int | None
     num_heads: int | None
     num_kv_heads: int | None = Field(description="< num_heads for grouped-query attention")

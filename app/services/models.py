@@ -29,7 +29,8 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
     return ModelInfo(
         id=spec.id,
         family=family.value if family else None,
-        causal=family.causal if family else None,
+        causal=loaded.causal if loaded else (family.causal if family else None),
+        replay=family.replayable if family else None,
         num_layers=arch.num_layers if arch else None,
         num_heads=arch.num_heads if arch else None,
         num_kv_heads=arch.num_kv_heads if arch else None,

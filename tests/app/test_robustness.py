@@ -153,7 +153,7 @@ def test_pickle_checkpoints_and_remote_code_are_never_used(local_checkpoints, tm
     assert pickled.status_code == 503
     remote_code = client.post("/api/attention", json={"model": "bad/remote", "text": TEXT})
     assert remote_code.status_code == 503
-    assert "not supported" in remote_code.json()["detail"]
+    assert "never run" in remote_code.json()["detail"]
     assert not marker.exists()
 
 

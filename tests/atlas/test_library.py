@@ -16,7 +16,9 @@ from attention_atlas import run_model, show
 from attention_atlas.bundle import RELATIVE_IMPORT, widget_esm
 from attention_atlas.cli import main as atlas_main
 from attention_atlas.cli import model_entry
+from attention_atlas.client import AtlasClient
 from attention_atlas.widget import AttentionWidget, replay_detail
+from tests.support.live import start_server
 
 pytestmark = pytest.mark.slow
 TEXT = "The animal didn't cross the street because it was too tired."
@@ -124,6 +126,22 @@ def test_the_client_needs_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_atlas_serve_serves_a_checkpoint_folder_of_any_architecture(local_checkpoints, tmp_path):
+    folder = local_checkpoints["local/neox-tiny"]
+    atlas = [sys.executable, "-m", "attention_atlas.cli", "serve", "--model", str(folder)]
+    server = start_server(tmp_path / "server.log", command=[*atlas, "--dtype", "bfloat16"])
+    try:
+        client = AtlasClient(server.base)
+        listed = {m["id"]: m for m in client.models()}
+        model_id = f"local/{folder.name}"
+        assert listed[model_id]["family"] == "other" and listed[model_id]["replay"] is False
+        maps = client.attention(model_id, "a checkpoint of my own", format="f32")
+        assert maps.weights.shape[:2] == (2, 4)
+        assert client.get_json("/api/models")["dtype"] == "bfloat16"
+    finally:
+        server.stop()
 
 
 def test_cli_checks_the_model_it_is_given(local_checkpoints, tmp_path, capsys):

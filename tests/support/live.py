@@ -52,9 +52,12 @@ class LiveServer:
         self.log_file.close()
 
 
-def start_server(log_path: Path, env: dict[str, str] | None = None) -> LiveServer:
-    """uvicorn app.main:app on a free loopback port, started as `make run` starts it, with these
-    extra ATLAS_* settings; returns once /api/health answers."""
+def start_server(
+    log_path: Path, env: dict[str, str] | None = None, command: list[str] | None = None
+) -> LiveServer:
+    """uvicorn app.main:app on a free loopback port, started as `make run` starts it (or by
+    `command`, which must take --host and --port), with these extra ATLAS_* settings; returns
+    once /api/health answers."""
     port = free_port()
     full_env = {
         **os.environ,
@@ -66,7 +69,7 @@ def start_server(log_path: Path, env: dict[str, str] | None = None) -> LiveServe
     }
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--host", "127.0.0.1", "--port", str(port)],
+        [*(command or [sys.executable, "-m", "app"]), "--host", "127.0.0.1", "--port", str(port)],
         cwd=REPO,
         env=full_env,
         stdout=log,

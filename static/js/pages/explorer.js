@@ -107,7 +107,10 @@ function describeModel() {
   if (!info) return;
   const shape = info.num_layers ? `${info.num_layers} layers × ${info.num_heads} heads` : "size known once loaded";
   const gqa = info.num_kv_heads && info.num_kv_heads < info.num_heads ? `, ${info.num_kv_heads} key/value heads (GQA)` : "";
-  el.modelNote.textContent = `${info.description} ${shape}${gqa}; up to ${info.max_tokens ?? "?"} tokens.`;
+  const mapsOnly = info.replay === false
+    ? " Maps only: Atlas has no adapter for this architecture, so the views that replay a head from its weights (Query · Key, Mask, Without √d, Step by step) need a BERT, GPT-2 or Llama-family model."
+    : "";
+  el.modelNote.textContent = `${info.description} ${shape}${gqa}; up to ${info.max_tokens ?? "?"} tokens.${mapsOnly}`;
   el.pairLabel.hidden = info.causal === true;
 }
 
