@@ -60,8 +60,6 @@ COPY --from=builder /app/var /app/var
 COPY app ./app
 COPY attention_core ./attention_core
 COPY attention_atlas ./attention_atlas
-COPY static ./static
-COPY templates ./templates
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -1,8 +1,8 @@
 """The web app's own front-end files, packed for a notebook: the widget's ES module with every
 import inlined, the app's stylesheet scoped to the widget, plotly.js, and the views' markup.
 
-Nothing is copied or built ahead: each piece is read from static/ and templates/ when a widget
-is first made, so the notebook shows exactly the views the web app shows.
+Nothing is copied or built ahead: each piece is read from app/web/static/ and app/web/templates/
+when a widget is first made, so the notebook shows exactly the views the web app shows.
 """
 
 from __future__ import annotations

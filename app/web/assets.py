@@ -10,9 +10,9 @@ from pathlib import Path
 import plotly
 from plotly.offline import get_plotlyjs_version
 
-ROOT = Path(__file__).resolve().parents[2]
-STATIC_DIR = ROOT / "static"
-TEMPLATES_DIR = ROOT / "templates"
+WEB_DIR = Path(__file__).resolve().parent  # package data: a wheel carries them (pyproject)
+STATIC_DIR = WEB_DIR / "static"
+TEMPLATES_DIR = WEB_DIR / "templates"
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 
 
