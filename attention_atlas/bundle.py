@@ -69,6 +69,15 @@ def _templates() -> Environment:
     )
 
 
-def panels_html(views: list[tuple[str, str]], title: str, note: str) -> str:
-    """The widget's markup: a layer and head picker and the explorer's panels for `views`."""
-    return _templates().get_template("widget.html").render(views=views, title=title, note=note)
+_ID_ATTRIBUTE = re.compile(r'\b(id|for|aria-controls|aria-labelledby|aria-describedby)="([^"]+)"')
+
+
+def panels_html(views: list[tuple[str, str]], title: str, note: str, prefix: str = "") -> str:
+    """The widget's markup: a layer and head picker and the explorer's panels for `views`.
+
+    Every id, and every attribute that names one, gets `prefix`, so several widgets on one
+    page (a notebook's outputs) never share an id."""
+    html = _templates().get_template("widget.html").render(views=views, title=title, note=note)
+    return _ID_ATTRIBUTE.sub(
+        lambda m: f'{m[1]}="{" ".join(prefix + name for name in m[2].split())}"', html
+    )

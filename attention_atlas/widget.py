@@ -13,6 +13,7 @@ which recomputes them with attention_core exactly as the server's detail API doe
 from __future__ import annotations
 
 import os
+import uuid
 from types import SimpleNamespace
 
 import anywidget
@@ -78,7 +79,12 @@ class AttentionWidget(anywidget.AnyWidget):
         if query_tokens is not None:
             note = "Cross-attention: rows are the decoder's tokens, columns the encoder's."
         super().__init__(
-            panels=panels_html(views, f"{model_name} · {layers} layers × {heads} heads", note),
+            panels=panels_html(
+                views,
+                f"{model_name} · {layers} layers × {heads} heads",
+                note,
+                prefix=f"atlas-{uuid.uuid4().hex[:8]}-",
+            ),
             meta={
                 "model": model_name,
                 "tokens": list(tokens),

@@ -94,6 +94,16 @@ def test_widget_takes_bertviz_input_and_says_what_needs_a_model(minilm_run):
         show(torch.full((1, 1, 2, 2), float("nan")), ["a", "b"])
 
 
+def test_two_widgets_on_one_page_share_no_id(minilm_run):
+    ids = re.compile(r'\bid="([^"]+)"')
+    refs = re.compile(r'\b(?:for|aria-controls|aria-labelledby)="([^"]+)"')
+    panels = [show(minilm_run).panels for _ in range(2)]
+    first, second = (set(ids.findall(p)) for p in panels)
+    assert len(first) > 10 and not first & second
+    for html, own in zip(panels, (first, second), strict=True):
+        assert set(refs.findall(html)) <= own  # every reference names an id of its own widget
+
+
 def test_widget_replay_is_the_servers_detail_answer(client, minilm_run):
     widget = show(minilm_run, layer=1, head=3)
     assert widget.meta["replayable"] and 'data-view="steps"' in widget.panels

@@ -113,17 +113,19 @@ def test_the_widget_draws_the_explorers_views_in_jupyterlab(jupyterlab, page, tm
     page.wait_for_timeout(2000)  # the kernel session starts
     page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
     widget = page.locator(".atlas-widget")
-    widget.locator("#view-heatmap .js-plotly-plot").wait_for(timeout=120_000)
+    widget.locator("[id$=view-heatmap] .js-plotly-plot").wait_for(timeout=120_000)
     assert widget.locator(".xtick text").first.text_content() == "[CLS]"
     page.screenshot(path=str(tmp_path / "jupyterlab-heatmap.png"))
     page.evaluate(LONG_TASKS)  # from here on: the widget's own work, not JupyterLab's start
     widget.get_by_role("tab", name="Query · Key").click()
-    widget.locator("#view-qk .js-plotly-plot").first.wait_for(timeout=60_000)  # asked the kernel
+    widget.locator("[id$=view-qk] .js-plotly-plot").first.wait_for(
+        timeout=60_000
+    )  # asked the kernel
     assert widget.locator("[data-control=status]").text_content() == ""
     widget.get_by_role("tab", name="All heads").click()
-    widget.locator("#view-grid canvas[data-layer='5'][data-head='11']").wait_for()
+    widget.locator("[id$=view-grid] canvas[data-layer='5'][data-head='11']").wait_for()
     widget.get_by_role("tab", name="Step by step").click()
-    widget.locator("#view-steps .js-plotly-plot").first.wait_for(timeout=60_000)
+    widget.locator("[id$=view-steps] .js-plotly-plot").first.wait_for(timeout=60_000)
     page.screenshot(path=str(tmp_path / "jupyterlab-grid.png"))
     assert max(page.evaluate("window.__long"), default=0) <= 200
     violations = AXE.run(page, context=".atlas-widget").response["violations"]

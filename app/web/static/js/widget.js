@@ -45,7 +45,7 @@ async function render({ model, el }) {
   const layerSelect = root.querySelector("[data-control=layer]");
   const headSelect = root.querySelector("[data-control=head]");
   const status = root.querySelector("[data-control=status]");
-  const panels = Object.fromEntries([...root.querySelectorAll("section[role=tabpanel]")].map((panel) => [panel.id.replace("view-", ""), panel]));
+  const panels = Object.fromEntries([...root.querySelectorAll("section[role=tabpanel]")].map((panel) => [panel.id.replace(/^.*view-/, ""), panel]));
   const views = Object.fromEntries(Object.entries(panels).map(([name, panel]) => [name, partsOf(panel)]));
   // One state object, mirrored to the widget's traits so Python can read and set it.
   let state = { view: model.get("view"), layer: model.get("layer"), head: model.get("head"), query: null, threshold: 0.05, overlay: null };
