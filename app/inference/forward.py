@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from app.errors import InvalidInput, RequestCancelled
+from app.inference.predictions import MAX_TOP_K, top_predictions
 from app.inference.tokens import display_tokens
 from app.models.families import Architecture, attention_modules, hidden_input
 from app.models.loader import LoadedModel
@@ -34,17 +35,20 @@ class ForwardResult:
     hidden_inputs: Tensor  # (layers, seq, d_model), float32 on the host: each block's input;
     # (0, seq, 0) for a model of Family.OTHER, which has no replay to use them
     forward_seconds: float
+    top_ids: Tensor | None = None  # (seq, MAX_TOP_K) int64: the head's likeliest tokens
+    top_probs: Tensor | None = None  # (seq, MAX_TOP_K) float32; None without an LM head
 
     @property
     def nbytes(self) -> int:
-        return self.attentions.nbytes + self.hidden_inputs.nbytes
+        table = 0 if self.top_ids is None else self.top_ids.nbytes + self.top_probs.nbytes
+        return self.attentions.nbytes + self.hidden_inputs.nbytes + table
 
     @staticmethod
     def nbytes_for(arch: Architecture, seq_len: int) -> int:
         """What a forward pass over seq_len tokens will hold, known before it runs."""
         maps = arch.num_layers * arch.num_heads * seq_len * seq_len
         hidden = arch.num_layers * seq_len * arch.d_model
-        return 4 * (maps + hidden)
+        return 4 * (maps + hidden) + 12 * seq_len * MAX_TOP_K
 
     @property
     def seq_len(self) -> int:
@@ -126,6 +130,9 @@ def run_forward(
             f"'{loaded.id}' returned no attentions: it must run with eager attention"
         )
     layers = list(output.attentions)
+    top_ids = top_probs = None
+    if loaded.predictor is not None:
+        top_ids, top_probs = top_predictions(loaded.predictor, output.last_hidden_state[0])
     del output  # only `layers` holds the model's maps now, so they can be freed one by one
     attentions = _stack_releasing(layers)  # (L, H, T, T)
     ids = inputs["input_ids"][0].tolist()
@@ -147,6 +154,8 @@ def run_forward(
         attentions=attentions,
         hidden_inputs=_stack_releasing(captured) if captured else torch.empty(0, len(ids), 0),
         forward_seconds=seconds,
+        top_ids=top_ids,
+        top_probs=top_probs,
     )
 
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from app.errors import ModelUnavailable
 from app.models.families import Architecture, architecture, architecture_from_dict
+from app.models.lm_head import auto_class, split_head
 from app.models.placement import CPU_FLOAT32, Placement, model_device
 from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
@@ -42,6 +43,7 @@ class LoadedModel:
     arch: Architecture
     max_tokens: int
     causal: bool
+    predictor: nn.Module | None = None  # `model` with its LM head, when the checkpoint has one
     placement: Placement = CPU_FLOAT32
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -93,7 +95,7 @@ def load_model(
             location, local_files_only=local_only, trust_remote_code=False
         )
         progress("loading weights", 0.9)
-        model, loading = AutoModel.from_pretrained(
+        model, loading = auto_class(family).from_pretrained(
             location,
             local_files_only=local_only,
             trust_remote_code=False,
@@ -107,6 +109,7 @@ def load_model(
     except Exception as err:  # any failure to read a checkpoint is the model's, not the server's
         log.warning("loading %s failed: %s", spec.id, err)
         raise ModelUnavailable(f"'{spec.id}' could not be loaded: {_first_line(err)}") from err
+    model, predictor, loading = split_head(model, loading, family)
     _check_weights(spec.id, loading)
     family = family or family_of(spec, model.config.to_dict())
     if family is None:
@@ -115,7 +118,8 @@ def load_model(
         )
     if family is Family.OTHER and model.config.is_encoder_decoder:
         model = model.get_encoder()  # its self-attention; cross-attention: attention_atlas.run
-    model.to(placement.device).eval().requires_grad_(False)
+    whole = predictor if predictor is not None else model  # the head's model holds the base
+    whole.to(placement.device).eval().requires_grad_(False)
     try:
         arch = architecture(model.config, family)
     except ValueError as err:
@@ -132,6 +136,7 @@ def load_model(
         arch=arch,
         max_tokens=min(arch.max_positions, token_limit),
         causal=causal,
+        predictor=predictor,
         placement=placement,
     )
 

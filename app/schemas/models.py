@@ -24,6 +24,10 @@ class ModelInfo(BaseModel):
     num_heads: int | None
     num_kv_heads: int | None = Field(description="< num_heads for grouped-query attention")
     head_dim: int | None = Field(None, description="width of one query/key/value head")
+    predicts: Literal["next_token", "masked", "none"] | None = Field(
+        description="what POST /api/attention/predictions gives: next_token (causal LM head), "
+        "masked (masked-LM head), none (the checkpoint has no LM head); null until loaded"
+    )
     max_tokens: int | None = Field(description="tokens a request may have (model and server limit)")
     available: bool
     unavailable_reason: str | None = None

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from app.models.families import architecture_from_dict
+from app.models.lm_head import PREDICTS
+from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.models.registry import Source
 from app.schemas.models import ModelInfo
+
+
+def predicts_of(loaded: LoadedModel) -> str:
+    return "none" if loaded.predictor is None else PREDICTS[loaded.family]
 
 
 def describe(manager: ModelManager, model_id: str) -> ModelInfo:
@@ -31,6 +37,7 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
         family=family.value if family else None,
         causal=loaded.causal if loaded else (family.causal if family else None),
         replay=family.replayable if family else None,
+        predicts=None if loaded is None else predicts_of(loaded),
         num_layers=arch.num_layers if arch else None,
         num_heads=arch.num_heads if arch else None,
         num_kv_heads=arch.num_kv_heads if arch else None,

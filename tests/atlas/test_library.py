@@ -52,7 +52,9 @@ def test_other_architectures_give_maps_without_replay(local_checkpoints, tmp_pat
         intermediate_size=128, max_position_embeddings=64,
     )  # fmt: skip
     tf.GPTNeoXForCausalLM(config).save_pretrained(tmp_path / "neox")
-    tokenizer = tf.BertTokenizerFast(vocab_file=str(MINILM / "vocab.txt"))
+    tokenizer = tf.BertTokenizerFast(
+        vocab=str(MINILM / "vocab.txt")
+    )  # transformers 5 ignores vocab_file
     neox = run_model(tmp_path / "neox", "a model of another family", tokenizer=tokenizer)
     assert neox.family is None and not neox.replayable and neox.causal
     assert torch.allclose(neox.attentions.sum(-1), torch.ones(2, 4, neox.attentions.shape[-1]))
@@ -65,7 +67,9 @@ def test_encoder_decoder_cross_attention(tmp_path):
         decoder_start_token_id=0,
     )  # fmt: skip
     tf.T5ForConditionalGeneration(config).save_pretrained(tmp_path / "t5")
-    tokenizer = tf.BertTokenizerFast(vocab_file=str(MINILM / "vocab.txt"))
+    tokenizer = tf.BertTokenizerFast(
+        vocab=str(MINILM / "vocab.txt")
+    )  # transformers 5 ignores vocab_file
     run = run_model(tmp_path / "t5", "the source sentence", tokenizer=tokenizer, target="a target")
     t, s = len(run.tokens), len(run.target_tokens)
     assert run.cross_attentions.shape == (2, 4, s, t) and run.decoder_attentions.shape[-1] == s

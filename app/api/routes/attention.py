@@ -20,11 +20,13 @@ from app.schemas.aggregate import (
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadsRequest, HeadsResponse
+from app.schemas.predictions import PredictionsRequest, PredictionsResponse
 from app.schemas.search import SearchRequest, SearchResponse
 from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES, MapsAnswer
 from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
 from app.services.heads import describe_heads, follow, search_heads
+from app.services.predictions import predictions
 
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
@@ -198,6 +200,28 @@ async def post_token(
     body: FollowRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> FollowResponse:
     return await until_disconnect(request, lambda stop: follow(manager, cache, budget, body, stop))
+
+
+@router.post(
+    "/predictions",
+    response_model=PredictionsResponse,
+    summary="The model's own top-k predictions beside its attention",
+    description="For a causal decoder, the next-token top-k at every position (query row); for "
+    "a BERT-family encoder with a masked-LM head, the top-k at every mask token of the text. "
+    "Read from the same forward pass as the maps (cached). A checkpoint without an LM head "
+    "(MiniLM, a sentence encoder) answers 422 saying so.",
+    responses=ERRORS,
+)
+async def post_predictions(
+    body: PredictionsRequest,
+    manager: ManagerDep,
+    cache: CacheDep,
+    budget: BudgetDep,
+    request: Request,
+) -> PredictionsResponse:
+    return await until_disconnect(
+        request, lambda stop: predictions(manager, cache, budget, body, stop)
+    )
 
 
 @router.post(

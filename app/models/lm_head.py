@@ -1,0 +1,79 @@
+"""Which checkpoints can predict tokens: a decoder's next token, an encoder's masked tokens.
+
+A model is loaded with its language-model head where its family has one (AutoModelForCausalLM,
+AutoModelForMaskedLM). When the checkpoint carries no head weights (MiniLM is a sentence
+encoder), the head transformers made up is random, so it is dropped and the model cannot
+predict; everything else works on its base model as before.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from torch import Tensor, nn
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
+
+from app.models.registry import Family
+
+Predicts = Literal["next_token", "masked"]
+HEAD_CLASSES = {
+    Family.BERT: AutoModelForMaskedLM,
+    Family.GPT2: AutoModelForCausalLM,
+    Family.LLAMA: AutoModelForCausalLM,
+}
+PREDICTS: dict[Family, Predicts] = {
+    Family.BERT: "masked",
+    Family.GPT2: "next_token",
+    Family.LLAMA: "next_token",
+}
+HEAD_PREFIXES = ("cls.", "lm_head.", "vocab_transform.", "vocab_layer_norm.", "vocab_projector.")
+"""Weights of a language-model head (BERT, RoBERTa, DistilBERT, GPT-2 and Llama names)."""
+BASE_ONLY_UNUSED = ("pooler.",)
+"""Weights of a base checkpoint that a with-head class has no place for (BertModel's pooler)."""
+
+
+def auto_class(family: Family | None):
+    """The transformers class to load a checkpoint of this family with."""
+    return HEAD_CLASSES.get(family, AutoModel) if family is not None else AutoModel
+
+
+def split_head(
+    model: nn.Module, loading: dict, family: Family | None
+) -> tuple[nn.Module, nn.Module | None, dict]:
+    """(base model, the with-head model or None, loading info without what the split explains).
+
+    The base model is what attention reads (its layers are the with-head model's own); the
+    with-head model is kept only when the checkpoint had the head's weights."""
+    if family not in HEAD_CLASSES:
+        return model, None, loading
+    missing_head = [k for k in loading["missing_keys"] if k.startswith(HEAD_PREFIXES)]
+    rest = {
+        **loading,
+        "missing_keys": [k for k in loading["missing_keys"] if k not in missing_head],
+        "unexpected_keys": [
+            k for k in loading["unexpected_keys"] if not k.startswith(BASE_ONLY_UNUSED)
+        ],
+    }
+    return model.base_model, (None if missing_head else model), rest
+
+
+def head_logits(predictor: nn.Module, hidden: Tensor) -> Tensor:
+    """The LM head alone on the base model's last hidden states: (..., d_model) -> (..., vocab).
+
+    The same modules the with-head model's forward applies after its base model, so a caller
+    can run them on a few positions at a time instead of holding (tokens, vocab) logits."""
+    if hasattr(predictor, "cls"):  # BertForMaskedLM: transform, then decoder
+        return predictor.cls(hidden)
+    if hasattr(predictor, "vocab_projector"):  # DistilBertForMaskedLM
+        h = predictor.vocab_layer_norm(predictor.activation(predictor.vocab_transform(hidden)))
+        return predictor.vocab_projector(h)
+    return predictor.lm_head(hidden)  # causal LMs, RobertaForMaskedLM
+
+
+def no_head_reason(model_id: str, family: Family) -> str:
+    what = "masked-language-model" if PREDICTS.get(family) == "masked" else "language-model"
+    return (
+        f"'{model_id}' has no {what} head in its checkpoint (a sentence encoder or a base model "
+        "saved without one), so it cannot predict tokens; its attention is all there is. Load a "
+        "checkpoint saved with its head (for example BertForMaskedLM or a causal LM)."
+    )

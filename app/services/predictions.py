@@ -1,0 +1,76 @@
+"""What the model predicts, read from the top-k table its forward pass kept."""
+
+from __future__ import annotations
+
+from app.errors import InvalidInput
+from app.inference.cache import ForwardCache
+from app.inference.forward import ForwardResult
+from app.inference.inflight import AnswerBudget
+from app.inference.tokens import display_tokens
+from app.models.lm_head import PREDICTS, no_head_reason
+from app.models.loader import LoadedModel
+from app.models.manager import ModelManager
+from app.schemas.predictions import (
+    Candidate,
+    PositionPrediction,
+    PredictionsRequest,
+    PredictionsResponse,
+)
+from app.services.attention import ShouldStop, held_forward
+
+
+def check_predicts(loaded: LoadedModel) -> None:
+    """422 saying why, for a model whose checkpoint has no LM head (MiniLM, 'other' models)."""
+    if loaded.predictor is None:
+        raise InvalidInput(no_head_reason(loaded.id, loaded.family))
+
+
+def predicted_positions(
+    loaded: LoadedModel, result: ForwardResult, top_k: int
+) -> list[PositionPrediction]:
+    """Every position of a decoder; the mask tokens of an encoder's text."""
+    next_token = PREDICTS[loaded.family] == "next_token"
+    if next_token:
+        rows = list(range(result.seq_len))
+    else:
+        rows = [i for i, t in enumerate(result.token_ids) if t == loaded.tokenizer.mask_token_id]
+    ids = result.top_ids[rows, :top_k].tolist()
+    probs = result.top_probs[rows, :top_k].tolist()
+    out = []
+    for row, row_ids, row_probs in zip(rows, ids, probs, strict=True):
+        labels = display_tokens(loaded.tokenizer, row_ids)[0]
+        following = result.token_ids[row + 1] if next_token and row + 1 < result.seq_len else None
+        out.append(
+            PositionPrediction(
+                position=row,
+                candidates=[
+                    Candidate(token_id=i, token=label, probability=min(p, 1.0))
+                    for i, label, p in zip(row_ids, labels, row_probs, strict=True)
+                ],
+                actual_rank=row_ids.index(following) if following in row_ids else None,
+            )
+        )
+    return out
+
+
+def predictions(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: PredictionsRequest,
+    should_stop: ShouldStop = None,
+) -> PredictionsResponse:
+    loaded = manager.get(req.model)
+    check_predicts(loaded)
+    with held_forward(loaded, cache, budget, req, should_stop) as result:
+        positions = predicted_positions(loaded, result, req.top_k)
+        tokens = result.tokens
+    masked = PREDICTS[loaded.family] == "masked"
+    return PredictionsResponse(
+        model=loaded.id,
+        tokens=tokens,
+        kind=PREDICTS[loaded.family],
+        mask_token=loaded.tokenizer.mask_token if masked else None,
+        top_k=req.top_k,
+        positions=positions,
+    )
