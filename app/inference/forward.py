@@ -6,10 +6,10 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.predictions import MAX_TOP_K, top_predictions
@@ -35,20 +35,32 @@ class ForwardResult:
     hidden_inputs: Tensor  # (layers, seq, d_model), float32 on the host: each block's input;
     # (0, seq, 0) for a model of Family.OTHER, which has no replay to use them
     forward_seconds: float
-    top_ids: Tensor | None = None  # (seq, MAX_TOP_K) int64: the head's likeliest tokens
-    top_probs: Tensor | None = None  # (seq, MAX_TOP_K) float32; None without an LM head
+    last_hidden: Tensor | None = None  # (seq, d_model) float32 on the host: what the LM head
+    # reads; kept only for a model with a head, so predictions cost nothing until asked for
+    _top: dict = field(default_factory=dict, compare=False, repr=False)  # memo of top_k()
 
     @property
     def nbytes(self) -> int:
-        table = 0 if self.top_ids is None else self.top_ids.nbytes + self.top_probs.nbytes
-        return self.attentions.nbytes + self.hidden_inputs.nbytes + table
+        last = 0 if self.last_hidden is None else self.last_hidden.nbytes
+        table = 12 * self.seq_len * MAX_TOP_K if self._top else 0
+        return self.attentions.nbytes + self.hidden_inputs.nbytes + last + table
+
+    def top_k(self, predictor: nn.Module) -> tuple[Tensor, Tensor]:
+        """(ids, probabilities), each (seq, MAX_TOP_K), of the LM head at every position,
+        computed on the first call (on the head's device) and kept."""
+        if not self._top:
+            device = model_device(predictor)
+            ids, probs = top_predictions(predictor, self.last_hidden.to(device))
+            self._top.update(ids=ids, probs=probs)
+        return self._top["ids"], self._top["probs"]
 
     @staticmethod
     def nbytes_for(arch: Architecture, seq_len: int) -> int:
         """What a forward pass over seq_len tokens will hold, known before it runs."""
         maps = arch.num_layers * arch.num_heads * seq_len * seq_len
         hidden = arch.num_layers * seq_len * arch.d_model
-        return 4 * (maps + hidden) + 12 * seq_len * MAX_TOP_K
+        last = seq_len * arch.d_model  # an upper bound: only models with an LM head keep it
+        return 4 * (maps + hidden + last) + 12 * seq_len * MAX_TOP_K
 
     @property
     def seq_len(self) -> int:
@@ -130,9 +142,9 @@ def run_forward(
             f"'{loaded.id}' returned no attentions: it must run with eager attention"
         )
     layers = list(output.attentions)
-    top_ids = top_probs = None
+    last_hidden = None
     if loaded.predictor is not None:
-        top_ids, top_probs = top_predictions(loaded.predictor, output.last_hidden_state[0])
+        last_hidden = output.last_hidden_state[0].to("cpu", torch.float32)  # (T, D)
     del output  # only `layers` holds the model's maps now, so they can be freed one by one
     attentions = _stack_releasing(layers)  # (L, H, T, T)
     ids = inputs["input_ids"][0].tolist()
@@ -154,8 +166,7 @@ def run_forward(
         attentions=attentions,
         hidden_inputs=_stack_releasing(captured) if captured else torch.empty(0, len(ids), 0),
         forward_seconds=seconds,
-        top_ids=top_ids,
-        top_probs=top_probs,
+        last_hidden=last_hidden,
     )
 
 

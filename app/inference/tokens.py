@@ -6,6 +6,7 @@ import codecs
 import json
 import re
 import unicodedata
+import weakref
 from functools import lru_cache
 
 from transformers import PreTrainedTokenizerBase
@@ -29,14 +30,23 @@ def byte_level_alphabet() -> dict[str, int]:
     return table
 
 
+_BYTE_LEVEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _is_byte_level(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer's pieces are GPT-2 style byte symbols; read once per tokenizer
+    (its spec is megabytes of JSON, and predictions label thousands of candidates)."""
+    if tokenizer in _BYTE_LEVEL:
+        return _BYTE_LEVEL[tokenizer]
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return False
-    spec = json.loads(backend.to_str())
-    return "ByteLevel" in json.dumps(spec.get("decoder")) or "ByteLevel" in json.dumps(
-        spec.get("pre_tokenizer")
-    )
+    found = False
+    if backend is not None:
+        spec = json.loads(backend.to_str())
+        found = "ByteLevel" in json.dumps(spec.get("decoder")) or "ByteLevel" in json.dumps(
+            spec.get("pre_tokenizer")
+        )
+    _BYTE_LEVEL[tokenizer] = found
+    return found
 
 
 def piece_bytes(piece: str, byte_level: bool) -> bytes | None:

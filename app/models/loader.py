@@ -7,6 +7,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from transformers.utils import logging as hf_logging
 
 from app.errors import ModelUnavailable
 from app.models.families import Architecture, architecture, architecture_from_dict
-from app.models.lm_head import auto_class, split_head
+from app.models.lm_head import PREDICTS, Predicts, auto_class, split_head
 from app.models.placement import CPU_FLOAT32, Placement, model_device
 from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
@@ -139,6 +140,11 @@ def load_model(
         predictor=predictor,
         placement=placement,
     )
+
+
+def predicts_of(loaded: LoadedModel) -> Predicts | Literal["none"]:
+    """What the model's LM head predicts, or 'none' when its checkpoint has no head."""
+    return "none" if loaded.predictor is None else PREDICTS[loaded.family]
 
 
 def probe_causal(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> bool:

@@ -119,6 +119,10 @@ class AttentionResponse(BaseModel):
     num_heads: int
     num_kv_heads: int
     causal: bool
+    predicts: Literal["next_token", "masked", "none"] = Field(
+        description="what POST /api/attention/predictions gives for this model (none: its "
+        "checkpoint has no LM head)"
+    )
     layers: list[int]
     heads: list[int]
     attentions: list[list[list[list[float]]]]

@@ -13,7 +13,7 @@ from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens, run_forward
 from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.replay import layer_inputs
-from app.models.loader import LoadedModel
+from app.models.loader import LoadedModel, predicts_of
 from app.models.manager import ModelManager
 from app.schemas.attention import (
     DETAIL_MATRICES,
@@ -158,6 +158,7 @@ def maps_meta(
         "num_heads": loaded.arch.num_heads,
         "num_kv_heads": loaded.arch.num_kv_heads,
         "causal": loaded.causal,
+        "predicts": predicts_of(loaded),
         "layers": layers,
         "heads": heads,
         "cached": cached,

@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 from app.models.families import architecture_from_dict
-from app.models.lm_head import PREDICTS
-from app.models.loader import LoadedModel
+from app.models.loader import predicts_of
 from app.models.manager import ModelManager
 from app.models.registry import Source
 from app.schemas.models import ModelInfo
-
-
-def predicts_of(loaded: LoadedModel) -> str:
-    return "none" if loaded.predictor is None else PREDICTS[loaded.family]
 
 
 def describe(manager: ModelManager, model_id: str) -> ModelInfo:

@@ -34,8 +34,9 @@ def predicted_positions(
         rows = list(range(result.seq_len))
     else:
         rows = [i for i, t in enumerate(result.token_ids) if t == loaded.tokenizer.mask_token_id]
-    ids = result.top_ids[rows, :top_k].tolist()
-    probs = result.top_probs[rows, :top_k].tolist()
+    top_ids, top_probs = result.top_k(loaded.predictor)
+    ids = top_ids[rows, :top_k].tolist()
+    probs = top_probs[rows, :top_k].tolist()
     out = []
     for row, row_ids, row_probs in zip(rows, ids, probs, strict=True):
         labels = display_tokens(loaded.tokenizer, row_ids)[0]

@@ -115,6 +115,12 @@ export class AttentionSession {
       api.search(this.body({ query, limit }), { signal: this.controller.signal }));
   }
 
+  /** The model's own top-5 at each position or mask token (POST /api/attention/predictions). */
+  predictions() {
+    return this.remember(this.answers, "predictions", 1, () =>
+      api.predictions(this.body({ top_k: 5 }), { signal: this.controller.signal }));
+  }
+
   /** One token through every layer and head (POST /api/attention/token). */
   follow(token) {
     const n = this.length;

@@ -3,6 +3,7 @@
 import { toMatrix } from "../binary.js";
 import { viridis } from "../colors.js";
 import { drawHeatmap } from "./plot.js";
+import { drawPredictions } from "./predictions.js";
 
 /** Every view: render(scene) reads scene.state, draws into scene.parts and returns what the
  * export buttons save (see export.js); scene = {state, session, info, parts, set, isStale}. */
@@ -17,5 +18,7 @@ export async function render({ session, state, parts, isStale }) {
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
   const height = Math.min(900, Math.max(420, 18 * n + 140));
   await drawHeatmap(parts.plot, z, queries, tokens, { title, zmin: 0, zmax: 1, hoverName: "weight", height });
+  if (isStale()) return null;
+  await drawPredictions(parts.predictions, session, parts.plot, isStale);
   return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: viridis };
 }
