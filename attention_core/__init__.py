@@ -28,6 +28,7 @@ from attention_core.analysis import (
     softmax_jacobian,
     softmax_stats,
     total_variation,
+    value_weighted_norms,
 )
 from attention_core.cost import kv_cache_bytes, pairs
 from attention_core.heads import merge_heads, pool_kv_heads, repeat_kv, split_heads
@@ -120,4 +121,5 @@ __all__ = [
     "tile_steps",
     "tiled_attention",
     "total_variation",
+    "value_weighted_norms",
 ]

@@ -117,3 +117,13 @@ def total_variation(p: Tensor, q: Tensor) -> Tensor:
     """Half the L1 distance between attention rows: 0 for the same row, 1 for disjoint ones.
     p, q: (..., k_len) -> (...)."""
     return 0.5 * (p - q).abs().sum(dim=-1)
+
+
+def value_weighted_norms(weights: Tensor, v: Tensor) -> Tensor:
+    """‖α_ij v_j‖ = α_ij ‖v_j‖: how much of key j's value vector query i really mixes in
+    (the norm-based view of Kobayashi et al., 2020, here without the output projection).
+
+    weights (..., q_len, k_len), v (..., k_len, d_v) -> (..., q_len, k_len). A key can take
+    most of the attention and still add almost nothing when its value vector is short: the
+    weights alone overstate [CLS], [SEP] and punctuation in BERT-style models."""
+    return weights * torch.linalg.vector_norm(v, dim=-1).unsqueeze(-2)

@@ -42,7 +42,7 @@ def layer_inputs(
     if not family.replayable:
         raise InvalidInput(
             f"This is a {model.config.model_type} model: Atlas shows its attention maps, but "
-            "replaying a head from its weights (the explorer's Query · Key, Mask, Without √d "
+            "replaying a head from its weights (the explorer's Query · Key, Mask, Without √d, Value-weighted "
             "and Step by step views, and the lab pages that use a model's heads) "
             f"needs a {REPLAY_FAMILIES} model"
         )

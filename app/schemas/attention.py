@@ -132,7 +132,7 @@ class AttentionResponse(BaseModel):
 
 DETAIL_MATRICES = (
     "q", "k", "v", "scores", "scaled_scores", "mask", "weights", "output",
-    "counterfactual_weights", "products",
+    "counterfactual_weights", "products", "value_weighted",
 )  # fmt: skip
 DetailMatrix = Literal[DETAIL_MATRICES]
 
@@ -220,4 +220,8 @@ class DetailResponse(BaseModel):
     products: Matrix = Field(
         description="(seq, head_dim): q[query] ∘ k[j] for each key j; sums give scores[query]; "
         "null without a query"
+    )
+    value_weighted: Matrix = Field(
+        description="(seq, seq): ‖weights[i][j] · v[j]‖, how much of key j's value vector query "
+        "i mixes in (Kobayashi et al., 2020, without the output projection)"
     )

@@ -30,7 +30,7 @@ from app.serialize import (
     to_bool_lists,
     to_lists,
 )
-from attention_core import causal_mask, masked_softmax, replay_layer
+from attention_core import causal_mask, masked_softmax, replay_layer, value_weighted_norms
 from attention_core.trace import resolve_scale
 
 ShouldStop = Callable[[], bool] | None
@@ -268,6 +268,9 @@ def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) ->
         "weights": lambda: to_lists(model_weights),
         "counterfactual_weights": lambda: to_lists(what_if),
         "products": lambda: None if req.query is None else to_lists(q[req.query] * k),
+        "value_weighted": lambda: to_lists(
+            value_weighted_norms(model_weights, actual.v[0, kv_head])
+        ),
     }
     return DetailResponse(
         model=loaded.id,

@@ -95,3 +95,21 @@ def test_jacobian_norm_keeps_relative_accuracy_when_softmax_saturates(logits, dt
     tolerance = 1e-5 if dtype is torch.float32 else 1e-12
     assert got == pytest.approx(exact, rel=tolerance)
     assert got > 0
+
+
+def test_value_weighted_norms_are_each_weighted_value_vectors_length():
+    from attention_core.analysis import value_weighted_norms
+
+    torch.manual_seed(0)
+    weights = torch.softmax(torch.randn(2, 3, 4, 5, dtype=torch.float64), dim=-1)
+    v = torch.randn(2, 3, 5, 7, dtype=torch.float64)
+    got = value_weighted_norms(weights, v)
+    explicit = torch.stack(
+        [torch.stack([(weights[..., i, j, None] * v[..., j, :]).norm(dim=-1) for j in range(5)], -1)
+         for i in range(4)], -2,
+    )  # fmt: skip
+    assert torch.allclose(got, explicit)
+    # Known by construction: all the attention on a key whose value is zero moves nothing.
+    sink = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    values = torch.tensor([[0.0, 0.0], [3.0, 4.0]])
+    assert value_weighted_norms(sink, values).tolist() == [[0.0, 0.0], [0.0, 2.5]]

@@ -69,3 +69,18 @@ def test_a_small_heatmap_exports_vector_cells(page, live_server):
     wait_js(page, "document.querySelector('#heatmap').data.length > 0")
     name, body = export(page, "svg")
     assert name.endswith(".svg") and body.count(b"<rect") > 100 and b"<image" not in body
+
+
+def test_value_weighted_exports_its_norms_and_their_row_shares(page, live_server):
+    open_view(page, live_server, "explorer:value")
+    name, body = export(page, "json")
+    data = json.loads(body)
+    assert "value-weighted" in name and "‖α·v‖" in data["what"]
+    shares, norms = data["value_weighted_shares"], data["value_weighted"]
+    assert len(shares) == len(norms) == len(data["tokens"])
+    for share_row, norm_row in zip(shares, norms, strict=True):
+        assert abs(sum(share_row) - 1) < 1e-9
+        assert all(
+            abs(s - n / sum(norm_row)) < 1e-9 for s, n in zip(share_row, norm_row, strict=True)
+        )
+    assert data["weights"] != shares  # not the weights under another name

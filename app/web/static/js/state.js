@@ -37,7 +37,7 @@ const FIELDS = {
   order: ["order", text], // Similar heads: "cluster" or "layer"
 };
 
-export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "steps"];
+export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "value", "steps"];
 
 export function createState(defaults) {
   const state = { ...defaults };

@@ -14,6 +14,7 @@ import * as lines from "../views/lines.js";
 import * as mask from "../views/mask.js";
 import { plotlyReady } from "../views/plot.js";
 import * as qk from "../views/qk.js";
+import * as value from "../views/value.js";
 import * as search from "../views/search.js";
 import * as similarity from "../views/similarity.js";
 import * as steps from "../views/stages.js";
@@ -43,7 +44,7 @@ const BUSY_AFTER_MS = 300; // a view that takes longer says so
  *   controls back from the state, and returns what the export buttons save (export.js).
  * scene = {state, session, info, parts, set, open(layer, head), isStale()}.
  */
-const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, steps };
+const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, value, steps };
 
 function partsOf(panel) {
   return Object.fromEntries([...panel.querySelectorAll("[data-part]")].map((node) => [node.dataset.part, node]));
@@ -108,7 +109,7 @@ function describeModel() {
   const shape = info.num_layers ? `${info.num_layers} layers × ${info.num_heads} heads` : "size known once loaded";
   const gqa = info.num_kv_heads && info.num_kv_heads < info.num_heads ? `, ${info.num_kv_heads} key/value heads (GQA)` : "";
   const mapsOnly = info.replay === false
-    ? " Maps only: Atlas has no adapter for this architecture, so the views that replay a head from its weights (Query · Key, Mask, Without √d, Step by step) need a BERT, GPT-2 or Llama-family model."
+    ? " Maps only: Atlas has no adapter for this architecture, so the views that replay a head from its weights (Query · Key, Mask, Without √d, Value-weighted, Step by step) need a BERT, GPT-2 or Llama-family model."
     : "";
   el.modelNote.textContent = `${info.description} ${shape}${gqa}; up to ${info.max_tokens ?? "?"} tokens.${mapsOnly}`;
   el.pairLabel.hidden = info.causal === true;
