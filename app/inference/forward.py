@@ -146,7 +146,7 @@ def run_forward(
     if loaded.predictor is not None:
         last_hidden = output.last_hidden_state[0].to("cpu", torch.float32)  # (T, D)
     del output  # only `layers` holds the model's maps now, so they can be freed one by one
-    attentions = _stack_releasing(layers)  # (L, H, T, T)
+    attentions = stack_to_host(layers)  # (L, H, T, T)
     ids = inputs["input_ids"][0].tolist()
     labels, raw, special = display_tokens(loaded.tokenizer, ids)
     segments = None
@@ -164,13 +164,13 @@ def run_forward(
         segments=segments,
         words=words,
         attentions=attentions,
-        hidden_inputs=_stack_releasing(captured) if captured else torch.empty(0, len(ids), 0),
+        hidden_inputs=stack_to_host(captured) if captured else torch.empty(0, len(ids), 0),
         forward_seconds=seconds,
         last_hidden=last_hidden,
     )
 
 
-def _stack_releasing(layers: list[Tensor]) -> Tensor:
+def stack_to_host(layers: list[Tensor]) -> Tensor:
     """[(1, *shape)] * L on any device, any float dtype -> (L, *shape) float32 on the host
     (exact: half-precision values are float32 values), letting go of each layer once copied,
     so the pass never holds two full copies of its maps (torch.stack would)."""

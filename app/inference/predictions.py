@@ -7,6 +7,8 @@ MAX_TOP_K most likely tokens are kept.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor, nn
 
@@ -31,3 +33,40 @@ def top_predictions(
             ids.append(top.indices.cpu())
             probs.append(top.values.exp().cpu())
     return torch.cat(ids), torch.cat(probs)
+
+
+@dataclass(frozen=True)
+class PredictionShift:
+    """How an intervention moved the LM head's output at every position."""
+
+    base_ids: Tensor  # (T, k) int64, the unablated run's top-k
+    base_probs: Tensor  # (T, k) float32
+    ids: Tensor  # (T, k) int64, the intervened run's top-k
+    probs: Tensor  # (T, k) float32
+    kl: Tensor  # (T,) float32: KL(base || intervened) over the whole vocabulary, in nats
+    logit_change: Tensor  # (T,) float32: the base top token's logit, intervened minus base
+
+
+def compare_predictions(
+    predictor: nn.Module, base: Tensor, changed: Tensor, k: int = MAX_TOP_K
+) -> PredictionShift:
+    """base, changed: (T, d_model) last hidden states of two runs, on the model's device.
+    The head runs on PREDICTION_ROWS positions of both at a time (never (T, vocab) whole)."""
+    parts: dict[str, list[Tensor]] = {name: [] for name in PredictionShift.__dataclass_fields__}
+    with torch.inference_mode():
+        for start in range(0, base.shape[0], PREDICTION_ROWS):
+            rows = slice(start, start + PREDICTION_ROWS)
+            logits_p = head_logits(predictor, base[rows]).float()
+            logits_q = head_logits(predictor, changed[rows]).float()
+            logp, logq = logits_p.log_softmax(-1), logits_q.log_softmax(-1)
+            top_p, top_q = logp.topk(k, dim=-1), logq.topk(k, dim=-1)
+            first = top_p.indices[:, :1]
+            found = {
+                "base_ids": top_p.indices, "base_probs": top_p.values.exp(),
+                "ids": top_q.indices, "probs": top_q.values.exp(),
+                "kl": (logp.exp() * (logp - logq)).sum(-1).clamp_min(0),
+                "logit_change": (logits_q.gather(-1, first) - logits_p.gather(-1, first))[:, 0],
+            }  # fmt: skip
+            for name, value in found.items():
+                parts[name].append(value.cpu())
+    return PredictionShift(**{name: torch.cat(values) for name, values in parts.items()})

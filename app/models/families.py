@@ -104,6 +104,19 @@ def attention_modules(model: nn.Module, family: Family) -> list[nn.Module]:
     return [layer.attention.self for layer in model.encoder.layer]
 
 
+def output_projections(model: nn.Module, family: Family) -> list[nn.Module]:
+    """Each layer's output projection, whose input is the heads' outputs side by side:
+    (batch, seq, n_heads * head_dim), head h in columns h * head_dim ... (h + 1) * head_dim."""
+    modules = attention_modules(model, family)
+    if family is Family.GPT2:
+        return [m.c_proj for m in modules]
+    if family is Family.LLAMA:
+        return [m.o_proj for m in modules]
+    if model.config.model_type == "distilbert":
+        return [m.out_lin for m in modules]
+    return [layer.attention.output.dense for layer in model.encoder.layer]
+
+
 def _linear_weights(model: nn.Module, family: Family, module: nn.Module, width: int) -> list:
     """[w_q, b_q, w_k, b_k, w_v, b_v] in nn.Linear layout (biases may be None)."""
     if family is Family.GPT2:

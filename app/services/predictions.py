@@ -25,29 +25,39 @@ def check_predicts(loaded: LoadedModel) -> None:
         raise InvalidInput(no_head_reason(loaded.id, loaded.family))
 
 
+def prediction_rows(loaded: LoadedModel, token_ids: list[int]) -> list[int]:
+    """The positions a model predicts at: every one for a decoder, the mask tokens for an
+    encoder with a masked-LM head."""
+    if PREDICTS[loaded.family] == "next_token":
+        return list(range(len(token_ids)))
+    return [i for i, t in enumerate(token_ids) if t == loaded.tokenizer.mask_token_id]
+
+
+def candidates_of(tokenizer, ids: list[int], probs: list[float]) -> list[Candidate]:
+    """Token ids and probabilities as labelled candidates, most likely first."""
+    labels = display_tokens(tokenizer, ids)[0]
+    return [
+        Candidate(token_id=i, token=label, probability=min(p, 1.0))
+        for i, label, p in zip(ids, labels, probs, strict=True)
+    ]
+
+
 def predicted_positions(
     loaded: LoadedModel, result: ForwardResult, top_k: int
 ) -> list[PositionPrediction]:
     """Every position of a decoder; the mask tokens of an encoder's text."""
     next_token = PREDICTS[loaded.family] == "next_token"
-    if next_token:
-        rows = list(range(result.seq_len))
-    else:
-        rows = [i for i, t in enumerate(result.token_ids) if t == loaded.tokenizer.mask_token_id]
+    rows = prediction_rows(loaded, result.token_ids)
     top_ids, top_probs = result.top_k(loaded.predictor)
     ids = top_ids[rows, :top_k].tolist()
     probs = top_probs[rows, :top_k].tolist()
     out = []
     for row, row_ids, row_probs in zip(rows, ids, probs, strict=True):
-        labels = display_tokens(loaded.tokenizer, row_ids)[0]
         following = result.token_ids[row + 1] if next_token and row + 1 < result.seq_len else None
         out.append(
             PositionPrediction(
                 position=row,
-                candidates=[
-                    Candidate(token_id=i, token=label, probability=min(p, 1.0))
-                    for i, label, p in zip(row_ids, labels, row_probs, strict=True)
-                ],
+                candidates=candidates_of(loaded.tokenizer, row_ids, row_probs),
                 actual_rank=row_ids.index(following) if following in row_ids else None,
             )
         )

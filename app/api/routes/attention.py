@@ -11,6 +11,7 @@ from starlette.types import Receive, Scope, Send
 from app.api.responses import BODY_ROUTE, errors
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
 from app.inference.inflight import Reservation
+from app.schemas.ablation import AblationRequest, AblationResponse
 from app.schemas.aggregate import (
     AggregateRequest,
     AggregateResponse,
@@ -23,6 +24,7 @@ from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.predictions import PredictionsRequest, PredictionsResponse
 from app.schemas.search import SearchRequest, SearchResponse
 from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES, MapsAnswer
+from app.services.ablation import ablate
 from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
 from app.services.heads import describe_heads, follow, search_heads
@@ -222,6 +224,27 @@ async def post_predictions(
     return await until_disconnect(
         request, lambda stop: predictions(manager, cache, budget, body, stop)
     )
+
+
+@router.post(
+    "/ablate",
+    response_model=AblationResponse,
+    summary="Switch heads off and see what changes",
+    description="Runs the model once more with the chosen heads' outputs set to zero (or to "
+    "their mean over positions) where they enter the layer's output projection, and compares "
+    "with the unablated (cached) run: each predicted position's top-k both ways, the KL "
+    "divergence and the top token's logit change, how far every later head's rows moved, and "
+    "one head's map both ways. BERT, GPT-2 and Llama-family models.",
+    responses=ERRORS,
+)
+async def post_ablate(
+    body: AblationRequest,
+    manager: ManagerDep,
+    cache: CacheDep,
+    budget: BudgetDep,
+    request: Request,
+) -> AblationResponse:
+    return await until_disconnect(request, lambda stop: ablate(manager, cache, budget, body, stop))
 
 
 @router.post(

@@ -61,6 +61,7 @@ export const api = {
   detail: (body, opts) => request("POST", "/api/attention/detail", body, opts),
   heads: (body, opts) => request("POST", "/api/attention/heads", body, opts),
   search: (body, opts) => request("POST", "/api/attention/search", body, opts),
+  ablate: (body, opts) => request("POST", "/api/attention/ablate", body, opts),
   predictions: (body, opts) => request("POST", "/api/attention/predictions", body, opts),
   follow: (body, opts) => request("POST", "/api/attention/token", body, opts),
   aggregate: (body, opts) => request("POST", "/api/attention/aggregate", body, opts),

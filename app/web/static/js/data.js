@@ -121,6 +121,12 @@ export class AttentionSession {
       api.predictions(this.body({ top_k: 5 }), { signal: this.controller.signal }));
   }
 
+  /** Heads switched off against the unablated run (POST /api/attention/ablate). */
+  ablate({ heads, mode, layer, head }) {
+    return this.remember(this.answers, `ablate:${JSON.stringify([heads, mode, layer, head])}`, 1, () =>
+      api.ablate(this.body({ heads, mode, layer, head }), { signal: this.controller.signal }));
+  }
+
   /** One token through every layer and head (POST /api/attention/token). */
   follow(token) {
     const n = this.length;

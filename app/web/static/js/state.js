@@ -35,9 +35,11 @@ const FIELDS = {
   agg: ["agg", text], // Average & rollout: "average" or "rollout"
   residual: ["res", number], // Average & rollout: the rollout's identity share
   order: ["order", text], // Similar heads: "cluster" or "layer"
+  ablate: ["off", text], // Ablation: the heads switched off, "layer.head, ..."
+  ablation: ["offmode", text], // Ablation: "zero" or "mean"
 };
 
-export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "value", "steps"];
+export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "value", "ablation", "steps"];
 
 export function createState(defaults) {
   const state = { ...defaults };

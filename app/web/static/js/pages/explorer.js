@@ -15,6 +15,7 @@ import * as mask from "../views/mask.js";
 import { plotlyReady } from "../views/plot.js";
 import * as qk from "../views/qk.js";
 import * as value from "../views/value.js";
+import * as ablation from "../views/ablation.js";
 import * as search from "../views/search.js";
 import * as similarity from "../views/similarity.js";
 import * as steps from "../views/stages.js";
@@ -24,7 +25,7 @@ const page = readPageData();
 const state = createState({
   model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", query: null,
   overlay: null, threshold: 0.05, unscaled: true, temperature: 1,
-  stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster",
+  stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster", ablate: "", ablation: "zero",
 });
 
 // The page's own controls; each view gets only the [data-part] elements of its own panel.
@@ -44,7 +45,7 @@ const BUSY_AFTER_MS = 300; // a view that takes longer says so
  *   controls back from the state, and returns what the export buttons save (export.js).
  * scene = {state, session, info, parts, set, open(layer, head), isStale()}.
  */
-const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, value, steps };
+const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, value, ablation, steps };
 
 function partsOf(panel) {
   return Object.fromEntries([...panel.querySelectorAll("[data-part]")].map((node) => [node.dataset.part, node]));

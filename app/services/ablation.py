@@ -1,0 +1,114 @@
+"""Heads switched off: the ablated run against the cached unablated one (two forward passes at
+most: the unablated one is usually cached already)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from app.errors import InvalidInput
+from app.inference.ablation import run_ablated
+from app.inference.cache import ForwardCache
+from app.inference.forward import ForwardResult, count_tokens
+from app.inference.inflight import AnswerBudget
+from app.inference.predictions import compare_predictions
+from app.models.loader import LoadedModel, predicts_of
+from app.models.manager import ModelManager
+from app.models.placement import model_device
+from app.models.registry import REPLAY_FAMILIES
+from app.schemas.ablation import AblatedPosition, AblationRequest, AblationResponse
+from app.serialize import to_lists
+from app.services.attention import ShouldStop, check_layer_head, held_forward
+from app.services.predictions import candidates_of, prediction_rows
+from attention_core.analysis import total_variation
+
+
+def _checked_heads(loaded: LoadedModel, req: AblationRequest) -> dict[int, list[int]]:
+    """{layer: [heads]} to switch off, every index checked against the model first."""
+    if not loaded.family.replayable:
+        raise InvalidInput(
+            f"Ablation switches heads off at the layer's output projection, which Atlas finds "
+            f"only in a {REPLAY_FAMILIES} model; '{loaded.id}' is not one."
+        )
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for ref in req.heads:
+        check_layer_head(loaded, ref.layer, ref.head)
+        by_layer[ref.layer].append(ref.head)
+    check_layer_head(loaded, req.layer, req.head)
+    return dict(by_layer)
+
+
+def _positions(
+    loaded: LoadedModel, base: ForwardResult, ablated_hidden, top_k: int
+) -> list[AblatedPosition]:
+    if loaded.predictor is None:
+        return []
+    device = model_device(loaded.predictor)
+    shift = compare_predictions(
+        loaded.predictor, base.last_hidden.to(device), ablated_hidden.to(device), top_k
+    )
+    out = []
+    for row in prediction_rows(loaded, base.token_ids):
+        out.append(
+            AblatedPosition(
+                position=row,
+                base=candidates_of(
+                    loaded.tokenizer, shift.base_ids[row].tolist(), shift.base_probs[row].tolist()
+                ),
+                ablated=candidates_of(
+                    loaded.tokenizer, shift.ids[row].tolist(), shift.probs[row].tolist()
+                ),
+                kl=float(shift.kl[row]),
+                logit_change=float(shift.logit_change[row]),
+            )
+        )
+    return out
+
+
+def ablate(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: AblationRequest,
+    should_stop: ShouldStop = None,
+) -> AblationResponse:
+    loaded = manager.get(req.model)
+    heads = _checked_heads(loaded, req)
+    seq = count_tokens(loaded, req.text, req.text_pair)
+    key = (
+        loaded.id,
+        req.text,
+        req.text_pair,
+        req.mode,
+        tuple((layer, tuple(hs)) for layer, hs in sorted(heads.items())),
+    )
+    with held_forward(loaded, cache, budget, req, should_stop) as base:
+        reservation = budget.reserve(key, ForwardResult.nbytes_for(loaded.arch, seq))
+        try:
+            run = run_ablated(loaded, req.text, req.text_pair, heads, req.mode)
+            change = torch.stack(  # (L, H), a layer at a time: one (H, T, T) difference held
+                [
+                    total_variation(b, a).mean(dim=-1)
+                    for b, a in zip(base.attentions, run.attentions, strict=True)
+                ]
+            )
+            positions = _positions(loaded, base, run.last_hidden, req.top_k)
+            weights = to_lists(base.attentions[req.layer, req.head])
+            ablated_weights = to_lists(run.attentions[req.layer, req.head])
+            tokens = base.tokens
+        finally:
+            reservation.release()
+    return AblationResponse(
+        model=loaded.id,
+        tokens=tokens,
+        mode=req.mode,
+        ablated=req.heads,
+        predicts=predicts_of(loaded),
+        positions=positions,
+        attention_change=change.round(decimals=6).tolist(),
+        layer=req.layer,
+        head=req.head,
+        weights=weights,
+        ablated_weights=ablated_weights,
+    )
