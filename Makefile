@@ -57,6 +57,7 @@ bench: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m bench.core_kernels
 	HF_HUB_OFFLINE=1 $(PY) -m bench.attention_api
 	HF_HUB_OFFLINE=1 $(PY) -m bench.compression
+	HF_HUB_OFFLINE=1 $(PY) -m bench.interventions
 
 screenshots: $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(PY) -m app --port 8765 & pid=$$!; \
