@@ -37,7 +37,10 @@ class AblationRequest(TextRequest):
     )
 
     heads: list[HeadRef] = Field(
-        min_length=1, max_length=MAX_ABLATED_HEADS, description="The heads to switch off."
+        min_length=1,
+        max_length=MAX_ABLATED_HEADS,
+        description="The heads to switch off, each once.",
+        json_schema_extra={"uniqueItems": True},
     )
     mode: Literal["zero", "mean"] = Field(
         "zero",

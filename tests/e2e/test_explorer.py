@@ -102,6 +102,8 @@ def test_decoder_mask_view_is_causal(page, live_server):
             .observe(status, {childList: true, characterData: true, subtree: true});
         }"""
     )
+    # SmolLM2 must not be loaded yet here: the session's live server keeps its models, so the
+    # test files that use SmolLM2 are named to sort after this one.
     run_sentence(page, live_server, text="One two three four five", model=SMOLLM2, navigate=False)
     statuses = page.evaluate("window.__statuses")
     assert any(s.startswith(f"Loading {SMOLLM2}") for s in statuses), statuses

@@ -1,5 +1,6 @@
-"""The Ablation tab: heads named in the URL are switched off, the answer is drawn and tabled,
-the open head can be added, and the export says it is an intervention."""
+"""The Ablation tab (an intervention): heads named in the URL are switched off, the answer is
+drawn and tabled, the open head can be added, and the export says it is an intervention.
+(Named to sort after test_explorer.py, which must see SmolLM2 load.)"""
 
 import json
 from urllib.parse import urlencode
