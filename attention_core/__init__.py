@@ -56,6 +56,7 @@ from attention_core.positional import (
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
+from attention_core.qkspace import normalise_qk, qk_space
 from attention_core.replay import LayerReplay, QKProjection, Rope, project_qk, replay_layer
 from attention_core.scoring import additive_attention, general_attention
 from attention_core.sdpa import AttentionTrace, masked_softmax, scaled_dot_product_attention
@@ -98,10 +99,12 @@ __all__ = [
     "max_weight",
     "merge_heads",
     "multi_head_attention",
+    "normalise_qk",
     "padding_mask",
     "pairs",
     "pool_kv_heads",
     "project_qk",
+    "qk_space",
     "random_mask",
     "render_mask",
     "repeat_kv",

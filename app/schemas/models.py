@@ -46,6 +46,10 @@ class ModelList(BaseModel):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         description="the dtype models run in (ATLAS_DTYPE); maps are float32 values either way"
     )
+    projections: list[Literal["pca", "umap"]] = Field(
+        description="the methods POST /api/attention/qkspace can use here (umap where the "
+        "optional umap-learn package is installed)"
+    )
 
 
 class LoadStatus(BaseModel):

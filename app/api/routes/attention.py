@@ -22,6 +22,7 @@ from app.schemas.attention import AttentionRequest, AttentionResponse, DetailReq
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.predictions import PredictionsRequest, PredictionsResponse
+from app.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
 from app.schemas.search import SearchRequest, SearchResponse
 from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES, MapsAnswer
 from app.services.ablation import ablate
@@ -29,6 +30,7 @@ from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
 from app.services.heads import describe_heads, follow, search_heads
 from app.services.predictions import predictions
+from app.services.qkspace import query_key_space
 
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
@@ -245,6 +247,31 @@ async def post_ablate(
     request: Request,
 ) -> AblationResponse:
     return await until_disconnect(request, lambda stop: ablate(manager, cache, budget, body, stop))
+
+
+@router.post(
+    "/qkspace",
+    response_model=QKSpaceResponse,
+    summary="Query-key space: a head's queries and keys in one plane",
+    description="The tokens' query and key vectors of one head (or of every head of the layer, "
+    "for small multiples), replayed from the weights after RoPE where the model has it, moved "
+    "as AttentionViz does in the two ways that leave every weight unchanged (queries times s "
+    "and keys divided by s; keys translated onto the queries' centroid; s balances the mean "
+    "norms), then projected together into 2-D by PCA (exact) or UMAP (optional package). "
+    "Each query also lists the keys it attends to most, from the model's own output. BERT, "
+    "GPT-2 and Llama-family models.",
+    responses=ERRORS,
+)
+async def post_qkspace(
+    body: QKSpaceRequest,
+    manager: ManagerDep,
+    cache: CacheDep,
+    budget: BudgetDep,
+    request: Request,
+) -> QKSpaceResponse:
+    return await until_disconnect(
+        request, lambda stop: query_key_space(manager, cache, budget, body, stop)
+    )
 
 
 @router.post(

@@ -6,6 +6,7 @@ from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.models import InductionText, LoadStatus, ModelList
 from app.services.induction import induction_text
 from app.services.models import describe
+from app.services.qkspace import projection_methods
 
 router = APIRouter(prefix="/api/models", tags=["models"])
 
@@ -23,6 +24,7 @@ def list_models(manager: ManagerDep) -> ModelList:
         default_decoder=SMOLLM2_ID,
         device=manager.placement.device.type,
         dtype=manager.placement.dtype_name,
+        projections=projection_methods(),
     )
 
 
