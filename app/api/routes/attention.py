@@ -19,6 +19,7 @@ from app.schemas.aggregate import (
     SimilarityResponse,
 )
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
+from app.schemas.compare import CompareRequest, CompareResponse
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.predictions import PredictionsRequest, PredictionsResponse
@@ -28,6 +29,7 @@ from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES, MapsAnswer
 from app.services.ablation import ablate
 from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
+from app.services.compare import compare
 from app.services.heads import describe_heads, follow, search_heads
 from app.services.predictions import predictions
 from app.services.qkspace import query_key_space
@@ -247,6 +249,28 @@ async def post_ablate(
     request: Request,
 ) -> AblationResponse:
     return await until_disconnect(request, lambda stop: ablate(manager, cache, budget, body, stop))
+
+
+@router.post(
+    "/compare",
+    response_model=CompareResponse,
+    summary="Two heads side by side, and their difference",
+    description="Side A is `model`, `text`, `layer`, `head`; side B (`other`) names its own "
+    "layer and head and may name another text or another model. Three comparisons in one: two "
+    "heads of one run, the same head on two inputs, two models on one text. Where the tokens "
+    "line up (as many tokens, and for two models the same pieces) the answer adds b - a and "
+    "each query row's total variation distance; otherwise `alignment` says why not. At most "
+    "two forward passes, both cached.",
+    responses=ERRORS,
+)
+async def post_compare(
+    body: CompareRequest,
+    manager: ManagerDep,
+    cache: CacheDep,
+    budget: BudgetDep,
+    request: Request,
+) -> CompareResponse:
+    return await until_disconnect(request, lambda stop: compare(manager, cache, budget, body, stop))
 
 
 @router.post(
