@@ -21,6 +21,7 @@ from app.schemas.aggregate import (
 from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
 from app.schemas.compare import CompareRequest, CompareResponse
 from app.schemas.follow import FollowRequest, FollowResponse
+from app.schemas.generate import GenerateRequest
 from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.predictions import PredictionsRequest, PredictionsResponse
 from app.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
@@ -30,6 +31,7 @@ from app.services.ablation import ablate
 from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
 from app.services.compare import compare
+from app.services.generate import start_generation
 from app.services.heads import describe_heads, follow, search_heads
 from app.services.predictions import predictions
 from app.services.qkspace import query_key_space
@@ -106,15 +108,14 @@ async def until_disconnect(request: Request, work: Callable[[Callable[[], bool]]
         watcher.cancel()
 
 
-class AnswerStream(StreamingResponse):
-    """A maps answer streamed piece by piece; its in-flight reservation is released when the
+class ReservedStream(StreamingResponse):
+    """An answer streamed piece by piece; its in-flight reservation is released when the
     stream ends for any reason (sent, client gone, reader stalled)."""
 
-    def __init__(self, answer: MapsAnswer, reservation: Reservation) -> None:
-        headers = {}
-        if answer.content_length is not None:
-            headers["content-length"] = str(answer.content_length)
-        super().__init__(answer.chunks(), media_type=answer.media_type, headers=headers)
+    def __init__(
+        self, chunks, media_type: str, reservation: Reservation, headers: dict | None = None
+    ) -> None:
+        super().__init__(chunks, media_type=media_type, headers=headers)
         self.reservation = reservation
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -126,10 +127,13 @@ class AnswerStream(StreamingResponse):
 
 async def stream_maps(
     request: Request, build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]]
-) -> AnswerStream:
+) -> ReservedStream:
     """Build a maps answer in the thread pool (sized and reserved there), then stream it."""
     answer, reservation = await until_disconnect(request, build)
-    return AnswerStream(answer, reservation)
+    headers = {}
+    if answer.content_length is not None:
+        headers["content-length"] = str(answer.content_length)
+    return ReservedStream(answer.chunks(), answer.media_type, reservation, headers)
 
 
 @router.post(
@@ -249,6 +253,37 @@ async def post_ablate(
     request: Request,
 ) -> AblationResponse:
     return await until_disconnect(request, lambda stop: ablate(manager, cache, budget, body, stop))
+
+
+@router.post(
+    "/generate",
+    summary="Let a decoder continue the text, token by token",
+    description="Streams `application/x-ndjson`: one JSON line per new token as it is chosen "
+    "(`event` 'token': index, token_id, token, probability, continuation so far), then one "
+    "last line (`event` 'done': the whole `text`, `prompt_tokens`, `generated`, `stopped`, "
+    "`exact`). Open `text` in any view: positions from `prompt_tokens` on are the generated "
+    "ones, and when `exact` is true their maps are the generation's own attention (the same "
+    "tokens, the same causal computation). Greedy, or sampled at a temperature (optionally "
+    "from the top k) with a seed; the same request continues the same way. Stops early at "
+    "the model's end-of-text token. Checked before any work: a causal model with an LM head, "
+    "and prompt plus `max_new_tokens` within the model's max_tokens. Closing the connection "
+    "stops the generation within one token.",
+    response_class=StreamingResponse,
+    responses={
+        **ERRORS,
+        200: {
+            "description": "One JSON object per line: GeneratedToken lines, then GenerationDone",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        },
+    },
+)
+async def post_generate(
+    body: GenerateRequest, manager: ManagerDep, budget: BudgetDep, request: Request
+) -> ReservedStream:
+    lines, reservation = await until_disconnect(
+        request, lambda stop: start_generation(manager, budget, body)
+    )
+    return ReservedStream(lines, "application/x-ndjson", reservation)
 
 
 @router.post(

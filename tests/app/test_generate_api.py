@@ -1,0 +1,80 @@
+"""POST /api/attention/generate. Known by construction: greedy continuation is transformers' own
+greedy generate(); each token's probability is the full model's; the maps of the answer's text
+are the attention the generation computed step by step with its key/value cache."""
+
+import json
+
+import pytest
+import torch
+
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+
+pytestmark = pytest.mark.slow
+PROMPT = "The capital of France is Paris. The capital of Italy is"
+
+
+def generate(client, **body) -> tuple[list[dict], dict]:
+    response = client.post("/api/attention/generate", json={"text": PROMPT, **body})
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(line) for line in response.text.splitlines()]
+    assert [line["event"] for line in lines] == ["token"] * (len(lines) - 1) + ["done"]
+    return lines[:-1], lines[-1]
+
+
+@pytest.mark.parametrize("model_id", ["local/gpt2-tiny", SMOLLM2_ID])
+def test_greedy_is_transformers_greedy_and_the_maps_are_the_generations_own(client, app, model_id):
+    tokens, done = generate(client, model=model_id, max_new_tokens=12)
+    loaded = app.state.manager.get(model_id)
+    prompt = loaded.tokenizer(PROMPT, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = loaded.predictor.generate(
+            prompt, max_new_tokens=12, do_sample=False, output_attentions=True,
+            return_dict_in_generate=True, pad_token_id=loaded.tokenizer.eos_token_id,
+        )  # fmt: skip
+    expected = out.sequences[0, prompt.shape[1] :].tolist()
+    assert [t["token_id"] for t in tokens] == expected
+    assert done["prompt_tokens"] == prompt.shape[1] and done["generated"] == 12
+    assert done["stopped"] == "length" and done["exact"]
+    assert done["text"] == PROMPT + tokens[-1]["continuation"]
+    ids = out.sequences[:, :-1]  # the last token was chosen, never read
+    with torch.no_grad():
+        logits = loaded.predictor(out.sequences).logits[0].float()
+    for t in tokens:  # its probability where it was chosen, by the full model
+        row = prompt.shape[1] - 1 + t["index"]
+        assert t["probability"] == pytest.approx(
+            float(logits[row].softmax(-1)[t["token_id"]]), abs=1e-4
+        )
+    maps = client.post(
+        "/api/attention", json={"model": model_id, "text": done["text"], "format": "json"}
+    ).json()["attentions"]
+    for step, layers in enumerate(out.attentions[1:], start=1):  # step s reads token s-1
+        query = prompt.shape[1] + step - 1
+        for layer in (0, len(layers) - 1):
+            generated = layers[layer][0, :, -1, : query + 1]  # (H, query + 1)
+            shown = torch.tensor(maps[layer])[:, query, : query + 1]
+            torch.testing.assert_close(shown, generated.float(), atol=2e-5, rtol=0)
+    assert ids.shape[1] == len(torch.tensor(maps[0][0])) - 1
+
+
+def test_sampling_is_seeded_and_top_k_one_is_greedy(client):
+    body = {"model": SMOLLM2_ID, "max_new_tokens": 10, "strategy": "sample", "temperature": 1.5}
+    first, _ = generate(client, **body, seed=1)
+    again, _ = generate(client, **body, seed=1)
+    other, _ = generate(client, **body, seed=2)
+    ids = lambda lines: [t["token_id"] for t in lines]  # noqa: E731
+    assert ids(first) == ids(again) and ids(first) != ids(other)
+    greedy, _ = generate(client, model=SMOLLM2_ID, max_new_tokens=10)
+    narrow, _ = generate(client, **body, top_k=1, seed=3)
+    assert ids(narrow) == ids(greedy)
+
+
+def test_refusals_say_why(client):
+    response = client.post("/api/attention/generate", json={"model": MINILM_ID, "text": PROMPT})
+    assert response.status_code == 422 and "not a causal decoder" in response.text
+    long = "word " * 500
+    response = client.post(
+        "/api/attention/generate",
+        json={"model": SMOLLM2_ID, "text": long, "max_new_tokens": 100},
+    )
+    assert response.status_code == 422 and "new tokens fit" in response.text
