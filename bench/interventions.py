@@ -1,4 +1,4 @@
-"""What an ablation answer costs against the model's bare forward pass, side by side.
+"""What an ablation or comparison answer costs against the model's bare forward pass, side by side.
 
     .venv/bin/python -m bench.interventions [--repeats N]
 
@@ -6,7 +6,9 @@ For MiniLM and SmolLM2 on README prose of 128 tokens: the model's forward pass w
 output (with its LM head where it has one, as transformers runs it), then the work of
 POST /api/attention/ablate with the unablated pass not yet cached (two forward passes and the
 LM head over both runs) and cached (one), and the predictions answer (a forward pass and the
-LM head over every position). Each figure is the median of --repeats runs in this process.
+LM head over every position), and POST /api/attention/compare of the same head on two texts
+that differ in one word, new (two forward passes) and cached. Each figure is the median of
+--repeats runs in this process.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from app.inference.inflight import AnswerBudget
 from app.models.manager import ModelManager
 from app.models.registry import MINILM_ID, SMOLLM2_ID, build_registry
 from app.schemas.ablation import AblationRequest, HeadRef
+from app.schemas.compare import CompareRequest, OtherSide
 from app.schemas.predictions import PredictionsRequest
 from app.services.ablation import ablate
+from app.services.compare import compare
 from app.services.predictions import predictions
 from bench.compression import prose
 
@@ -74,10 +78,19 @@ def measure(manager: ModelManager, model_id: str, tokens: int, repeats: int) -> 
         first = median_ms(
             lambda: predictions(manager, caches[0], budget, asked), repeats, fresh_cache
         )
+    other = text.replace(" the ", " a ", 1)  # the same head on a second, slightly other text
+    pair = CompareRequest(
+        model=model_id, text=text, layer=2, head=0, other=OtherSide(text=other, layer=2, head=0)
+    )
+    compared = median_ms(lambda: compare(manager, caches[0], budget, pair), repeats, fresh_cache)
+    compare(manager, caches[0], budget, pair)
+    compared_cached = median_ms(lambda: compare(manager, caches[0], budget, pair), repeats)
     name = model_id.split("/")[1][:10]
     return (
         f"{name:>10} {n:>6} {forward:>10.1f} {new:>11.1f} {new / forward:>5.2f}x "
-        f"{cached:>13.1f} {cached / forward:>5.2f}x {first:>15.1f} {first / forward:>5.2f}x"
+        f"{cached:>13.1f} {cached / forward:>5.2f}x {first:>15.1f} {first / forward:>5.2f}x "
+        f"{compared:>11.1f} {compared / forward:>5.2f}x "
+        f"{compared_cached:>14.1f} {compared_cached / forward:>5.2f}x"
     )
 
 
@@ -90,7 +103,8 @@ def main() -> None:
         build_registry([], None), cache_dir=Path("var/cache"), token_limit=512, max_loaded=2
     )
     print(f"{'model':>10} {'tokens':>6} {'forward ms':>10} {'ablate new':>11} {'ratio':>6} "
-          f"{'ablate cached':>13} {'ratio':>6} {'predictions new':>15} {'ratio':>6}")  # fmt: skip
+          f"{'ablate cached':>13} {'ratio':>6} {'predictions new':>15} {'ratio':>6} "
+          f"{'compare new':>11} {'ratio':>6} {'compare cached':>14} {'ratio':>6}")  # fmt: skip
     for model_id in (MINILM_ID, SMOLLM2_ID):
         print(measure(manager, model_id, args.tokens, args.repeats))
 

@@ -9,6 +9,7 @@ from fastapi.templating import Jinja2Templates
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from app.schemas.core import SEED_EXAMPLE
+from app.schemas.generate import MAX_NEW_TOKENS
 from app.web.assets import (
     PLOTLY_JS,
     TEMPLATES_DIR,
@@ -78,7 +79,12 @@ def explorer(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(
         request,
         "explorer.html",
-        {"page": "explorer", "page_data": page_data, "max_text_chars": MAX_TEXT_CHARS},
+        {
+            "page": "explorer",
+            "page_data": page_data,
+            "max_text_chars": MAX_TEXT_CHARS,
+            "max_new_tokens": MAX_NEW_TOKENS,
+        },
     )
 
 

@@ -8,7 +8,7 @@ MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SENTENCE = "The animal didn't cross the street because it was tired."
 EXPLORER_TABS = (
     "heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity",
-    "lines", "qk", "mask", "whatif", "value", "ablation", "steps",
+    "lines", "qk", "mask", "whatif", "value", "ablation", "compare", "qkspace", "steps",
 )  # fmt: skip
 LAB_TOPICS = tuple(t for t in ALL_LAB_TOPICS if t not in TOPICS_WITH_OWN_ROUTE)  # issue 11's
 LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))

@@ -27,7 +27,9 @@ function encodePath(id) {
   return id.split("/").map(encodeURIComponent).join("/");
 }
 
-async function request(method, path, body, { signal } = {}) {
+/** The fetch itself: the response when it is a success, else an ApiError with the server's
+ * own explanation (or "cannot reach the server"). */
+async function send(method, path, body, signal) {
   let response;
   try {
     response = await fetch(path, {
@@ -50,8 +52,36 @@ async function request(method, path, body, { signal } = {}) {
     }
     throw new ApiError(response.status, message);
   }
+  return response;
+}
+
+async function request(method, path, body, { signal } = {}) {
+  const response = await send(method, path, body, signal);
   const type = response.headers.get("Content-Type") || "";
   return type.includes("application/json") ? response.json() : response.arrayBuffer();
+}
+
+/** POSTs `body` and calls onLine(object) for each line of an NDJSON answer as it arrives;
+ * resolves with the last line. */
+async function streamLines(path, body, onLine, { signal } = {}) {
+  const response = await send("POST", path, body, signal);
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  let last = null;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let newline;
+    while ((newline = buffer.indexOf("\n")) >= 0) {
+      const line = buffer.slice(0, newline);
+      buffer = buffer.slice(newline + 1);
+      if (!line.trim()) continue;
+      last = JSON.parse(line);
+      onLine(last);
+    }
+  }
+  return last;
 }
 
 export const api = {
@@ -62,6 +92,9 @@ export const api = {
   heads: (body, opts) => request("POST", "/api/attention/heads", body, opts),
   search: (body, opts) => request("POST", "/api/attention/search", body, opts),
   ablate: (body, opts) => request("POST", "/api/attention/ablate", body, opts),
+  compare: (body, opts) => request("POST", "/api/attention/compare", body, opts),
+  qkspace: (body, opts) => request("POST", "/api/attention/qkspace", body, opts),
+  generate: (body, onLine, opts) => streamLines("/api/attention/generate", body, onLine, opts),
   predictions: (body, opts) => request("POST", "/api/attention/predictions", body, opts),
   follow: (body, opts) => request("POST", "/api/attention/token", body, opts),
   aggregate: (body, opts) => request("POST", "/api/attention/aggregate", body, opts),

@@ -127,6 +127,18 @@ export class AttentionSession {
       api.ablate(this.body({ heads, mode, layer, head }), { signal: this.controller.signal }));
   }
 
+  /** The open head against another (POST /api/attention/compare): {layer, head, other}. */
+  compare(body) {
+    return this.remember(this.answers, `compare:${JSON.stringify(body)}`, 1, () =>
+      api.compare(this.body(body), { signal: this.controller.signal }));
+  }
+
+  /** Queries and keys of a head, or of every head of a layer, in 2-D (POST /api/attention/qkspace). */
+  qkspace({ layer, head, method }) {
+    return this.remember(this.answers, `qkspace:${JSON.stringify([layer, head, method])}`, 1, () =>
+      api.qkspace(this.body({ layer, head, method }), { signal: this.controller.signal }));
+  }
+
   /** One token through every layer and head (POST /api/attention/token). */
   follow(token) {
     const n = this.length;

@@ -37,9 +37,15 @@ const FIELDS = {
   order: ["order", text], // Similar heads: "cluster" or "layer"
   ablate: ["off", text], // Ablation: the heads switched off, "layer.head, ..."
   ablation: ["offmode", text], // Ablation: "zero" or "mean"
+  compare: ["cmp", text], // Compare: head B as "layer.head"
+  compareText: ["cmptext", text], // Compare: B's text, when it is another
+  compareModel: ["cmpmodel", text], // Compare: B's model, when it is another
+  qkScope: ["qks", text], // Q-K space: "head" or "layer" (small multiples)
+  qkMethod: ["qkm", text], // Q-K space: "pca" or "umap"
+  generated: ["gen", int], // tokens of the prompt, when the text ends in a generated continuation
 };
 
-export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "value", "ablation", "steps"];
+export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "value", "ablation", "compare", "qkspace", "steps"];
 
 export function createState(defaults) {
   const state = { ...defaults };

@@ -16,6 +16,8 @@ import { plotlyReady } from "../views/plot.js";
 import * as qk from "../views/qk.js";
 import * as value from "../views/value.js";
 import * as ablation from "../views/ablation.js";
+import * as compare from "../views/compare.js";
+import * as qkspace from "../views/qkspace.js";
 import * as search from "../views/search.js";
 import * as similarity from "../views/similarity.js";
 import * as steps from "../views/stages.js";
@@ -26,6 +28,7 @@ const state = createState({
   model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", query: null,
   overlay: null, threshold: 0.05, unscaled: true, temperature: 1,
   stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster", ablate: "", ablation: "zero",
+  compare: "", compareText: "", compareModel: "", qkScope: "head", qkMethod: "pca", generated: null,
 });
 
 // The page's own controls; each view gets only the [data-part] elements of its own panel.
@@ -35,6 +38,8 @@ const el = {
   notice: $("#run-notice"),
   result: $("#result"), layer: $("#layer"), head: $("#head"), headInfo: $("#head-info"), tokens: $("#tokens"), views: $("#views"),
   busy: $("#view-busy"),
+  generate: $("#generate"), genCount: $("#generate-count"), genStrategy: $("#generate-strategy"),
+  genTemperature: $("#generate-temperature"), genSeed: $("#generate-seed"), genRun: $("#generate-run"),
 };
 const BUSY_AFTER_MS = 300; // a view that takes longer says so
 
@@ -45,7 +50,7 @@ const BUSY_AFTER_MS = 300; // a view that takes longer says so
  *   controls back from the state, and returns what the export buttons save (export.js).
  * scene = {state, session, info, parts, set, open(layer, head), isStale()}.
  */
-const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, value, ablation, steps };
+const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, value, ablation, compare, qkspace, steps };
 
 function partsOf(panel) {
   return Object.fromEntries([...panel.querySelectorAll("[data-part]")].map((node) => [node.dataset.part, node]));
@@ -53,6 +58,7 @@ function partsOf(panel) {
 const PARTS = Object.fromEntries(VIEWS.map((name) => [name, partsOf($(`#view-${name}`))]));
 
 let models = [];
+let projections = ["pca"]; // what POST /api/attention/qkspace can use on this server
 let session = null;
 let exported = null; // what the shown view's render returned: the export buttons save it
 
@@ -81,6 +87,7 @@ function setStatus(text, fraction = null) {
 async function loadModels() {
   const list = await api.models();
   models = list.models;
+  projections = list.projections;
   el.model.replaceChildren(
     ...models.map((m) => {
       const option = new Option(`${m.id}${m.available ? "" : " (unavailable)"}`, m.id);
@@ -114,6 +121,7 @@ function describeModel() {
     : "";
   el.modelNote.textContent = `${info.description} ${shape}${gqa}; up to ${info.max_tokens ?? "?"} tokens.${mapsOnly}`;
   el.pairLabel.hidden = info.causal === true;
+  el.generate.hidden = !(info.causal === true && info.predicts !== "none");
 }
 
 async function waitUntilLoaded(modelId) {
@@ -159,7 +167,9 @@ async function run() {
     fillPickers(meta);
     showTokens(meta);
     el.result.hidden = false;
-    setStatus(`${meta.tokens.length} tokens · forward pass ${meta.forward_ms.toFixed(0)} ms${meta.cached ? " (cached)" : ""}`);
+    const { generated } = state.get();
+    const made = generated !== null && generated < meta.tokens.length ? ` (the last ${meta.tokens.length - generated} generated, marked)` : "";
+    setStatus(`${meta.tokens.length} tokens${made} · forward pass ${meta.forward_ms.toFixed(0)} ms${meta.cached ? " (cached)" : ""}`);
     await render();
   } catch (err) {
     if (err.name === "AbortError") return;
@@ -199,14 +209,17 @@ function syncPickers() {
 const TOKEN_VIEWS = ["follow", "qk", "aggregate"]; // views about one chosen token
 
 function showTokens(meta) {
+  const { generated } = state.get();
   el.tokens.replaceChildren(
     ...meta.tokens.map((token, i) => {
       const classes = ["token"];
       if (meta.special_tokens[i]) classes.push("special");
       if (meta.segments && meta.segments[i] === 1) classes.push("segment-b");
+      const made = generated !== null && i >= generated;
+      if (made) classes.push("generated");
       const chip = make("button", {
         text: token, className: classes.join(" "),
-        attrs: { type: "button", title: `token ${i}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]}); click to follow it`, "aria-pressed": "false", "data-index": i },
+        attrs: { type: "button", title: `token ${i}${made ? " (generated)" : ""}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]}); click to follow it`, "aria-pressed": "false", "data-index": i },
       });
       // One click answers "what does this token attend to, layer by layer?"
       chip.addEventListener("click", () => {
@@ -227,6 +240,63 @@ function showView(view) {
   }
 }
 
+// --- generation ---------------------------------------------------------------------------
+let generation = null; // the running continuation's AbortController: the button stops it
+
+function showSampling() {
+  for (const label of el.generate.querySelectorAll("[data-sample]")) label.hidden = el.genStrategy.value !== "sample";
+}
+
+/** Streams a continuation of the typed text into the text box, then explores the whole text. */
+async function generate() {
+  if (generation) {
+    generation.abort();
+    return;
+  }
+  const model = el.model.value;
+  const prompt = el.text.value;
+  if (!prompt.trim()) {
+    showError(el.error, "Type the beginning of a text first.");
+    return;
+  }
+  const count = Number(el.genCount.value);
+  const body = { model, text: prompt, max_new_tokens: count, strategy: el.genStrategy.value };
+  if (body.strategy === "sample") Object.assign(body, { temperature: Number(el.genTemperature.value), seed: Number(el.genSeed.value) });
+  generation = new AbortController();
+  el.genRun.textContent = "Stop";
+  el.run.disabled = true;
+  showError(el.error, "");
+  notice("");
+  try {
+    await waitUntilLoaded(model);
+    el.progress.setAttribute("aria-label", "Generation progress");
+    setStatus(`Generating ${count} tokens…`, 0);
+    const done = await api.generate(body, (line) => {
+      if (line.event !== "token") return;
+      el.text.value = prompt + line.continuation;
+      setStatus(`Generating: ${line.index + 1} of ${count} · “${line.token}” at ${(100 * line.probability).toFixed(1)}%`, (line.index + 1) / count);
+    }, { signal: generation.signal });
+    const why = { end_of_text: "the model ended the text", characters: "the text reached the length limit" }[done.stopped];
+    notice([
+      why ? `Stopped after ${done.generated} tokens: ${why}.` : "",
+      done.exact ? "" : "The continuation tokenises a little differently as text than as it was generated; the views show the text as it tokenises.",
+    ].filter(Boolean).join(" "));
+    state.set({ model, text: done.text, textPair: "", generated: done.prompt_tokens, query: null });
+  } catch (err) {
+    el.text.value = prompt;
+    if (err.name === "AbortError") setStatus("Generation stopped; the text is as it was.");
+    else {
+      setStatus("");
+      showError(el.error, err.message);
+    }
+  } finally {
+    generation = null;
+    el.genRun.textContent = "Continue";
+    el.run.disabled = false;
+    el.progress.setAttribute("aria-label", "Model loading progress");
+  }
+}
+
 let renderToken = 0;
 async function render() {
   if (!session || !session.meta) return;
@@ -241,7 +311,7 @@ async function render() {
   }, BUSY_AFTER_MS);
   const isStale = () => token !== renderToken; // a newer render began while this one awaited
   try {
-    const scene = { state: current, session, info: session.meta, parts: PARTS[current.view], set: state.set, open, isStale };
+    const scene = { state: current, session, info: session.meta, parts: PARTS[current.view], set: state.set, open, isStale, models, projections };
     const shown = await VIEW_MODULES[current.view].render(scene);
     if (!isStale()) {
       exported = shown;
@@ -275,12 +345,16 @@ el.text.addEventListener("keydown", (event) => {
 el.form.addEventListener("submit", (event) => {
   event.preventDefault();
   const patch = { model: el.model.value, text: el.text.value, textPair: el.textPair.value, query: null };
+  if (patch.text !== state.get().text || patch.model !== state.get().model) patch.generated = null;
   if (patch.model !== state.get().model) Object.assign(patch, { layer: 0, head: 0, overlay: null });
   notice("");
   const changed = state.set(patch);
   if (!changed.some((k) => RUN_FROM.includes(k))) run(); // the same text again: run it anyway
 });
 el.model.addEventListener("change", describeModel);
+el.genStrategy.addEventListener("change", showSampling);
+el.genRun.addEventListener("click", generate);
+showSampling();
 el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value), overlay: null }));
 el.head.addEventListener("change", () => state.set({ head: Number(el.head.value) }));
 for (const [name, module] of Object.entries(VIEW_MODULES)) module.bind?.(PARTS[name], state.set);

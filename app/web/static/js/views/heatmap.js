@@ -5,6 +5,17 @@ import { viridis } from "../colors.js";
 import { drawHeatmap } from "./plot.js";
 import { drawPredictions } from "./predictions.js";
 
+/** Dashed lines where a generated continuation begins (queries below, keys to the right). */
+export function continuationEdge(generated, n) {
+  if (generated === null || generated === undefined || generated >= n) return [];
+  const line = { type: "line", line: { color: "#f97316", width: 2, dash: "dash" } };
+  const edge = generated - 0.5;
+  return [
+    { ...line, xref: "x", yref: "paper", x0: edge, x1: edge, y0: 0, y1: 1 },
+    { ...line, xref: "paper", yref: "y", x0: 0, x1: 1, y0: edge, y1: edge },
+  ];
+}
+
 /** Every view: render(scene) reads scene.state, draws into scene.parts and returns what the
  * export buttons save (see export.js); scene = {state, session, info, parts, set, isStale}. */
 export async function render({ session, state, parts, isStale }) {
@@ -17,7 +28,7 @@ export async function render({ session, state, parts, isStale }) {
   const z = toMatrix(maps.map(0, head), n, tokens.length);
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
   const height = Math.min(900, Math.max(420, 18 * n + 140));
-  await drawHeatmap(parts.plot, z, queries, tokens, { title, zmin: 0, zmax: 1, hoverName: "weight", height });
+  await drawHeatmap(parts.plot, z, queries, tokens, { title, zmin: 0, zmax: 1, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
   if (isStale()) return null;
   await drawPredictions(parts.predictions, session, parts.plot, isStale);
   return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: viridis };
