@@ -27,10 +27,9 @@ def test_compare_two_inputs_from_a_shared_link(page, live_server):
     a, b, diff = page.evaluate(
         "['#compare-a', '#compare-b', '#compare-difference'].map(s => document.querySelector(s).data[0].z)"
     )
-    assert (
-        max(abs(d - (y - x)) for ra, rb, rd in zip(a, b, diff) for x, y, d in zip(ra, rb, rd))
-        < 1e-6
-    )
+    rows = zip(a, b, diff, strict=True)
+    worst = max(abs(d - (y - x)) for ra, rb, rd in rows for x, y, d in zip(ra, rb, rd, strict=True))
+    assert worst < 1e-6
     assert page.input_value("#compare-text") == "The dog sat on the mat."
     page.select_option("#compare-layer", "4")
     wait_js(page, "new URL(location).searchParams.get('cmp') === '4.3'", 30)
