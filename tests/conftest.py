@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.main import create_app
 from app.models.sources import package_folder
+from tests.support.handmade import copy_previous_gpt2
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE_DIR = REPO / "var" / "cache"  # the converted SmolLM2 copy is reused between runs
@@ -34,6 +35,7 @@ LOCAL_MODELS = {
     "local/neox-tiny": "gpt-neox",  # no adapter: maps only
     "local/t5-tiny": "t5",  # no adapter, encoder-decoder: the encoder's maps
     "local/bert-mlm": "bert-mlm",  # with a masked-LM head that always predicts "paris"
+    "local/copy-previous": "copy-previous",  # built by hand: head 0.0 copies the previous token
 }
 DECODER_CONFIGS = {
     "qwen2": lambda tf, **size: tf.Qwen2Config(num_key_value_heads=2, **size),
@@ -55,7 +57,10 @@ def _make_checkpoint(kind: str, folder: Path) -> None:
     import transformers as tf
 
     torch.manual_seed(0)
-    if kind.startswith("gpt2"):
+    if kind == "copy-previous":
+        tokenizer = gpt2_tokenizer()
+        model = copy_previous_gpt2(tokenizer)
+    elif kind.startswith("gpt2"):
         config = tf.GPT2Config(
             n_layer=2, n_head=4, n_embd=64, n_positions=256,
             scale_attn_by_inverse_layer_idx=kind.endswith("inverse-layer"),

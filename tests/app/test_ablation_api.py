@@ -94,3 +94,36 @@ def test_bad_ablations_are_refused_before_any_work(client):
         json={"model": "local/neox-tiny", "text": TEXT, "heads": [{"layer": 0, "head": 0}]},
     )
     assert neox.status_code == 422 and REPLAY_FAMILIES in neox.json()["detail"]
+
+
+COPY_TEXT = " red green blue cat dog sun moon tree red cat"  # one token a word (handmade.WORDS)
+
+
+def test_a_hand_built_previous_token_head_does_what_it_was_built_to_do(client):
+    """local/copy-previous (tests/support/handmade.py): head 0 copies the previous token, so
+    the model predicts it; switched off, the model predicts the current token; head 1 writes
+    nothing, so switching it off changes nothing."""
+    model = "local/copy-previous"
+    maps = client.post(
+        "/api/attention", json={"model": model, "text": COPY_TEXT, "format": "json"}
+    ).json()
+    tokens = maps["tokens"]
+    head0 = torch.tensor(maps["attentions"][0][0])
+    assert (head0.diagonal(-1) > 0.999).all()  # every query on the token before it
+    on = ablate(client, model, [(0, 1)], text=COPY_TEXT)  # head 1 off: a control
+    assert max(row["kl"] for row in on["positions"]) < 1e-9
+    predicted = [row["base"][0]["token"] for row in on["positions"]]
+    assert predicted[1:] == tokens[:-1]  # with head 0: the previous token at every position
+    off = ablate(client, model, [(0, 0)], text=COPY_TEXT)
+    after = [row["ablated"][0]["token"] for row in off["positions"]]
+    assert after == tokens  # without it: the current token
+    changed = [
+        row
+        for row in off["positions"][1:]
+        if tokens[row["position"] - 1] != tokens[row["position"]]
+    ]
+    assert changed and all(row["kl"] > 5 and row["logit_change"] < -10 for row in changed)
+    space = client.post(
+        "/api/attention/qkspace", json={"model": model, "text": COPY_TEXT, "layer": 0, "head": 0}
+    ).json()["heads"][0]
+    assert [keys[0] for keys in space["strongest"]][1:] == list(range(len(tokens) - 1))
