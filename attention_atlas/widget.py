@@ -25,16 +25,24 @@ from pydantic import ValidationError
 from app.errors import AtlasError
 from app.inference.forward import ForwardResult
 from app.schemas.attention import DetailRequest
+from app.schemas.qkspace import QKSpaceRequest
 from app.services.attention import detail_of
+from app.services.qkspace import projection_methods, qkspace_of
 from attention_atlas.bundle import panels_html, plotly_js, widget_css, widget_esm
 from attention_atlas.run import AttentionRun, run_model
 
 MAX_WIDGET_BYTES = 256 * 2**20  # the maps travel to the browser as one message
 MAPS_VIEWS = [("heatmap", "Heatmap"), ("grid", "All heads"), ("lines", "Token to token")]
-REPLAY_VIEWS = [("qk", "Query · Key"), ("steps", "Step by step")]
+REPLAY_VIEWS = [
+    ("qk", "Query · Key"),
+    ("value", "Value-weighted"),
+    ("qkspace", "Q-K space"),
+    ("steps", "Step by step"),
+]
 NO_REPLAY = (
-    "Query · Key and Step by step replay a head from the model's weights: they need a BERT, "
-    "GPT-2 or Llama-family model given with its weights (show(model, text)), not bare maps."
+    "Query · Key, Value-weighted, Q-K space and Step by step replay a head from the model's "
+    "weights: they need a BERT, GPT-2 or Llama-family model given with its weights "
+    "(show(model, text)), not bare maps."
 )
 
 
@@ -95,6 +103,7 @@ class AttentionWidget(anywidget.AnyWidget):
                 "causal": bool(rows > 1 and not np.triu(maps, 1).any()),
                 "replayable": replayable,
                 "replay_note": NO_REPLAY,
+                "projections": projection_methods(),
             },
             maps=maps.astype("<f4").tobytes(),
             view=view,
@@ -105,11 +114,12 @@ class AttentionWidget(anywidget.AnyWidget):
         self.on_msg(self._answer)
 
     def _answer(self, _widget, content: dict, _buffers) -> None:
-        if content.get("kind") != "detail":
+        replay = REPLAYS.get(content.get("kind"))
+        if replay is None:
             return
         try:
-            detail = replay_detail(self._run, content.get("body") or {})
-            self.send({"id": content.get("id"), "detail": detail})
+            answer = replay(self._run, content.get("body") or {})
+            self.send({"id": content.get("id"), "answer": answer})
         except (ValueError, ValidationError, AtlasError) as err:
             self.send({"id": content.get("id"), "error": str(err).splitlines()[0]})
 
@@ -147,11 +157,10 @@ def check_tokens(shape, tokens, query_tokens) -> None:
         raise ValueError(f"maps have {rows} queries: pass query_tokens for cross-attention")
 
 
-def replay_detail(run: AttentionRun | None, body: dict) -> dict:
-    """The server's detail answer for one head of `run`, from the views' request body."""
+def _as_served(run: AttentionRun | None) -> tuple[SimpleNamespace, ForwardResult]:
+    """`run` in the shapes the server's services read: (loaded model, forward result)."""
     if run is None:
         raise ValueError(NO_REPLAY)
-    request = DetailRequest.model_validate({**body, "model": run.model_name, "text": "-"})
     loaded = SimpleNamespace(
         model=run.model, family=run.family, causal=run.causal, id=run.model_name
     )
@@ -166,10 +175,32 @@ def replay_detail(run: AttentionRun | None, body: dict) -> dict:
         hidden_inputs=run.hidden_inputs,
         forward_seconds=0.0,
     )
-    if not (0 <= request.layer < run.num_layers and 0 <= request.head < run.num_heads):
+    return loaded, result
+
+
+def _check_head(run: AttentionRun, layer: int, head: int | None) -> None:
+    if not (0 <= layer < run.num_layers and (head is None or 0 <= head < run.num_heads)):
         raise ValueError("layer or head out of range")
+
+
+def replay_detail(run: AttentionRun | None, body: dict) -> dict:
+    """The server's detail answer for one head of `run`, from the views' request body."""
+    loaded, result = _as_served(run)
+    request = DetailRequest.model_validate({**body, "model": run.model_name, "text": "-"})
+    _check_head(run, request.layer, request.head)
     with torch.inference_mode():
         return detail_of(loaded, result, request).model_dump(mode="json")
+
+
+def replay_qkspace(run: AttentionRun | None, body: dict) -> dict:
+    """The server's query-key space answer for `run`, from the view's request body."""
+    loaded, result = _as_served(run)
+    request = QKSpaceRequest.model_validate({**body, "model": run.model_name, "text": "-"})
+    _check_head(run, request.layer, request.head)
+    return qkspace_of(loaded, result, request).model_dump(mode="json")
+
+
+REPLAYS = {"detail": replay_detail, "qkspace": replay_qkspace}
 
 
 def show(

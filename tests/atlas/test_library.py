@@ -17,7 +17,7 @@ from attention_atlas.bundle import RELATIVE_IMPORT, widget_esm
 from attention_atlas.cli import main as atlas_main
 from attention_atlas.cli import model_entry
 from attention_atlas.client import AtlasClient
-from attention_atlas.widget import AttentionWidget, replay_detail
+from attention_atlas.widget import AttentionWidget, replay_detail, replay_qkspace
 from tests.support.live import start_server
 
 pytestmark = pytest.mark.slow
@@ -120,6 +120,26 @@ def test_widget_replay_is_the_servers_detail_answer(client, minilm_run):
     assert ours["replay_max_abs_diff"] < 1e-5
     with pytest.raises(ValueError):
         replay_detail(minilm_run, {"layer": 9, "head": 0})
+
+
+def test_widget_query_key_space_is_the_servers_answer(client, minilm_run):
+    widget = show(minilm_run, view="qkspace", layer=2, head=3)
+    assert 'data-view="qkspace"' in widget.panels and 'data-view="value"' in widget.panels
+    assert widget.meta["projections"][0] == "pca"
+    for body in ({"layer": 2, "head": 3}, {"layer": 4, "head": None, "strongest": 2}):
+        ours = replay_qkspace(minilm_run, body)
+        server = client.post(
+            "/api/attention/qkspace", json={"model": MINILM_ID, "text": TEXT, **body}
+        )
+        assert server.status_code == 200
+        for name in ("tokens", "layer", "method"):
+            assert ours[name] == server.json()[name], name
+        for mine, theirs in zip(ours["heads"], server.json()["heads"], strict=True):
+            assert mine["strongest"] == theirs["strongest"]
+            assert np.allclose(mine["queries"], theirs["queries"], atol=1e-5)
+            assert np.allclose(mine["keys"], theirs["keys"], atol=1e-5)
+    with pytest.raises(ValueError, match="out of range"):
+        replay_qkspace(minilm_run, {"layer": 9, "head": 0})
 
 
 def test_the_widget_module_is_self_contained():

@@ -124,6 +124,12 @@ def test_the_widget_draws_the_explorers_views_in_jupyterlab(jupyterlab, page, tm
     assert widget.locator("[data-control=status]").text_content() == ""
     widget.get_by_role("tab", name="All heads").click()
     widget.locator("[id$=view-grid] canvas[data-layer='5'][data-head='11']").wait_for()
+    widget.get_by_role("tab", name="Value-weighted").click()
+    widget.locator("[id$=view-value] [data-part=norms].js-plotly-plot").wait_for(timeout=60_000)
+    widget.get_by_role("tab", name="Q-K space").click()
+    widget.locator("[id$=view-qkspace] .js-plotly-plot .point").first.wait_for(timeout=60_000)
+    assert widget.locator("[data-control=status]").text_content() == ""
+    page.screenshot(path=str(tmp_path / "jupyterlab-qkspace.png"))
     widget.get_by_role("tab", name="Step by step").click()
     widget.locator("[id$=view-steps] .js-plotly-plot").first.wait_for(timeout=60_000)
     page.screenshot(path=str(tmp_path / "jupyterlab-grid.png"))

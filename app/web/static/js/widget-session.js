@@ -2,7 +2,7 @@
 // AttentionSession (data.js), answered from the maps the Python side sent with the widget and,
 // for the replay views, from the Python kernel through the widget's messages.
 
-const DETAIL_TIMEOUT_MS = 120_000;
+const REPLY_TIMEOUT_MS = 120_000;
 
 export class WidgetSession {
   /** model: the anywidget model; its "meta" trait has the tokens and shapes, "maps" the weights
@@ -47,6 +47,16 @@ export class WidgetSession {
 
   /** One head in depth, replayed by the Python kernel (the detail API's answer). */
   detail(body) {
+    return this.ask("detail", body);
+  }
+
+  /** Queries and keys in 2-D, replayed by the Python kernel (the qkspace API's answer). */
+  qkspace(body) {
+    return this.ask("qkspace", body);
+  }
+
+  /** A replay by the kernel: `kind` names it, `body` is the API request's own. */
+  ask(kind, body) {
     if (!this.meta.replayable) {
       return Promise.reject(new Error(this.meta.replay_note));
     }
@@ -55,9 +65,9 @@ export class WidgetSession {
       const timer = setTimeout(() => {
         this.pending.delete(id);
         reject(new Error("The Python kernel did not answer (is it still running?)."));
-      }, DETAIL_TIMEOUT_MS);
+      }, REPLY_TIMEOUT_MS);
       this.pending.set(id, { resolve, reject, timer });
-      this.widget.send({ kind: "detail", id, body });
+      this.widget.send({ kind, id, body });
     });
   }
 
@@ -67,7 +77,7 @@ export class WidgetSession {
     this.pending.delete(message.id);
     clearTimeout(waiting.timer);
     if (message.error) waiting.reject(new Error(message.error));
-    else waiting.resolve(message.detail);
+    else waiting.resolve(message.answer);
   }
 
   abort() {}

@@ -6,9 +6,11 @@ import * as grid from "./views/grid.js";
 import * as heatmap from "./views/heatmap.js";
 import * as lines from "./views/lines.js";
 import * as qk from "./views/qk.js";
+import * as qkspace from "./views/qkspace.js";
 import * as steps from "./views/stages.js";
+import * as value from "./views/value.js";
 
-const VIEW_MODULES = { heatmap, grid, lines, qk, steps };
+const VIEW_MODULES = { heatmap, grid, lines, qk, value, qkspace, steps };
 
 /** plotly.js once per page, from the copy the Python side sent (nothing from a CDN). */
 function loadPlotly(model) {
@@ -48,7 +50,10 @@ async function render({ model, el }) {
   const panels = Object.fromEntries([...root.querySelectorAll("section[role=tabpanel]")].map((panel) => [panel.id.replace(/^.*view-/, ""), panel]));
   const views = Object.fromEntries(Object.entries(panels).map(([name, panel]) => [name, partsOf(panel)]));
   // One state object, mirrored to the widget's traits so Python can read and set it.
-  let state = { view: model.get("view"), layer: model.get("layer"), head: model.get("head"), query: null, threshold: 0.05, overlay: null };
+  let state = {
+    view: model.get("view"), layer: model.get("layer"), head: model.get("head"), query: null, threshold: 0.05, overlay: null,
+    qkScope: "head", qkMethod: "pca", generated: null,
+  };
   let token = 0;
 
   function set(change) {
@@ -80,7 +85,10 @@ async function render({ model, el }) {
     for (const [name, panel] of Object.entries(panels)) panel.hidden = name !== state.view;
     status.textContent = "";
     try {
-      const scene = { state: Object.freeze({ ...state }), session, info, parts: views[state.view], set, open, isStale: () => mine !== token };
+      const scene = {
+        state: Object.freeze({ ...state }), session, info, parts: views[state.view], set, open, isStale: () => mine !== token,
+        projections: info.projections,
+      };
       await VIEW_MODULES[state.view].render(scene);
     } catch (error) {
       if (mine === token) status.textContent = error.message;
