@@ -1,6 +1,7 @@
 """Issue 13's explorer views: Compare, Q-K space and generation, driven as a user would.
 (Named to sort after test_explorer.py, which must see SmolLM2 load.)"""
 
+import json
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
@@ -31,6 +32,11 @@ def test_compare_two_inputs_from_a_shared_link(page, live_server):
     worst = max(abs(d - (y - x)) for ra, rb, rd in rows for x, y, d in zip(ra, rb, rd, strict=True))
     assert worst < 1e-6
     assert page.input_value("#compare-text") == "The dog sat on the mat."
+    with page.expect_download() as info:
+        page.click("[data-export='json']")
+    with open(info.value.path(), "rb") as saved:
+        exported = json.loads(saved.read())
+    assert exported["difference"] == diff and exported["b"]["text"] == "The dog sat on the mat."
     page.select_option("#compare-layer", "4")
     wait_js(page, "new URL(location).searchParams.get('cmp') === '4.3'", 30)
     wait_js(
@@ -62,6 +68,12 @@ def test_query_key_space_hover_draws_the_strongest_keys_and_a_layer_opens_a_head
     box = point.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     wait_js(page, "(document.querySelector('#qkspace-plot').layout.shapes || []).length === 3", 10)
+    with page.expect_download() as info:
+        page.click("[data-export='csv']")
+    with open(info.value.path(), encoding="utf-8") as saved:
+        lines = saved.read().splitlines()
+    assert lines[0].split(",")[1:] == ["query x", "query y", "key x", "key y"]
+    assert len(lines) == 1 + page.locator("#tokens .token").count()
     page.select_option("#qkspace-scope", "layer")
     wait_js(page, "document.querySelector('#qkspace-plot').data?.length === 24", 60)
     assert url_state(page)["qks"] == "layer"
