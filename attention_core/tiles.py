@@ -1,0 +1,124 @@
+"""Attention maps too large to hold, read block by block (deep zoom).
+
+With each row's softmax normaliser known (its log-sum-exp, from the online softmax of
+attention_core.tiled), any block of weights is exact on its own:
+
+    w[i, j] = exp(q_i · k_j · factor - lse_i)        (0 where the mask forbids the pair)
+
+so a viewer can ask for one tile of full cells, or for an overview in which each cell is the
+maximum or the mean of a `cell` × `cell` block of weights, and no q_len × k_len matrix is ever
+held: the largest thing in memory is one (..., block, block) tile of scores.
+
+Shapes: q (..., q_len, d), k (..., k_len, d); lse (..., q_len); the leading dims (heads) are
+carried through every function.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from attention_core.tiled import tile_steps
+
+
+@dataclass(frozen=True)
+class Overview:
+    maximum: Tensor  # (..., ceil(q_len / cell), ceil(k_len / cell)): each block's largest weight
+    mean: Tensor  # (..., same): each block's mean weight (forbidden pairs count as 0)
+    cell: int
+    max_tile_elements: int  # the largest score tile held at once, in elements
+
+
+def row_logsumexp(q: Tensor, k: Tensor, *, causal: bool, factor: float, block: int = 256) -> Tensor:
+    """(..., q_len): log of each row's softmax denominator over its allowed keys, by the online
+    softmax (one (block, block) tile of scores at a time); -inf where no key is allowed."""
+    empty_v = k.new_zeros((*k.shape[:-1], 0))  # (..., k_len, 0): the denominators only
+    rows = []
+    steps = tile_steps(q, k, empty_v, causal=causal, factor=factor, block_q=block, block_k=block)
+    for step in steps:
+        if step.last_for_block:
+            rows.append(step.logsumexp)
+    return torch.cat(rows, dim=-1)
+
+
+def weight_tile(
+    q: Tensor,
+    k: Tensor,
+    lse: Tensor,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    *,
+    causal: bool,
+    factor: float,
+) -> Tensor:
+    """(..., rows, cols): the exact weights of queries rows[0]:rows[1] on keys cols[0]:cols[1]."""
+    r0, r1 = rows
+    c0, c1 = cols
+    scores = (q[..., r0:r1, :] @ k[..., c0:c1, :].transpose(-2, -1)) * factor  # (..., r, c)
+    weights = torch.exp(scores - lse[..., r0:r1, None])
+    if causal:
+        i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
+        j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
+        weights = weights.masked_fill(j > i, 0.0)
+    allowed_rows = torch.isfinite(lse[..., r0:r1, None])  # a row with no allowed key has none
+    return torch.where(allowed_rows, weights, 0.0)
+
+
+def overview(
+    q: Tensor,
+    k: Tensor,
+    lse: Tensor,
+    cell: int,
+    *,
+    causal: bool,
+    factor: float,
+    block: int = 512,
+) -> Overview:
+    """Each `cell` × `cell` block of the weights reduced to its maximum and its mean, computed
+    one (block, block) tile at a time (block is rounded down to a multiple of cell)."""
+    if cell < 1:
+        raise ValueError(f"cell must be >= 1, got {cell}")
+    q_len, k_len = q.shape[-2], k.shape[-2]
+    step = max(cell, block // cell * cell)
+    lead = q.shape[:-2]
+    out_rows, out_cols = math.ceil(q_len / cell), math.ceil(k_len / cell)
+    maximum = q.new_zeros((*lead, out_rows, out_cols))
+    total = q.new_zeros((*lead, out_rows, out_cols))
+    largest = 0
+    for r0 in range(0, q_len, step):
+        r1 = min(r0 + step, q_len)
+        for c0 in range(0, k_len, step):
+            if causal and c0 > r1 - 1:
+                break  # every key of this and later tiles lies in the future: weights are 0
+            c1 = min(c0 + step, k_len)
+            tile = weight_tile(q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor)
+            largest = max(largest, tile.shape[-2] * tile.shape[-1])
+            pooled_max, pooled_sum = _pool(tile, cell)
+            rs, cs = r0 // cell, c0 // cell
+            maximum[..., rs : rs + pooled_max.shape[-2], cs : cs + pooled_max.shape[-1]] = (
+                pooled_max
+            )
+            total[..., rs : rs + pooled_sum.shape[-2], cs : cs + pooled_sum.shape[-1]] = pooled_sum
+    counts = _cell_counts(q_len, cell, q).unsqueeze(-1) * _cell_counts(k_len, cell, q)
+    return Overview(maximum=maximum, mean=total / counts, cell=cell, max_tile_elements=largest)
+
+
+def _pool(tile: Tensor, cell: int) -> tuple[Tensor, Tensor]:
+    """(..., r, c) -> each cell × cell block's (max, sum), (..., ceil(r/cell), ceil(c/cell));
+    the last blocks may be smaller (zeros pad them, which changes neither: weights are >= 0)."""
+    r, c = tile.shape[-2:]
+    pad_r, pad_c = -r % cell, -c % cell
+    padded = torch.nn.functional.pad(tile, (0, pad_c, 0, pad_r))
+    blocks = padded.reshape(
+        *tile.shape[:-2], (r + pad_r) // cell, cell, (c + pad_c) // cell, cell
+    )  # (..., R, cell, C, cell)
+    return blocks.amax(dim=(-3, -1)), blocks.sum(dim=(-3, -1))
+
+
+def _cell_counts(length: int, cell: int, like: Tensor) -> Tensor:
+    """(ceil(length / cell),): how many positions each block covers (the last may be short)."""
+    starts = torch.arange(0, length, cell, device=like.device)
+    return (torch.clamp(starts + cell, max=length) - starts).to(like.dtype)

@@ -1,0 +1,68 @@
+"""Deep-zoom tiles: every tile and overview equals the same numbers cut from the full softmax,
+while no tile larger than (block, block) is held."""
+
+import math
+
+import pytest
+import torch
+
+from attention_core import causal_mask, masked_softmax
+from attention_core.tiles import overview, row_logsumexp, weight_tile
+
+
+def full_weights(q, k, causal, factor):
+    mask = causal_mask(q.shape[-2]) if causal else None
+    return masked_softmax(q @ k.transpose(-2, -1) * factor, mask)
+
+
+def reference_pool(weights, cell):
+    """Each cell x cell block's max and mean, from the whole matrix (the last blocks short)."""
+    rows, cols = weights.shape[-2:]
+    shape = (*weights.shape[:-2], math.ceil(rows / cell), math.ceil(cols / cell))
+    out_max = torch.zeros(shape, dtype=weights.dtype)
+    out_mean = torch.zeros_like(out_max)
+    for a, r in enumerate(range(0, rows, cell)):
+        for b, c in enumerate(range(0, cols, cell)):
+            block = weights[..., r : r + cell, c : c + cell]
+            out_max[..., a, b] = block.amax(dim=(-2, -1))
+            out_mean[..., a, b] = block.mean(dim=(-2, -1))
+    return out_max, out_mean
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("length", "cell", "block"), [(37, 4, 8), (100, 7, 30), (64, 64, 512)])
+def test_tiles_and_overviews_equal_the_full_softmax(causal, length, cell, block):
+    g = torch.Generator().manual_seed(length + cell)
+    q = torch.randn(3, length, 16, generator=g, dtype=torch.float64) * 2
+    k = torch.randn(3, length, 16, generator=g, dtype=torch.float64) * 2
+    factor = 16**-0.5
+    full = full_weights(q, k, causal, factor)
+    lse = row_logsumexp(q, k, causal=causal, factor=factor, block=block)
+    torch.testing.assert_close(lse, torch.logsumexp(
+        (q @ k.transpose(-2, -1) * factor).masked_fill(
+            ~causal_mask(length) if causal else torch.zeros(length, length, dtype=torch.bool),
+            float("-inf")), dim=-1))  # fmt: skip
+    tile = weight_tile(q, k, lse, (5, 23), (2, 31), causal=causal, factor=factor)
+    torch.testing.assert_close(tile, full[..., 5:23, 2:31], rtol=0, atol=1e-12)
+    view = overview(q, k, lse, cell, causal=causal, factor=factor, block=block)
+    want_max, want_mean = reference_pool(full, cell)
+    torch.testing.assert_close(view.maximum, want_max, rtol=0, atol=1e-12)
+    torch.testing.assert_close(view.mean, want_mean, rtol=0, atol=1e-12)
+    step = max(cell, block // cell * cell)
+    assert view.max_tile_elements <= step * step
+
+
+def test_every_row_of_an_overview_of_means_sums_to_its_share():
+    """Each overview row's means times the block sizes add up to the rows' total weight."""
+    q, k = torch.randn(2, 50, 8, dtype=torch.float64), torch.randn(2, 50, 8, dtype=torch.float64)
+    lse = row_logsumexp(q, k, causal=True, factor=1.0, block=16)
+    view = overview(q, k, lse, 10, causal=True, factor=1.0, block=20)
+    assert torch.allclose(
+        view.mean.sum(-1) * 10 * 10, torch.full((2, 5), 10.0, dtype=torch.float64)
+    )
+
+
+def test_a_cell_below_one_is_refused():
+    q = torch.randn(1, 4, 2)
+    with pytest.raises(ValueError, match="cell must be >= 1"):
+        overview(q, q, torch.zeros(1, 4), 0, causal=False, factor=1.0)
