@@ -75,34 +75,39 @@ def overview(
     *,
     causal: bool,
     factor: float,
+    rows: tuple[int, int] | None = None,
+    cols: tuple[int, int] | None = None,
     block: int = 512,
 ) -> Overview:
-    """Each `cell` × `cell` block of the weights reduced to its maximum and its mean, computed
-    one (block, block) tile at a time (block is rounded down to a multiple of cell)."""
+    """The window rows × cols of the weights (all of it by default), each `cell` × `cell` block
+    reduced to its maximum and its mean, computed one (block, block) tile at a time (block is
+    rounded down to a multiple of cell); blocks are counted from the window's corner."""
     if cell < 1:
         raise ValueError(f"cell must be >= 1, got {cell}")
-    q_len, k_len = q.shape[-2], k.shape[-2]
+    r_start, r_stop = rows or (0, q.shape[-2])
+    c_start, c_stop = cols or (0, k.shape[-2])
     step = max(cell, block // cell * cell)
     lead = q.shape[:-2]
-    out_rows, out_cols = math.ceil(q_len / cell), math.ceil(k_len / cell)
+    out_rows, out_cols = math.ceil((r_stop - r_start) / cell), math.ceil((c_stop - c_start) / cell)
     maximum = q.new_zeros((*lead, out_rows, out_cols))
     total = q.new_zeros((*lead, out_rows, out_cols))
     largest = 0
-    for r0 in range(0, q_len, step):
-        r1 = min(r0 + step, q_len)
-        for c0 in range(0, k_len, step):
+    for r0 in range(r_start, r_stop, step):
+        r1 = min(r0 + step, r_stop)
+        for c0 in range(c_start, c_stop, step):
+            c1 = min(c0 + step, c_stop)
+            rs, cs = (r0 - r_start) // cell, (c0 - c_start) // cell
             if causal and c0 > r1 - 1:
                 break  # every key of this and later tiles lies in the future: weights are 0
-            c1 = min(c0 + step, k_len)
             tile = weight_tile(q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor)
             largest = max(largest, tile.shape[-2] * tile.shape[-1])
             pooled_max, pooled_sum = _pool(tile, cell)
-            rs, cs = r0 // cell, c0 // cell
-            maximum[..., rs : rs + pooled_max.shape[-2], cs : cs + pooled_max.shape[-1]] = (
-                pooled_max
-            )
-            total[..., rs : rs + pooled_sum.shape[-2], cs : cs + pooled_sum.shape[-1]] = pooled_sum
-    counts = _cell_counts(q_len, cell, q).unsqueeze(-1) * _cell_counts(k_len, cell, q)
+            h, w = pooled_max.shape[-2:]
+            maximum[..., rs : rs + h, cs : cs + w] = pooled_max
+            total[..., rs : rs + h, cs : cs + w] = pooled_sum
+    counts = _cell_counts(r_stop - r_start, cell, q).unsqueeze(-1) * _cell_counts(
+        c_stop - c_start, cell, q
+    )
     return Overview(maximum=maximum, mean=total / counts, cell=cell, max_tile_elements=largest)
 
 

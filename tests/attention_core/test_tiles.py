@@ -52,6 +52,19 @@ def test_tiles_and_overviews_equal_the_full_softmax(causal, length, cell, block)
     assert view.max_tile_elements <= step * step
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_window_of_an_overview_is_the_same_window_of_the_weights(causal):
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 90, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 90, 8, generator=g, dtype=torch.float64)
+    full = full_weights(q, k, causal, 0.5)
+    lse = row_logsumexp(q, k, causal=causal, factor=0.5)
+    view = overview(q, k, lse, 3, causal=causal, factor=0.5, rows=(31, 80), cols=(7, 60), block=9)
+    want_max, want_mean = reference_pool(full[..., 31:80, 7:60], 3)
+    torch.testing.assert_close(view.maximum, want_max, rtol=0, atol=1e-12)
+    torch.testing.assert_close(view.mean, want_mean, rtol=0, atol=1e-12)
+
+
 def test_every_row_of_an_overview_of_means_sums_to_its_share():
     """Each overview row's means times the block sizes add up to the rows' total weight."""
     q, k = torch.randn(2, 50, 8, dtype=torch.float64), torch.randn(2, 50, 8, dtype=torch.float64)

@@ -26,6 +26,7 @@ from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.predictions import PredictionsRequest, PredictionsResponse
 from app.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
 from app.schemas.search import SearchRequest, SearchResponse
+from app.schemas.tiles import TilesRequest, TilesResponse
 from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES, MapsAnswer
 from app.services.ablation import ablate
 from app.services.aggregate import aggregate_maps, similarity
@@ -35,6 +36,7 @@ from app.services.generate import start_generation
 from app.services.heads import describe_heads, follow, search_heads
 from app.services.predictions import predictions
 from app.services.qkspace import query_key_space
+from app.services.tiles import tiles
 
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
@@ -331,6 +333,24 @@ async def post_qkspace(
     return await until_disconnect(
         request, lambda stop: query_key_space(manager, cache, budget, body, stop)
     )
+
+
+@router.post(
+    "/tiles",
+    response_model=TilesResponse,
+    summary="A window of a layer's maps at a zoom level (deep zoom)",
+    description="Rows `rows` and keys `cols` of one layer's maps for `heads`, either the "
+    "weights themselves (`cell` 1) or each `cell` x `cell` block's maximum or mean. Computed "
+    "from the layer's replayed queries and keys block by block: each row's softmax normaliser "
+    "by the online softmax, then only the window's weights, so no tokens x tokens matrix is "
+    "held for it. Within `error_bound` of transformers' own weights. At most 1,048,576 values "
+    "an answer (checked first). BERT, GPT-2 and Llama-family models.",
+    responses=ERRORS,
+)
+async def post_tiles(
+    body: TilesRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
+) -> TilesResponse:
+    return await until_disconnect(request, lambda stop: tiles(manager, cache, budget, body, stop))
 
 
 @router.post(

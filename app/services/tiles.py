@@ -1,0 +1,87 @@
+"""A window of one layer's maps at a zoom level (POST /api/attention/tiles), computed from the
+layer's replayed queries and keys block by block (attention_core.tiles): no tokens x tokens
+matrix is built for it, whatever the window."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from app.errors import InvalidInput
+from app.inference.cache import ForwardCache
+from app.inference.forward import count_tokens
+from app.inference.inflight import AnswerBudget
+from app.inference.replay import layer_inputs
+from app.models.manager import ModelManager
+from app.models.placement import REPLAY_MAX_ABS_DIFF
+from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
+from app.serialize import to_lists
+from app.services.attention import ShouldStop, check_layer_head, held_forward, indices
+from attention_core import project_qk
+from attention_core.tiles import overview, row_logsumexp, weight_tile
+
+
+def _window(span: list[int] | None, seq: int, name: str) -> tuple[int, int]:
+    start, stop = span or (0, seq)
+    if stop > seq:
+        raise InvalidInput(f"{name} stop {stop} is past the text's {seq} tokens")
+    return start, stop
+
+
+def tiles(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: TilesRequest,
+    should_stop: ShouldStop = None,
+) -> TilesResponse:
+    """Sized from the request first: the window against the token count, the answer's cells
+    against MAX_TILE_CELLS; then one replay of the layer's q and k."""
+    loaded = manager.get(req.model)
+    check_layer_head(loaded, req.layer, 0)
+    heads = indices(req.heads, loaded.arch.num_heads, "heads")
+    seq = count_tokens(loaded, req.text, req.text_pair)
+    rows, cols = _window(req.rows, seq, "rows"), _window(req.cols, seq, "cols")
+    out_rows = math.ceil((rows[1] - rows[0]) / req.cell)
+    out_cols = math.ceil((cols[1] - cols[0]) / req.cell)
+    cells = len(heads) * out_rows * out_cols
+    if cells > MAX_TILE_CELLS:
+        raise InvalidInput(
+            f"this window holds {cells:,} values ({len(heads)} heads x {out_rows} x {out_cols}); "
+            f"one answer holds at most {MAX_TILE_CELLS:,}. Ask for fewer heads, a smaller "
+            "window or a larger cell."
+        )
+    with held_forward(loaded, cache, budget, req, should_stop) as result:
+        inputs = layer_inputs(
+            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer
+        )
+        with torch.inference_mode():
+            q, k = project_qk(inputs.hidden, inputs.proj, inputs.rope)  # (1, H|Hkv, T, hd)
+            group = inputs.proj.n_heads // inputs.proj.n_kv_heads
+            q = q[0, heads]  # (h, T, hd)
+            k = k[0, [h // group for h in heads]]  # (h, T, hd): each head's own key/value head
+            factor = inputs.proj.scale
+            lse = row_logsumexp(q, k, causal=loaded.causal, factor=factor)  # (h, T)
+            if req.cell == 1:
+                values = weight_tile(q, k, lse, rows, cols, causal=loaded.causal, factor=factor)
+            else:
+                view = overview(
+                    q, k, lse, req.cell, causal=loaded.causal, factor=factor, rows=rows, cols=cols
+                )
+                values = view.maximum if req.reduce == "max" else view.mean
+        tokens = result.tokens
+    return TilesResponse(
+        model=loaded.id,
+        layer=req.layer,
+        heads=heads,
+        seq_len=seq,
+        rows=list(rows),
+        cols=list(cols),
+        cell=req.cell,
+        reduce=req.reduce,
+        row_tokens=tokens[rows[0] : rows[1] : req.cell],
+        col_tokens=tokens[cols[0] : cols[1] : req.cell],
+        values=to_lists(values.to(torch.float32)),
+        error_bound=REPLAY_MAX_ABS_DIFF[manager.placement.dtype_name],
+    )

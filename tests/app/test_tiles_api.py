@@ -1,0 +1,78 @@
+"""POST /api/attention/tiles: windows and zoomed-out blocks of a layer's maps, computed block by
+block from the replayed q and k, equal the same cut of transformers' own maps (within the bound)."""
+
+import math
+
+import pytest
+import torch
+
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+from bench.compression import prose
+
+TEXT = "The quick brown fox jumps over the lazy dog because it wants to play outside today."
+pytestmark = pytest.mark.slow
+
+
+def post(client, **body):
+    return client.post("/api/attention/tiles", json={"text": TEXT, **body})
+
+
+def maps(client, model_id: str, layer: int, text: str = TEXT) -> torch.Tensor:
+    body = {"model": model_id, "text": text, "layers": [layer], "format": "json"}
+    return torch.tensor(client.post("/api/attention", json=body).json()["attentions"][0])
+
+
+def pooled(weights: torch.Tensor, cell: int, how: str) -> torch.Tensor:
+    rows, cols = weights.shape[-2:]
+    out = torch.zeros(weights.shape[0], math.ceil(rows / cell), math.ceil(cols / cell))
+    for a, r in enumerate(range(0, rows, cell)):
+        for b, c in enumerate(range(0, cols, cell)):
+            block = weights[:, r : r + cell, c : c + cell]
+            out[:, a, b] = block.amax(dim=(-2, -1)) if how == "max" else block.mean(dim=(-2, -1))
+    return out
+
+
+@pytest.mark.parametrize("model_id", [MINILM_ID, SMOLLM2_ID, "local/gpt2-inverse-layer"])
+def test_windows_and_zoomed_out_blocks_equal_transformers_maps(client, model_id):
+    full = maps(client, model_id, 1)  # (H, T, T)
+    answer = post(client, model=model_id, layer=1).json()
+    assert answer["error_bound"] == 1e-5 and answer["seq_len"] == full.shape[-1]
+    torch.testing.assert_close(torch.tensor(answer["values"]), full, atol=1e-5, rtol=0)
+    window = post(client, model=model_id, layer=1, heads=[1, 0], rows=[3, 9], cols=[1, 7]).json()
+    torch.testing.assert_close(
+        torch.tensor(window["values"]), full[[1, 0], 3:9, 1:7], atol=1e-5, rtol=0
+    )
+    for how in ("max", "mean"):
+        zoomed = post(client, model=model_id, layer=1, cell=4, reduce=how).json()
+        torch.testing.assert_close(
+            torch.tensor(zoomed["values"]), pooled(full, 4, how), atol=1e-5, rtol=0
+        )
+        assert len(zoomed["row_tokens"]) == math.ceil(full.shape[-1] / 4)
+
+
+def test_a_512_token_layer_zoomed_out(client, app):
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    text = prose(loaded.tokenizer, 500)
+    full = maps(client, SMOLLM2_ID, 7, text)[[2, 8]]
+    answer = client.post(
+        "/api/attention/tiles",
+        json={"model": SMOLLM2_ID, "text": text, "layer": 7, "heads": [2, 8], "cell": 16},
+    ).json()
+    torch.testing.assert_close(
+        torch.tensor(answer["values"]), pooled(full, 16, "max"), atol=1e-5, rtol=0
+    )
+
+
+def test_refusals_come_before_any_work_and_say_why(client, app):
+    loaded = app.state.manager.get(MINILM_ID)
+    long = prose(loaded.tokenizer, 500)
+    response = client.post(
+        "/api/attention/tiles", json={"model": MINILM_ID, "text": long, "layer": 0}
+    )
+    assert response.status_code == 422 and "at most 1,048,576" in response.text
+    response = post(client, model=MINILM_ID, layer=0, rows=[0, 999])
+    assert response.status_code == 422 and "past the text" in response.text
+    response = post(client, model=MINILM_ID, layer=0, cols=[5, 3])
+    assert response.status_code == 422 and "start < stop" in response.text
+    response = post(client, model="local/neox-tiny", layer=0)
+    assert response.status_code == 422 and "replaying a head" in response.text
