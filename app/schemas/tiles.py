@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.attention import EXAMPLE_TEXT, HeadList, TextRequest
 from app.schemas.common import Index, json_int
@@ -42,10 +42,14 @@ class TilesRequest(TextRequest):
     heads: HeadList | None = Field(None, description="Heads to answer (all by default).")
     rows: list[Index] | None = Field(
         None, min_length=2, max_length=2,
-        description="[start, stop) of the query rows (all by default).",
+        description="[start, stop) of the query rows, start < stop <= the tokens (all by "
+        "default).",
     )  # fmt: skip
     cols: list[Index] | None = Field(
-        None, min_length=2, max_length=2, description="[start, stop) of the keys (all by default)."
+        None,
+        min_length=2,
+        max_length=2,
+        description="[start, stop) of the keys, start < stop <= the tokens (all by default).",
     )
     cell: json_int(ge=1, le=MAX_CELL) = Field(
         1, description="Each answered value covers cell x cell weights (1: the weights themselves)."
@@ -53,14 +57,6 @@ class TilesRequest(TextRequest):
     reduce: Literal["max", "mean"] = Field(
         "max", description="How a cell x cell block becomes one value (ignored when cell is 1)."
     )
-
-    @model_validator(mode="after")
-    def _ranges(self) -> TilesRequest:
-        for name in ("rows", "cols"):
-            span = getattr(self, name)
-            if span is not None and span[0] >= span[1]:
-                raise ValueError(f"{name} must be [start, stop) with start < stop; got {span}")
-        return self
 
 
 class TilesResponse(BaseModel):

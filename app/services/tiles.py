@@ -24,6 +24,8 @@ from attention_core.tiles import overview, row_logsumexp, weight_tile
 
 def _window(span: list[int] | None, seq: int, name: str) -> tuple[int, int]:
     start, stop = span or (0, seq)
+    if start >= stop:
+        raise InvalidInput(f"{name} must be [start, stop) with start < stop; got {span}")
     if stop > seq:
         raise InvalidInput(f"{name} stop {stop} is past the text's {seq} tokens")
     return start, stop
