@@ -53,11 +53,18 @@ format: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: $(VENV)/.installed
+# bertviz is installed for the benchmark only (its model view is what bytes per weight compare with).
+$(VENV)/.installed-bench: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.installed-bench
 	HF_HUB_OFFLINE=1 $(PY) -m bench.core_kernels
 	HF_HUB_OFFLINE=1 $(PY) -m bench.attention_api
 	HF_HUB_OFFLINE=1 $(PY) -m bench.compression
 	HF_HUB_OFFLINE=1 $(PY) -m bench.interventions
+	HF_HUB_OFFLINE=1 $(PY) -m bench.bytes_per_weight
+	HF_HUB_OFFLINE=1 $(PY) -m bench.scaling
 
 screenshots: $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(PY) -m app --port 8765 & pid=$$!; \
