@@ -12,7 +12,8 @@ AXE = Axe()
 
 
 @pytest.mark.parametrize("view", ALL_VIEWS)
-def test_no_button_or_link_points_off_origin(page, live_server, view):
+def test_nothing_points_off_origin_and_axe_finds_nothing_serious(page, live_server, view):
+    """One page load per view for both desktop checks (the suite opens ~45 views)."""
     open_view(page, live_server, view)
     links = page.evaluate(
         "[...document.querySelectorAll('a[href], form[action]')]"
@@ -23,11 +24,6 @@ def test_no_button_or_link_points_off_origin(page, live_server, view):
         "[...document.querySelectorAll('.modebar-btn')].map(b => b.getAttribute('data-title'))"
     )
     assert not [t for t in titles if any(w in t for w in ("Share", "Cloud", "Studio"))], titles
-
-
-@pytest.mark.parametrize("view", ALL_VIEWS)
-def test_axe_finds_no_critical_or_serious_violation(page, live_server, view):
-    open_view(page, live_server, view)
     results = AXE.run(page)
     bad = [
         f"{v['id']} ({v['impact']}): {v['help']} — "

@@ -19,6 +19,9 @@ const LABELLED_TOKENS = 40; // up to this many tokens, each point shows its toke
 function pointTraces(space, tokens, n = "", showLegend = true) {
   const labels = tokens.map((t, i) => `${i} · ${escapeLabel(t)}`);
   const labelled = n === "" && tokens.length <= LABELLED_TOKENS;
+  // A white outline sets crowded points apart, but costs a quarter of the drawing time: only
+  // where each point is labelled (a 512-token head draws 1,024 points in one task).
+  const outline = labelled ? { width: 1, color: "#fff" } : { width: 0 };
   const common = {
     type: "scatter", mode: labelled ? "markers+text" : "markers", xaxis: `x${n}`, yaxis: `y${n}`, hovertext: labels,
     text: labelled ? tokens.map(escapeLabel) : undefined, textposition: "top center", textfont: { size: 10, color: "#4b5563" },
@@ -27,13 +30,13 @@ function pointTraces(space, tokens, n = "", showLegend = true) {
   return [
     {
       ...common, name: "query", x: space.queries.map((p) => p[0]), y: space.queries.map((p) => p[1]),
-      marker: { color: QUERY, size: 8, symbol: "circle", line: { width: 1, color: "#fff" } },
+      marker: { color: QUERY, size: 8, symbol: "circle", line: outline },
       customdata: space.strongest.map((keys, i) => keys.map((k, r) => `${labels[k]} ${space.strongest_weights[i][r].toFixed(3)}`).join("<br>")),
       hovertemplate: "query %{hovertext}<br>strongest keys:<br>%{customdata}<extra></extra>",
     },
     {
       ...common, name: "key", x: space.keys.map((p) => p[0]), y: space.keys.map((p) => p[1]),
-      marker: { color: KEY, size: 9, symbol: "triangle-up", line: { width: 1, color: "#fff" } },
+      marker: { color: KEY, size: 9, symbol: "triangle-up", line: outline },
       hovertemplate: "key %{hovertext}<extra></extra>",
     },
   ];
