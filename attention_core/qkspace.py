@@ -16,6 +16,7 @@ Then both sets are projected together, by PCA (exact, from the SVD) or UMAP wher
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import torch
 from torch import Tensor
@@ -86,7 +87,9 @@ def pca_2d(points: Tensor) -> tuple[Tensor, tuple[float, float]]:
     return coords.to(points.dtype), (shares[0], shares[1])
 
 
+@cache
 def umap_available() -> bool:
+    """Whether umap-learn can be imported (asked once: GET /api/models reads it every call)."""
     try:
         import umap  # noqa: F401
     except ImportError:

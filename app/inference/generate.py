@@ -15,7 +15,6 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from app.inference.forward import tokenize
 from app.models.lm_head import head_logits
 from app.models.loader import LoadedModel
 from app.models.placement import model_device
@@ -43,25 +42,20 @@ def next_token(
     return int(torch.multinomial(probs, 1, generator=generator))
 
 
-def prompt_ids(loaded: LoadedModel, text: str) -> Tensor:
-    """(1, prompt_len) token ids of the text, as the forward pass tokenises it."""
-    inputs, _ = tokenize(loaded, text, None)
-    return inputs["input_ids"]
-
-
 def continue_text(
     loaded: LoadedModel,
-    text: str,
+    prompt: list[int],
     max_new_tokens: int,
     strategy: Strategy = "greedy",
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int = 0,
 ) -> Iterator[Step]:
-    """Yields each new token as it is chosen; stops after max_new_tokens or at end-of-text
-    (which is not yielded). Needs a causal model with its LM head (loaded.predictor)."""
+    """Yields each new token after the prompt's token ids as it is chosen; stops after
+    max_new_tokens or at end-of-text (which is not yielded). Needs a causal model with its LM
+    head (loaded.predictor)."""
     device = model_device(loaded.model)
-    ids = prompt_ids(loaded, text).to(device)  # (1, T)
+    ids = torch.tensor([prompt], device=device)  # (1, T)
     stop_ids = _stop_ids(loaded)
     generator = torch.Generator().manual_seed(seed)
     past = None

@@ -44,23 +44,26 @@ def _positions(
 ) -> list[AblatedPosition]:
     if loaded.predictor is None:
         return []
+    rows = prediction_rows(loaded, base.token_ids)  # a masked LM: only its mask tokens
+    if not rows:
+        return []
     device = model_device(loaded.predictor)
     shift = compare_predictions(
-        loaded.predictor, base.last_hidden.to(device), ablated_hidden.to(device), top_k
+        loaded.predictor, base.last_hidden[rows].to(device), ablated_hidden[rows].to(device), top_k
     )
     out = []
-    for row in prediction_rows(loaded, base.token_ids):
+    for i, row in enumerate(rows):  # i: the row's place among the predicted rows
         out.append(
             AblatedPosition(
                 position=row,
                 base=candidates_of(
-                    loaded.tokenizer, shift.base_ids[row].tolist(), shift.base_probs[row].tolist()
+                    loaded.tokenizer, shift.base_ids[i].tolist(), shift.base_probs[i].tolist()
                 ),
                 ablated=candidates_of(
-                    loaded.tokenizer, shift.ids[row].tolist(), shift.probs[row].tolist()
+                    loaded.tokenizer, shift.ids[i].tolist(), shift.probs[i].tolist()
                 ),
-                kl=float(shift.kl[row]),
-                logit_change=float(shift.logit_change[row]),
+                kl=float(shift.kl[i]),
+                logit_change=float(shift.logit_change[i]),
             )
         )
     return out

@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterator
 
 from app.errors import InvalidInput
-from app.inference.forward import count_tokens, tokenize
+from app.inference.forward import tokenize
 from app.inference.generate import continue_text
 from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.tokens import display_tokens
@@ -21,8 +21,8 @@ from attention_core import kv_cache_bytes
 _keys = itertools.count()
 
 
-def _checked(loaded: LoadedModel, req: GenerateRequest) -> int:
-    """The prompt's token count, after refusing what cannot be generated."""
+def _checked(loaded: LoadedModel, req: GenerateRequest) -> list[int]:
+    """The prompt's token ids, after refusing what cannot be generated."""
     if not loaded.causal or loaded.predictor is None:
         why = "it is not a causal decoder" if not loaded.causal else "it has no LM head"
         raise InvalidInput(
@@ -31,14 +31,20 @@ def _checked(loaded: LoadedModel, req: GenerateRequest) -> int:
         )
     if req.text_pair is not None:
         raise InvalidInput("text_pair is for BERT-family encoders; a decoder continues `text`")
-    prompt = count_tokens(loaded, req.text, None)
+    ids = _token_ids(loaded, req.text)
+    prompt = len(ids)
     if prompt + req.max_new_tokens > loaded.max_tokens:
         raise InvalidInput(
             f"the prompt is {prompt} tokens and '{loaded.id}' takes at most {loaded.max_tokens} "
             f"here, so at most {max(0, loaded.max_tokens - prompt)} new tokens fit; asked for "
             f"{req.max_new_tokens}."
         )
-    return prompt
+    return ids
+
+
+def _token_ids(loaded: LoadedModel, text: str) -> list[int]:
+    """The text's token ids as the forward pass tokenises it (refusing what it refuses)."""
+    return tokenize(loaded, text, None)[0]["input_ids"][0].tolist()
 
 
 def start_generation(
@@ -50,7 +56,7 @@ def start_generation(
     prompt = _checked(loaded, req)
     arch = loaded.arch
     cache_bytes = kv_cache_bytes(
-        prompt + req.max_new_tokens, layers=arch.num_layers, kv_heads=arch.num_kv_heads,
+        len(prompt) + req.max_new_tokens, layers=arch.num_layers, kv_heads=arch.num_kv_heads,
         head_dim=arch.head_dim,
         bytes_per_value=next(loaded.model.parameters()).element_size(),
     )  # fmt: skip
@@ -58,12 +64,12 @@ def start_generation(
     return _lines(loaded, req, prompt), reservation
 
 
-def _lines(loaded: LoadedModel, req: GenerateRequest, prompt: int) -> Iterator[bytes]:
+def _lines(loaded: LoadedModel, req: GenerateRequest, prompt: list[int]) -> Iterator[bytes]:
     new_ids: list[int] = []
     continuation = ""
     stopped = "end_of_text"
     steps = continue_text(
-        loaded, req.text, req.max_new_tokens, req.strategy, req.temperature, req.top_k, req.seed
+        loaded, prompt, req.max_new_tokens, req.strategy, req.temperature, req.top_k, req.seed
     )
     for step in steps:
         grown = loaded.tokenizer.decode(
@@ -88,18 +94,17 @@ def _lines(loaded: LoadedModel, req: GenerateRequest, prompt: int) -> Iterator[b
         if len(new_ids) == req.max_new_tokens:
             stopped = "length"
     text = req.text + continuation
-    prompt_ids = tokenize(loaded, req.text, None)[0]["input_ids"][0].tolist()
     try:
-        again = tokenize(loaded, text, None)[0]["input_ids"][0].tolist()
+        again = _token_ids(loaded, text)
     except InvalidInput:  # it tokenises into more tokens than the model takes
         again = None
     done = GenerationDone(
         event="done",
         text=text,
-        prompt_tokens=prompt,
+        prompt_tokens=len(prompt),
         generated=len(new_ids),
         stopped=stopped,
-        exact=again == prompt_ids + new_ids,
+        exact=again == prompt + new_ids,
     )
     yield _ndjson(done)
 

@@ -8,6 +8,7 @@ import torch
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from bench.compression import prose
+from tests.support.pooling import block_pool
 
 TEXT = "The quick brown fox jumps over the lazy dog because it wants to play outside today."
 pytestmark = pytest.mark.slow
@@ -23,13 +24,8 @@ def maps(client, model_id: str, layer: int, text: str = TEXT) -> torch.Tensor:
 
 
 def pooled(weights: torch.Tensor, cell: int, how: str) -> torch.Tensor:
-    rows, cols = weights.shape[-2:]
-    out = torch.zeros(weights.shape[0], math.ceil(rows / cell), math.ceil(cols / cell))
-    for a, r in enumerate(range(0, rows, cell)):
-        for b, c in enumerate(range(0, cols, cell)):
-            block = weights[:, r : r + cell, c : c + cell]
-            out[:, a, b] = block.amax(dim=(-2, -1)) if how == "max" else block.mean(dim=(-2, -1))
-    return out
+    maximum, mean = block_pool(weights, cell)
+    return maximum if how == "max" else mean
 
 
 @pytest.mark.parametrize("model_id", [MINILM_ID, SMOLLM2_ID, "local/gpt2-inverse-layer"])

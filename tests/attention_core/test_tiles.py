@@ -1,32 +1,17 @@
 """Deep-zoom tiles: every tile and overview equals the same numbers cut from the full softmax,
 while no tile larger than (block, block) is held."""
 
-import math
-
 import pytest
 import torch
 
 from attention_core import causal_mask, masked_softmax
 from attention_core.tiles import overview, row_logsumexp, weight_tile
+from tests.support.pooling import block_pool
 
 
 def full_weights(q, k, causal, factor):
     mask = causal_mask(q.shape[-2]) if causal else None
     return masked_softmax(q @ k.transpose(-2, -1) * factor, mask)
-
-
-def reference_pool(weights, cell):
-    """Each cell x cell block's max and mean, from the whole matrix (the last blocks short)."""
-    rows, cols = weights.shape[-2:]
-    shape = (*weights.shape[:-2], math.ceil(rows / cell), math.ceil(cols / cell))
-    out_max = torch.zeros(shape, dtype=weights.dtype)
-    out_mean = torch.zeros_like(out_max)
-    for a, r in enumerate(range(0, rows, cell)):
-        for b, c in enumerate(range(0, cols, cell)):
-            block = weights[..., r : r + cell, c : c + cell]
-            out_max[..., a, b] = block.amax(dim=(-2, -1))
-            out_mean[..., a, b] = block.mean(dim=(-2, -1))
-    return out_max, out_mean
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -45,7 +30,7 @@ def test_tiles_and_overviews_equal_the_full_softmax(causal, length, cell, block)
     tile = weight_tile(q, k, lse, (5, 23), (2, 31), causal=causal, factor=factor)
     torch.testing.assert_close(tile, full[..., 5:23, 2:31], rtol=0, atol=1e-12)
     view = overview(q, k, lse, cell, causal=causal, factor=factor, block=block)
-    want_max, want_mean = reference_pool(full, cell)
+    want_max, want_mean = block_pool(full, cell)
     torch.testing.assert_close(view.maximum, want_max, rtol=0, atol=1e-12)
     torch.testing.assert_close(view.mean, want_mean, rtol=0, atol=1e-12)
     step = max(cell, block // cell * cell)
@@ -60,7 +45,7 @@ def test_a_window_of_an_overview_is_the_same_window_of_the_weights(causal):
     full = full_weights(q, k, causal, 0.5)
     lse = row_logsumexp(q, k, causal=causal, factor=0.5)
     view = overview(q, k, lse, 3, causal=causal, factor=0.5, rows=(31, 80), cols=(7, 60), block=9)
-    want_max, want_mean = reference_pool(full[..., 31:80, 7:60], 3)
+    want_max, want_mean = block_pool(full[..., 31:80, 7:60], 3)
     torch.testing.assert_close(view.maximum, want_max, rtol=0, atol=1e-12)
     torch.testing.assert_close(view.mean, want_mean, rtol=0, atol=1e-12)
 

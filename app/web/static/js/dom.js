@@ -29,3 +29,13 @@ export function metricCard(label, value, id) {
     el("div", { className: "value", text: value }),
   ]);
 }
+
+/** Fills a <select> with the indices 0 … count-1 (labelled prefix + index) and chooses one;
+ * the options are rebuilt only when their count or labels change. */
+export function fillIndexSelect(select, count, chosen, prefix = "") {
+  const first = select.options[0];
+  if (select.options.length !== count || (first && first.text !== `${prefix}0`)) {
+    select.replaceChildren(...Array.from({ length: count }, (_, i) => new Option(`${prefix}${i}`, String(i))));
+  }
+  select.value = String(Math.min(chosen, count - 1));
+}

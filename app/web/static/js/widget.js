@@ -1,6 +1,7 @@
 // The notebook widget (anywidget): the explorer's own views, reading a WidgetSession.
 // Python (attention_atlas.widget) sends the panels' markup, the maps and plotly.js with it.
 
+import { fillIndexSelect } from "./dom.js";
 import { WidgetSession } from "./widget-session.js";
 import * as grid from "./views/grid.js";
 import * as heatmap from "./views/heatmap.js";
@@ -30,11 +31,6 @@ function loadPlotly(model) {
 
 function partsOf(panel) {
   return Object.fromEntries([...panel.querySelectorAll("[data-part]")].map((node) => [node.dataset.part, node]));
-}
-
-function fillSelect(select, count, prefix, chosen) {
-  select.replaceChildren(...Array.from({ length: count }, (_, i) => new Option(`${prefix}${i}`, String(i))));
-  select.value = String(chosen);
 }
 
 async function render({ model, el }) {
@@ -79,8 +75,8 @@ async function render({ model, el }) {
 
   async function draw() {
     const mine = ++token;
-    fillSelect(layerSelect, info.num_layers, "L", state.layer);
-    fillSelect(headSelect, info.num_heads, "h", state.head);
+    fillIndexSelect(layerSelect, info.num_layers, state.layer, "L");
+    fillIndexSelect(headSelect, info.num_heads, state.head, "h");
     for (const tab of root.querySelectorAll("[role=tab]")) tab.setAttribute("aria-selected", String(tab.dataset.view === state.view));
     for (const [name, panel] of Object.entries(panels)) panel.hidden = name !== state.view;
     status.textContent = "";

@@ -2,7 +2,7 @@
 
 import { api } from "../api.js";
 import { AttentionSession } from "../data.js";
-import { $, el as make, readPageData, showError } from "../dom.js";
+import { $, fillIndexSelect, el as make, readPageData, showError } from "../dom.js";
 import { exportCurrent } from "../export.js";
 import { VIEWS, createState } from "../state.js";
 import * as aggregate from "../views/aggregate.js";
@@ -187,8 +187,8 @@ async function refreshModels() {
 }
 
 function fillPickers(meta) {
-  el.layer.replaceChildren(...Array.from({ length: meta.num_layers }, (_, i) => new Option(String(i), String(i))));
-  el.head.replaceChildren(...Array.from({ length: meta.num_heads }, (_, i) => new Option(String(i), String(i))));
+  fillIndexSelect(el.layer, meta.num_layers, state.get().layer);
+  fillIndexSelect(el.head, meta.num_heads, state.get().head);
   syncPickers();
 }
 

@@ -1,7 +1,7 @@
 // Two heads side by side: the open head (A) against another layer and head (B), optionally on
 // another text or another model; their difference wherever the tokens line up.
 
-import { metricCard } from "../dom.js";
+import { fillIndexSelect, metricCard } from "../dom.js";
 import { drawHeatmap } from "./plot.js";
 
 /** "5.2" -> {layer: 5, head: 2}, or null. */
@@ -16,13 +16,6 @@ export function bind(parts, set) {
   parts.head.addEventListener("change", head);
   parts.text.addEventListener("change", () => set({ compareText: parts.text.value.trim() }));
   parts.model.addEventListener("change", () => set({ compareModel: parts.model.value }));
-}
-
-function options(select, count, chosen) {
-  if (select.options.length !== count) {
-    select.replaceChildren(...Array.from({ length: count }, (_, i) => new Option(String(i), String(i))));
-  }
-  select.value = String(Math.min(chosen, count - 1));
 }
 
 /** Blue below zero, white at zero, red above (B gives more weight than A). */
@@ -46,8 +39,8 @@ export async function render({ session, state, info, parts, models, isStale }) {
   const asked = parseHead(state.compare) || { layer: Math.min(state.layer + 1, info.num_layers - 1), head: state.head };
   const layers = sameModel ? info.num_layers : other?.num_layers ?? 1;
   const heads = sameModel ? info.num_heads : other?.num_heads ?? 1;
-  options(parts.layer, layers, asked.layer);
-  options(parts.head, heads, asked.head);
+  fillIndexSelect(parts.layer, layers, asked.layer);
+  fillIndexSelect(parts.head, heads, asked.head);
   const b = { layer: Number(parts.layer.value), head: Number(parts.head.value) };
   const body = { layer: state.layer, head: state.head, other: { ...b } };
   if (!sameModel) body.other.model = state.compareModel;
