@@ -17,11 +17,19 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ATLAS_", env_file=None, extra="ignore")
 
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$")
-    max_tokens: int = Field(512, ge=2, le=4096, description="Token limit for any request.")
+    max_tokens: int = Field(
+        8192,
+        ge=2,
+        le=32_768,
+        description="Token limit for any request (also capped by each model's positions, and at "
+        "512 for routes that read every map of a text).",
+    )
     max_loaded_models: int = Field(2, ge=1, le=16, description="Least recently used is unloaded.")
     forward_cache_entries: int = Field(32, ge=0, le=10_000)
     forward_cache_bytes: int = Field(
-        512 * 2**20, ge=0, description="Bound on cached forward passes."
+        2**30,
+        ge=0,
+        description="Bound on cached forward passes (one 8,192-token SmolLM2 pass is 585 MB).",
     )
     allowed_models: list[str] | None = Field(
         None, description="Model ids the server may load; None allows the built-in registry."
@@ -48,7 +56,9 @@ class Settings(BaseSettings):
         False, description="Let Hub models download on first use (needs internet)."
     )
     cors_origins: list[str] = Field(default_factory=list, description="Empty: CORS off.")
-    max_body_bytes: int = Field(1_000_000, ge=1024, le=100_000_000)
+    max_body_bytes: int = Field(
+        2_000_000, ge=1024, le=100_000_000, description="Two texts of 98,304 characters fit."
+    )
     body_timeout_seconds: float = Field(
         20.0, gt=0, le=600, description="A request body must keep arriving within this (408)."
     )

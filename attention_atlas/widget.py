@@ -171,7 +171,7 @@ def _as_served(run: AttentionRun | None) -> tuple[SimpleNamespace, ForwardResult
         special=run.special_tokens,
         segments=None,
         words=list(range(len(run.tokens))),
-        attentions=run.attentions,
+        stored_maps=run.attentions,
         hidden_inputs=run.hidden_inputs,
         forward_seconds=0.0,
     )

@@ -57,7 +57,14 @@ from attention_core.positional import (
     sinusoidal_shift_matrix,
 )
 from attention_core.qkspace import normalise_qk, qk_space
-from attention_core.replay import LayerReplay, QKProjection, Rope, project_qk, replay_layer
+from attention_core.replay import (
+    LayerReplay,
+    QKProjection,
+    Rope,
+    project_qk,
+    replay_layer,
+    replay_weights,
+)
 from attention_core.scoring import additive_attention, general_attention
 from attention_core.sdpa import AttentionTrace, masked_softmax, scaled_dot_product_attention
 from attention_core.sparse import sparse_attention
@@ -109,6 +116,7 @@ __all__ = [
     "render_mask",
     "repeat_kv",
     "replay_layer",
+    "replay_weights",
     "resolve_scale",
     "rope_cos_sin",
     "rope_scores_by_position",

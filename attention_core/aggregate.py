@@ -7,7 +7,7 @@ Maps are (layers, heads, seq, seq) with rows summing to 1, as elsewhere in atten
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -32,19 +32,24 @@ def attention_rollout(attentions: Tensor, *, residual: float = 0.5) -> Tensor:
     return torch.stack(list(rollout_steps(attentions, residual=residual))).to(attentions.dtype)
 
 
-def rollout_steps(attentions: Tensor, *, residual: float = 0.5) -> Iterator[Tensor]:
+def rollout_steps(
+    attentions: Tensor | Iterable[Tensor], *, residual: float = 0.5
+) -> Iterator[Tensor]:
     """attention_rollout one layer at a time, holding one (seq, seq) product: yields R_0, R_1,
-    ... as float64 (seq, seq) tensors. attentions: (layers, heads, seq, seq)."""
-    if attentions.dim() != 4 or attentions.shape[-1] != attentions.shape[-2]:
-        raise ValueError(
-            f"attentions must be (layers, heads, seq, seq); got {tuple(attentions.shape)}"
-        )
+    ... as float64 (seq, seq) tensors. attentions: (layers, heads, seq, seq), or its layers
+    (heads, seq, seq) one at a time from any iterable (maps computed on demand)."""
     if not 0 <= residual <= 1:
         raise ValueError(f"residual must lie in [0, 1]; got {residual}")
-    seq = attentions.shape[-1]
-    eye = torch.eye(seq, dtype=torch.float64, device=attentions.device)
-    current = eye
+    current = eye = None
     for layer_maps in attentions:
+        if layer_maps.dim() != 3 or layer_maps.shape[-1] != layer_maps.shape[-2]:
+            raise ValueError(
+                "attentions must be (layers, heads, seq, seq); got a layer of "
+                f"{tuple(layer_maps.shape)}"
+            )
+        if eye is None:
+            eye = torch.eye(layer_maps.shape[-1], dtype=torch.float64, device=layer_maps.device)
+            current = eye
         mixed = residual * eye + (1 - residual) * layer_maps.to(torch.float64).mean(dim=0)
         mixed = mixed / mixed.sum(dim=-1, keepdim=True)
         current = mixed @ current  # (seq, seq)

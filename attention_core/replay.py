@@ -15,7 +15,7 @@ from torch import Tensor
 
 from attention_core.heads import repeat_kv, split_heads
 from attention_core.positional import apply_rope, rope_cos_sin
-from attention_core.sdpa import AttentionTrace, Scale, scaled_dot_product_attention
+from attention_core.sdpa import AttentionTrace, Scale, masked_softmax, scaled_dot_product_attention
 
 
 @dataclass(frozen=True)
@@ -126,3 +126,28 @@ def replay_layer(
         q_sel, k_sel, v_sel, mask, scale=scale, temperature=temperature, default_scale=proj.scale
     )
     return LayerReplay(q=q, k=k, v=v, trace=trace)
+
+
+def replay_weights(
+    hidden: Tensor,
+    proj: QKProjection,
+    mask: Tensor | None,
+    *,
+    rope: Rope | None = None,
+    heads: list[int] | None = None,
+) -> Tensor:
+    """Only the attention weights of one layer, (heads, seq, seq), for hidden (1, seq, d_model).
+
+    The same operations as replay_layer's trace (q k^T, times the model's scale, masked softmax),
+    so the same values, but one head at a time: besides the answer it holds one head's scores,
+    never the layer's raw, scaled and masked scores at once.
+    """
+    q, k = project_qk(hidden, proj, rope)  # (1, H, T, hd), (1, Hkv, T, hd)
+    group = proj.n_heads // proj.n_kv_heads
+    chosen = list(range(proj.n_heads)) if heads is None else heads
+    seq = hidden.shape[1]
+    out = q.new_empty(len(chosen), seq, seq)
+    for i, head in enumerate(chosen):
+        scores = q[0, head] @ k[0, head // group].transpose(-2, -1)  # (T, T)
+        out[i] = masked_softmax(scores * proj.scale, mask)
+    return out

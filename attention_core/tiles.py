@@ -44,6 +44,37 @@ def row_logsumexp(q: Tensor, k: Tensor, *, causal: bool, factor: float, block: i
     return torch.cat(rows, dim=-1)
 
 
+def window_logsumexp(
+    q: Tensor,
+    k: Tensor,
+    rows: tuple[int, int],
+    *,
+    causal: bool,
+    factor: float,
+    block: int = 256,
+) -> Tensor:
+    """(..., rows[1] - rows[0]): row_logsumexp for the queries rows[0]:rows[1] only (a zoomed-in
+    window needs nothing else), one (block, block) tile of scores at a time; a causal row's
+    keys stop at the row, so the window's cost grows with its last row, not the text."""
+    r_start, r_stop = rows
+    k_len = k.shape[-2]
+    out = []
+    for r0 in range(r_start, r_stop, block):
+        r1 = min(r0 + block, r_stop)
+        q_block = q[..., r0:r1, :]
+        running = q.new_full((*q.shape[:-2], r1 - r0), float("-inf"))
+        for c0 in range(0, r1 if causal else k_len, block):
+            c1 = min(c0 + block, r1 if causal else k_len)
+            scores = (q_block @ k[..., c0:c1, :].transpose(-2, -1)) * factor  # (..., r, c)
+            if causal and c1 > r0 + 1:
+                i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
+                j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
+                scores = scores.masked_fill(j > i, float("-inf"))
+            running = torch.logaddexp(running, torch.logsumexp(scores, dim=-1))
+        out.append(running)
+    return torch.cat(out, dim=-1)
+
+
 def weight_tile(
     q: Tensor,
     k: Tensor,

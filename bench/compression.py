@@ -39,10 +39,14 @@ ENCODINGS = {
 
 
 def prose(tokenizer, n_tokens: int) -> str:
-    """README prose cut so that MiniLM reads exactly n_tokens tokens (with [CLS] and [SEP])."""
-    readme = Path(__file__).resolve().parents[1] / "README.md"
-    words = " ".join(line for line in readme.read_text().splitlines() if line[:1].isalpha())
-    ids = tokenizer(words, add_special_tokens=False)["input_ids"][: n_tokens - 2]
+    """The project's own prose (README, then docs/) cut so that MiniLM reads exactly n_tokens
+    tokens (with [CLS] and [SEP]); read again from the start if it is shorter than that."""
+    root = Path(__file__).resolve().parents[1]
+    sources = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    text = "\n".join(path.read_text() for path in sources)
+    words = " ".join(line for line in text.splitlines() if line[:1].isalpha())
+    ids = tokenizer(words, add_special_tokens=False)["input_ids"]
+    ids = (ids * (1 + (n_tokens - 2) // len(ids)))[: n_tokens - 2]
     return tokenizer.decode(ids)
 
 
@@ -58,7 +62,7 @@ def main() -> None:
           f"{'+ms':>7} {'net ms':>7}")  # fmt: skip
     for n in (128, 512):
         result = run_forward(loaded, prose(loaded.tokenizer, n))
-        maps = result.attentions
+        maps = result.all_maps()
         weights = maps.numel()
         for fmt in ("u8", "f16", "f32", "json")[: 4 if n <= 128 else 3]:  # the API refuses
             # 512-token JSON of every layer (over its 4,000,000 weights)

@@ -39,7 +39,7 @@ def main() -> None:
     text = " ".join(["attention"] * (args.tokens - 2)) + " end"
     forward_ms, result = timed(lambda: run_forward(loaded, text), repeat=1)
     facts = token_facts(loaded, result)
-    maps = result.attentions  # (30, 9, T, T)
+    maps = result.all_maps()  # (30, 9, T, T)
     print(f"SmolLM2, {result.seq_len} tokens, {maps.shape[0] * maps.shape[1]} heads (medians of 3)")
     print(f"  forward pass with attention output   {forward_ms:9.1f} ms")
     ms, stats = timed(lambda: head_statistics(maps, facts, causal=True))

@@ -38,7 +38,9 @@ LOCAL_MODELS = {
     "local/copy-previous": "copy-previous",  # built by hand: head 0.0 copies the previous token
 }
 DECODER_CONFIGS = {
-    "qwen2": lambda tf, **size: tf.Qwen2Config(num_key_value_heads=2, **size),
+    "qwen2": lambda tf, **size: tf.Qwen2Config(  # a long context: the 8,192-token tests
+        num_key_value_heads=2, **{**size, "max_position_embeddings": 8192}
+    ),
     "mistral": lambda tf, **size: tf.MistralConfig(
         num_key_value_heads=2, sliding_window=48, **size
     ),

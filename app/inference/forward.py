@@ -1,18 +1,22 @@
-"""One forward pass with attention output, plus the hidden states entering each attention block."""
+"""One forward pass over a text: the hidden states entering each attention block, and the maps
+themselves only where they cannot be replayed from those."""
 
 from __future__ import annotations
 
 import inspect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.predictions import MAX_TOP_K, top_predictions
+from app.inference.replay import replayed_maps
 from app.inference.tokens import display_tokens
 from app.models.families import Architecture, attention_modules, hidden_input
 from app.models.loader import LoadedModel
@@ -21,9 +25,24 @@ from app.models.placement import model_device
 log = logging.getLogger("attention_atlas")
 
 
+EAGER_LAYER_BYTES = 64 * 2**20
+"""A forward pass runs with eager attention (the model's own maps, computed and dropped layer by
+layer) while one layer's maps fit in this; above it, with PyTorch's fused kernel, which never
+materialises them (SmolLM2: eager up to 1,365 tokens; one eager layer at 8,192 is 2.4 GB)."""
+
+Replay = Callable[[Tensor, int, "list[int] | None"], Tensor]
+"""(hidden_inputs, layer, heads or None for all) -> that layer's maps (heads, seq, seq)."""
+
+
 @dataclass(frozen=True)
 class ForwardResult:
-    """Everything later requests need from one forward pass."""
+    """Everything later requests need from one forward pass.
+
+    A model whose heads replay exactly (a known family in float32) keeps only the hidden states
+    entering each attention block, and its maps are replayed from them a layer at a time when
+    asked for: 35 MB at 512 SmolLM2 tokens instead of 283 MB of maps. Any other model keeps the
+    maps it returned (`stored_maps`).
+    """
 
     tokens: list[str]  # display labels
     raw_tokens: list[str]  # vocabulary pieces
@@ -31,19 +50,55 @@ class ForwardResult:
     special: list[bool]
     segments: list[int] | None  # 0/1 per token for sentence pairs, else None
     words: list[int]  # word number of each token (pieces of one word share it); -1 for specials
-    attentions: Tensor  # (layers, heads, seq, seq), float32 on the host, exactly the model's
+    stored_maps: Tensor | None  # (layers, heads, seq, seq) float32 on the host, exactly the
+    # model's; None where `replay` computes them
     hidden_inputs: Tensor  # (layers, seq, d_model), float32 on the host: each block's input;
     # (0, seq, 0) for a model of Family.OTHER, which has no replay to use them
     forward_seconds: float
     last_hidden: Tensor | None = None  # (seq, d_model) float32 on the host: what the LM head
     # reads; kept only for a model with a head, so predictions cost nothing until asked for
+    replay: Replay | None = field(default=None, compare=False, repr=False)
     _top: dict = field(default_factory=dict, compare=False, repr=False)  # memo of top_k()
 
     @property
     def nbytes(self) -> int:
+        maps = 0 if self.stored_maps is None else self.stored_maps.nbytes
         last = 0 if self.last_hidden is None else self.last_hidden.nbytes
         table = 12 * self.seq_len * MAX_TOP_K if self._top else 0
-        return self.attentions.nbytes + self.hidden_inputs.nbytes + last + table
+        return maps + self.hidden_inputs.nbytes + last + table
+
+    @property
+    def num_layers(self) -> int:
+        held = self.stored_maps if self.stored_maps is not None else self.hidden_inputs
+        return held.shape[0]
+
+    def layer_maps(self, layer: int, heads: list[int] | None = None) -> Tensor:
+        """(heads, seq, seq) float32 on the host: the layer's maps for these heads (all by
+        default), a view of the stored maps or a new replay."""
+        if self.stored_maps is not None:
+            maps = self.stored_maps[layer]
+            return maps if heads is None else maps[heads]
+        return self.replay(self.hidden_inputs, layer, heads)
+
+    def head_map(self, layer: int, head: int) -> Tensor:
+        """(seq, seq): one head's map."""
+        return self.layer_maps(layer, [head])[0]
+
+    def each_layer(self) -> Iterator[Tensor]:
+        """Every layer's maps (heads, seq, seq) in order, one at a time."""
+        return (self.layer_maps(layer) for layer in range(self.num_layers))
+
+    def all_maps(self) -> Tensor:
+        """(layers, heads, seq, seq): every map, for analyses that read them all (requests for
+        them are held to loader.FULL_MAPS_MAX_TOKENS)."""
+        if self.stored_maps is not None:
+            return self.stored_maps
+        first = self.layer_maps(0)
+        out = first.new_empty(self.num_layers, *first.shape)
+        out[0] = first
+        for layer in range(1, self.num_layers):
+            out[layer] = self.layer_maps(layer)
+        return out
 
     def top_k(self, predictor: nn.Module) -> tuple[Tensor, Tensor]:
         """(ids, probabilities), each (seq, MAX_TOP_K), of the LM head at every position,
@@ -55,9 +110,9 @@ class ForwardResult:
         return self._top["ids"], self._top["probs"]
 
     @staticmethod
-    def nbytes_for(arch: Architecture, seq_len: int) -> int:
+    def nbytes_for(arch: Architecture, seq_len: int, replayed: bool) -> int:
         """What a forward pass over seq_len tokens will hold, known before it runs."""
-        maps = arch.num_layers * arch.num_heads * seq_len * seq_len
+        maps = 0 if replayed else arch.num_layers * arch.num_heads * seq_len * seq_len
         hidden = arch.num_layers * seq_len * arch.d_model
         last = seq_len * arch.d_model  # an upper bound: only models with an LM head keep it
         return 4 * (maps + hidden + last) + 12 * seq_len * MAX_TOP_K
@@ -68,10 +123,11 @@ class ForwardResult:
 
 
 def tokenize(
-    loaded: LoadedModel, text: str, text_pair: str | None
+    loaded: LoadedModel, text: str, text_pair: str | None, limit: int | None = None
 ) -> tuple[dict[str, Tensor], list[int]]:
-    """(model inputs, word number of each token), refusing text over the model's limit instead
-    of silently cutting it. Tokens of one word share a number; special tokens have -1."""
+    """(model inputs, word number of each token), refusing text over `limit` tokens (the
+    model's max_tokens by default) instead of silently cutting it. Tokens of one word share a
+    number; special tokens have -1."""
     if text_pair is not None and loaded.causal:
         raise InvalidInput(
             f"text_pair (sentence pairs) is for BERT-family encoders; '{loaded.id}' is a causal "
@@ -86,13 +142,40 @@ def tokenize(
             f"the text is {n} tokens long; '{loaded.id}' accepts at most {loaded.max_tokens} "
             "tokens here. Shorten the text."
         )
+    if limit is not None and n > limit:
+        raise InvalidInput(
+            f"the text is {n} tokens long; this route reads every map of a text and takes at "
+            f"most {limit} tokens. Longer texts (up to {loaded.max_tokens} for '{loaded.id}') "
+            "are read a window at a time (POST /api/attention/tiles, the Deep zoom page) or a "
+            "layer at a time (POST /api/attention)."
+        )
     accepted = inspect.signature(loaded.model.forward).parameters
     return {k: v for k, v in encoding.items() if k in accepted}, _word_numbers(encoding, n)
 
 
-def count_tokens(loaded: LoadedModel, text: str, text_pair: str | None) -> int:
+def count_tokens(
+    loaded: LoadedModel, text: str, text_pair: str | None, limit: int | None = None
+) -> int:
     """Tokens the text will have (the same checks as a forward pass, without running one)."""
-    return int(tokenize(loaded, text, text_pair)[0]["input_ids"].shape[1])
+    return int(tokenize(loaded, text, text_pair, limit)[0]["input_ids"].shape[1])
+
+
+Progress = Callable[[int, int], None]
+"""progress(layers done, layers in all), called as the forward pass enters each layer."""
+
+
+@contextmanager
+def _attention_kernel(model: nn.Module, name: str) -> Iterator[None]:
+    """Run the model with attention implementation `name` inside the block (under its lock)."""
+    before = model.config._attn_implementation
+    if name == before:
+        yield
+        return
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
 
 
 def run_forward(
@@ -100,14 +183,18 @@ def run_forward(
     text: str,
     text_pair: str | None = None,
     should_stop: Callable[[], bool] | None = None,
+    progress: Progress | None = None,
 ) -> ForwardResult:
-    """Run the model once with output_attentions=True, capturing each attention block's input.
+    """Run the model once, capturing each attention block's input; keep the model's maps only
+    where they are not replayed on demand (maps_replayed).
 
     should_stop is polled before every layer; when it returns True the pass is abandoned
     (RequestCancelled), so a client that hung up stops costing CPU within one layer.
     """
     inputs, words = tokenize(loaded, text, text_pair)
+    seq = int(inputs["input_ids"].shape[1])
     device = model_device(loaded.model)
+    replayed = loaded.maps_replayed
     # Hidden states are captured only where a replay can use them (a known family).
     modules = attention_modules(loaded.model, loaded.family) if loaded.family.replayable else []
     captured: list[Tensor | None] = [None] * len(modules)
@@ -119,34 +206,42 @@ def run_forward(
                 raise RequestCancelled(
                     "the client closed the request; the forward pass was stopped"
                 )
-            captured[index] = hidden_input(args, kwargs).detach()
+            if progress is not None:
+                progress(index, len(modules))
+            captured[index] = hidden_input(args, kwargs).detach().to("cpu", torch.float32)
 
         return hook
 
+    one_layer = 4 * loaded.arch.num_heads * seq * seq
+    kernel = "sdpa" if replayed and one_layer > EAGER_LAYER_BYTES else "eager"
     with loaded.lock:  # hooks see every call on the module: one forward at a time per model
         handles = [
             m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in enumerate(modules)
         ]
         try:
             start = time.perf_counter()
-            with torch.inference_mode():
+            with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
                 output = loaded.model(
-                    **{k: v.to(device) for k, v in inputs.items()}, output_attentions=True
+                    **{k: v.to(device) for k, v in inputs.items()}, output_attentions=not replayed
                 )
             seconds = time.perf_counter() - start
         finally:
             for handle in handles:
                 handle.remove()
-    if output.attentions is None or any(t is None for t in captured):
+    if any(t is None for t in captured) or (not replayed and output.attentions is None):
         raise RuntimeError(
             f"'{loaded.id}' returned no attentions: it must run with eager attention"
         )
-    layers = list(output.attentions)
+    stored = None
+    if not replayed:
+        layers = list(output.attentions)
+        stored = stack_to_host(layers)  # (L, H, T, T)
     last_hidden = None
     if loaded.predictor is not None:
         last_hidden = output.last_hidden_state[0].to("cpu", torch.float32)  # (T, D)
-    del output  # only `layers` holds the model's maps now, so they can be freed one by one
-    attentions = stack_to_host(layers)  # (L, H, T, T)
+    del output
+    if progress is not None:
+        progress(len(modules), len(modules))
     ids = inputs["input_ids"][0].tolist()
     labels, raw, special = display_tokens(loaded.tokenizer, ids)
     segments = None
@@ -163,10 +258,13 @@ def run_forward(
         special=special,
         segments=segments,
         words=words,
-        attentions=attentions,
+        stored_maps=stored,
         hidden_inputs=stack_to_host(captured) if captured else torch.empty(0, len(ids), 0),
         forward_seconds=seconds,
         last_hidden=last_hidden,
+        replay=partial(replayed_maps, loaded.model, loaded.family, loaded.causal)
+        if replayed
+        else None,
     )
 
 

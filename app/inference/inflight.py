@@ -31,6 +31,17 @@ class Reservation:
             self._budget._release(self._key)
 
 
+class Reservations(Reservation):
+    """Several reservations released together (a forward pass and an answer's own working set)."""
+
+    def __init__(self, *parts: Reservation) -> None:
+        self._parts = parts
+
+    def release(self) -> None:
+        for part in self._parts:
+            part.release()
+
+
 class AnswerBudget:
     """Reserve bytes per forward pass (by key), with a wait of at most `wait_seconds`."""
 

@@ -17,7 +17,7 @@ from app.models import families
 from app.models.placement import model_device
 from app.models.registry import REPLAY_FAMILIES, Family
 from attention_core import causal_mask
-from attention_core.replay import QKProjection, Rope
+from attention_core.replay import QKProjection, Rope, replay_weights
 
 
 @dataclass(frozen=True)
@@ -55,3 +55,22 @@ def layer_inputs(
         rope=rope,
         mask=causal_mask(seq, device=device) if causal else None,
     )
+
+
+def replayed_maps(
+    model: nn.Module,
+    family: Family,
+    causal: bool,
+    hidden_inputs: Tensor,
+    layer: int,
+    heads: list[int] | None = None,
+) -> Tensor:
+    """One layer's attention weights (heads, seq, seq), float32 on the host, replayed from the
+    hidden states that entered it: what a forward pass without attention output leaves to show.
+    Within REPLAY_MAX_ABS_DIFF of the model's own maps (tests/app/test_attention_fidelity.py)."""
+    inputs = layer_inputs(model, family, causal, hidden_inputs, layer)
+    with torch.inference_mode():
+        weights = replay_weights(
+            inputs.hidden, inputs.proj, inputs.mask, rope=inputs.rope, heads=heads
+        )
+    return weights.to("cpu", torch.float32)

@@ -33,6 +33,27 @@ hf_logging.disable_progress_bar()
 hf_logging.set_verbosity_error()
 
 
+FULL_MAPS_MAX_TOKENS = 512
+"""The longest text a request may read every map of at once (the explorer's views, head
+statistics, search, ablation, generation...): 283 MB of float32 maps for SmolLM2 at 512 tokens,
+and the limit of a model whose maps are stored rather than replayed. Longer texts, up to a
+model's own context, are read a window at a time (/api/attention/tiles) or a layer at a time
+(/api/attention, sized by its answer)."""
+
+
+def token_limit_of(max_positions: int, family: Family, dtype_name: str, server_limit: int) -> int:
+    """A model's token limit: its positions and the server's limit, and FULL_MAPS_MAX_TOKENS
+    where its maps must be stored whole (maps_replayed is False)."""
+    limit = min(max_positions, server_limit)
+    return limit if maps_replayed(family, dtype_name) else min(limit, FULL_MAPS_MAX_TOKENS)
+
+
+def maps_replayed(family: Family, dtype_name: str) -> bool:
+    """Whether a forward pass keeps hidden states only and replays maps on demand: where the
+    replay equals the model's maps within 1e-5 (a known family run in float32)."""
+    return family.replayable and dtype_name == "float32"
+
+
 @dataclass
 class LoadedModel:
     """A model ready for inference. `lock` serialises forward passes (hooks are per call)."""
@@ -51,6 +72,15 @@ class LoadedModel:
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @property
+    def maps_replayed(self) -> bool:
+        return maps_replayed(self.family, self.placement.dtype_name)
+
+    @property
+    def full_map_tokens(self) -> int:
+        """Token limit of the routes that read every map of a text."""
+        return min(self.max_tokens, FULL_MAPS_MAX_TOKENS)
 
 
 def _location(
@@ -135,7 +165,7 @@ def load_model(
         tokenizer=tokenizer,
         model=model,
         arch=arch,
-        max_tokens=min(arch.max_positions, token_limit),
+        max_tokens=token_limit_of(arch.max_positions, family, placement.dtype_name, token_limit),
         causal=causal,
         predictor=predictor,
         placement=placement,

@@ -16,7 +16,10 @@ from app.schemas.common import (
     index_list,
 )
 
-MAX_TEXT_CHARS = 20_000
+MAX_TEXT_CHARS = 12 * 8192
+"""Characters a text may have: 12 a token over the server's default token limit (8,192, SmolLM2's
+context), more than any natural text needs (English prose is 4 to 5 characters a token); the
+token limit itself is checked after tokenising (422)."""
 MAX_INDEX_LIST = 512
 MAX_JSON_WEIGHTS = 4_000_000  # about 50 MB of JSON; binary answers are bounded in bytes instead
 LayerList = index_list(MAX_INDEX_LIST, "Layer indices")
@@ -206,10 +209,15 @@ class DetailResponse(BaseModel):
     scores: Matrix = Field(description="raw q·k")
     scaled_scores: Matrix = Field(description="q·k × model_scale")
     mask: list[list[bool]] | None = Field(description="true = may attend (causal for decoders)")
-    weights: Matrix = Field(description="softmax, as the model computed it")
+    weights: Matrix = Field(
+        description="softmax: the maps every view shows (the model's own, or their replay where "
+        "maps are replayed on demand)"
+    )
     output: Matrix = Field(description="(seq, head_dim) weights × v: the head's output")
     replay_max_abs_diff: float = Field(
-        description="max |replayed weights − transformers' output_attentions| for this head"
+        description="max |this replay − `weights`| for this head: against transformers' own "
+        "output_attentions where the server keeps them (half precision, maps-only models); 0 where "
+        "maps are replayed on demand, whose bound against transformers is tested (1e-5)"
     )
     counterfactual_scale: float
     counterfactual_temperature: float

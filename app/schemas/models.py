@@ -28,7 +28,14 @@ class ModelInfo(BaseModel):
         description="what POST /api/attention/predictions gives: next_token (causal LM head), "
         "masked (masked-LM head), none (the checkpoint has no LM head); null until loaded"
     )
-    max_tokens: int | None = Field(description="tokens a request may have (model and server limit)")
+    max_tokens: int | None = Field(
+        description="tokens a request may have (model and server limit): the model's whole "
+        "context where its maps are replayed on demand (`replay`, float32), else at most 512"
+    )
+    full_map_tokens: int | None = Field(
+        description="tokens a request that reads every map of a text may have (every model "
+        "route but /api/attention, which is sized by its answer, and /api/attention/tiles)"
+    )
     available: bool
     unavailable_reason: str | None = None
     loaded: bool

@@ -87,17 +87,19 @@ def ablate(
         tuple((layer, tuple(hs)) for layer, hs in sorted(heads.items())),
     )
     with held_forward(loaded, cache, budget, req, should_stop) as base:
-        reservation = budget.reserve(key, ForwardResult.nbytes_for(loaded.arch, seq))
+        reservation = budget.reserve(
+            key, ForwardResult.nbytes_for(loaded.arch, seq, replayed=False)
+        )
         try:
             run = run_ablated(loaded, req.text, req.text_pair, heads, req.mode)
             change = torch.stack(  # (L, H), a layer at a time: one (H, T, T) difference held
                 [
-                    total_variation(b, a).mean(dim=-1)
-                    for b, a in zip(base.attentions, run.attentions, strict=True)
+                    total_variation(base.layer_maps(layer), a).mean(dim=-1)
+                    for layer, a in enumerate(run.attentions)
                 ]
             )
             positions = _positions(loaded, base, run.last_hidden, req.top_k)
-            weights = to_lists(base.attentions[req.layer, req.head])
+            weights = to_lists(base.head_map(req.layer, req.head))
             ablated_weights = to_lists(run.attentions[req.layer, req.head])
             tokens = base.tokens
         finally:

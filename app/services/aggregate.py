@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import torch
 
 from app.inference.cache import ForwardCache
-from app.inference.forward import count_tokens
+from app.inference.forward import ForwardResult, count_tokens
 from app.inference.inflight import AnswerBudget, Reservation
 from app.models.manager import ModelManager
 from app.schemas.aggregate import AggregateRequest, SimilarityRequest, SimilarityResponse
@@ -33,13 +33,15 @@ class _Rollout:
     walks forward from the last layer reached, and starts again from layer 0 only when a
     layer before it is asked (the default, ascending order, never does)."""
 
-    def __init__(self, attentions: torch.Tensor, residual: float) -> None:
-        self.attentions = attentions
+    def __init__(self, result: ForwardResult, residual: float) -> None:
+        self.result = result
         self.residual = residual
         self._restart()
 
     def _restart(self) -> None:
-        self._steps: Iterator[torch.Tensor] = rollout_steps(self.attentions, residual=self.residual)
+        self._steps: Iterator[torch.Tensor] = rollout_steps(
+            self.result.each_layer(), residual=self.residual
+        )
         self._reached, self._current = -1, None
 
     def at(self, layer: int) -> torch.Tensor:
@@ -72,10 +74,10 @@ def aggregate_maps(
     if req.kind == "average":
 
         def layer_maps(i: int) -> torch.Tensor:
-            return result.attentions[layers[i]].mean(dim=0, keepdim=True)
+            return result.layer_maps(layers[i]).mean(dim=0, keepdim=True)
 
     else:
-        rollout = _Rollout(result.attentions, req.residual)
+        rollout = _Rollout(result, req.residual)
 
         def layer_maps(i: int) -> torch.Tensor:
             return rollout.at(layers[i])
@@ -99,7 +101,7 @@ def similarity(
     loaded = manager.get(req.model)
     with held_forward(loaded, cache, budget, req, should_stop) as result:
         start = time.perf_counter()
-        matrix = head_similarity(result.attentions, SIMILARITY_ROWS, SIMILARITY_BINS)
+        matrix = head_similarity(result.all_maps(), SIMILARITY_ROWS, SIMILARITY_BINS)
         order = cluster_order(matrix)
         seconds = time.perf_counter() - start
         seq = result.seq_len

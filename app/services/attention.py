@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -10,8 +11,8 @@ import torch
 
 from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
-from app.inference.forward import ForwardResult, count_tokens, run_forward
-from app.inference.inflight import AnswerBudget, Reservation
+from app.inference.forward import ForwardResult, Progress, count_tokens, run_forward
+from app.inference.inflight import AnswerBudget, Reservations
 from app.inference.replay import layer_inputs
 from app.models.loader import LoadedModel, predicts_of
 from app.models.manager import ModelManager
@@ -34,6 +35,7 @@ from attention_core import causal_mask, masked_softmax, replay_layer, value_weig
 from attention_core.trace import resolve_scale
 
 ShouldStop = Callable[[], bool] | None
+_answers = itertools.count()  # a key per answer for its own reservation
 
 
 def forward_for(
@@ -42,10 +44,12 @@ def forward_for(
     text: str,
     text_pair: str | None,
     should_stop: ShouldStop = None,
+    progress: Progress | None = None,
 ) -> tuple[ForwardResult, bool]:
     """The forward pass over the text: from the cache, or one new forward pass."""
     return cache.get_or_compute(
-        (loaded.id, text, text_pair), lambda: run_forward(loaded, text, text_pair, should_stop)
+        (loaded.id, text, text_pair),
+        lambda: run_forward(loaded, text, text_pair, should_stop, progress),
     )
 
 
@@ -56,19 +60,33 @@ def reserved_forward(
     text: str,
     text_pair: str | None,
     should_stop: ShouldStop = None,
-) -> tuple[ForwardResult, bool, Reservation]:
+    whole_maps: bool = True,
+    progress: Progress | None = None,
+) -> tuple[ForwardResult, bool, Reservations]:
     """The forward pass, with its bytes reserved in the in-flight budget before it is computed
-    or looked up: (result, was_cached, reservation). Release the reservation when done with it."""
-    seq = count_tokens(loaded, text, text_pair)
-    reservation = budget.reserve(
-        (loaded.id, text, text_pair), ForwardResult.nbytes_for(loaded.arch, seq)
-    )
+    or looked up: (result, was_cached, reservation). Release the reservation when done with it.
+    whole_maps: the caller may read every map of the text at once, so the text is held to the
+    model's full_map_tokens and, where maps are replayed, their bytes are reserved too (for this
+    caller alone); False for callers that read a layer or a window at a time."""
+    limit = loaded.full_map_tokens if whole_maps else None
+    seq = count_tokens(loaded, text, text_pair, limit)
+    parts = []
     try:
-        result, cached = forward_for(loaded, cache, text, text_pair, should_stop)
+        if whole_maps and loaded.maps_replayed:
+            arch = loaded.arch
+            maps = 4 * arch.num_layers * arch.num_heads * seq * seq
+            parts.append(budget.reserve(("maps", next(_answers)), maps))
+        parts.append(
+            budget.reserve(
+                (loaded.id, text, text_pair),
+                ForwardResult.nbytes_for(loaded.arch, seq, loaded.maps_replayed),
+            )
+        )
+        result, cached = forward_for(loaded, cache, text, text_pair, should_stop, progress)
     except BaseException:
-        reservation.release()
+        Reservations(*parts).release()
         raise
-    return result, cached, reservation
+    return result, cached, Reservations(*parts)
 
 
 @contextmanager
@@ -78,11 +96,13 @@ def held_forward(
     budget: AnswerBudget,
     req: TextRequest,
     should_stop: ShouldStop = None,
+    whole_maps: bool = True,
 ) -> Iterator[ForwardResult]:
     """`with held_forward(...) as result:` the forward pass over the request's text, reserved in
-    the in-flight budget while the block runs (for answers built in full before they are sent)."""
+    the in-flight budget while the block runs (for answers built in full before they are sent).
+    whole_maps: as reserved_forward's."""
     result, _, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop
+        loaded, cache, budget, req.text, req.text_pair, should_stop, whole_maps
     )
     try:
         yield result
@@ -135,11 +155,32 @@ def check_answer_size(fmt: str, layers: int, heads: int, seq: int, max_answer_by
     )
 
 
+MAX_LAYER_MAP_BYTES = 160 * 2**20
+"""The float32 maps of one layer (the heads asked for) that a maps answer may compute at once:
+SmolLM2's 9 heads up to 2,181 tokens, one head up to 6,544. Beyond that, /api/attention/tiles."""
+
+
+def check_layer_bytes(heads: int, seq: int) -> None:
+    """Refuse a maps answer whose one layer would exceed MAX_LAYER_MAP_BYTES in memory."""
+    size = 4 * heads * seq * seq
+    if size > MAX_LAYER_MAP_BYTES:
+        fit = MAX_LAYER_MAP_BYTES // (4 * seq * seq)
+        raise InvalidInput(
+            f"one layer of these {heads} heads over {seq:,} tokens is {size / 2**20:,.0f} MB of "
+            f"float32 weights; a maps answer computes at most {MAX_LAYER_MAP_BYTES // 2**20} MB "
+            f"at once ({fit} head{'s' if fit != 1 else ''} at this length). Ask for fewer heads, "
+            "or read the text a window at a time with POST /api/attention/tiles."
+        )
+
+
 def _fit_hint(layers: int) -> str:
     return (
         f"at most {layers} layer{'s' if layers != 1 else ''} of these heads"
         if layers
-        else ("fewer heads: not even one layer of these heads fits")
+        else (
+            "fewer heads: not even one layer of these heads fits; read a window at a time "
+            "with POST /api/attention/tiles"
+        )
     )
 
 
@@ -173,7 +214,7 @@ def attention_maps(
     req: AttentionRequest,
     max_answer_bytes: int,
     should_stop: ShouldStop = None,
-) -> tuple[MapsAnswer, Reservation]:
+) -> tuple[MapsAnswer, Reservations]:
     """The requested [layer][head][query][key] maps, framed for streaming.
 
     Everything is sized from the request before any work: the indices against the model, the
@@ -185,15 +226,21 @@ def attention_maps(
     heads = indices(req.heads, loaded.arch.num_heads, "heads")
     seq = count_tokens(loaded, req.text, req.text_pair)
     check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes)
-    result, cached, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop
-    )
-    all_heads = heads == list(range(loaded.arch.num_heads))
-    head_index = torch.tensor(heads)
+    check_layer_bytes(len(heads), seq)
+    # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time.
+    working = budget.reserve(("answer", next(_answers)), 4 * len(heads) * seq * seq)
+    try:
+        result, cached, reservation = reserved_forward(
+            loaded, cache, budget, req.text, req.text_pair, should_stop, whole_maps=False
+        )
+    except BaseException:
+        working.release()
+        raise
+    reservation = Reservations(working, reservation)
+    chosen = None if heads == list(range(loaded.arch.num_heads)) else heads
 
     def layer_maps(i: int) -> torch.Tensor:
-        maps = result.attentions[layers[i]]  # (H, T, T): a view of the cached pass
-        return maps if all_heads else maps.index_select(0, head_index)
+        return result.layer_maps(layers[i], chosen)  # (h, T, T), a view or a replay
 
     meta = maps_meta(loaded, result, cached, layers, heads)
     answer = MapsAnswer(meta, req.format, (len(layers), len(heads), seq, seq), layer_maps)
@@ -253,7 +300,7 @@ def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) ->
     kv_head = req.head // (proj.n_heads // proj.n_kv_heads)
     q = actual.q[0, req.head]  # (T, hd)
     k = actual.k[0, kv_head]  # (T, hd)
-    model_weights = result.attentions[req.layer, req.head]  # (T, T), transformers' own output
+    model_weights = result.head_map(req.layer, req.head)  # (T, T), what the maps show
     diff = (actual.trace.weights[0, 0] - model_weights).abs().max().item()
     wanted = set(req.fields or DETAIL_MATRICES)
     full_mask = mask if mask is not None else torch.ones(seq, seq, dtype=torch.bool)

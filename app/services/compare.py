@@ -76,8 +76,8 @@ def compare(
             loaded_b, cache, budget, text_b, pair_b, should_stop
         )
         held.callback(reservation.release)
-        map_a = run_a.attentions[req.layer, req.head]  # (T, T)
-        map_b = run_b.attentions[other.layer, other.head]  # (T', T')
+        map_a = run_a.head_map(req.layer, req.head)  # (T, T)
+        map_b = run_b.head_map(other.layer, other.head)  # (T', T')
         aligned, sentence, differ = alignment_of(run_a, run_b, loaded_a is loaded_b)
         difference = rows = None
         if aligned:

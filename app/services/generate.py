@@ -33,10 +33,10 @@ def _checked(loaded: LoadedModel, req: GenerateRequest) -> list[int]:
         raise InvalidInput("text_pair is for BERT-family encoders; a decoder continues `text`")
     ids = _token_ids(loaded, req.text)
     prompt = len(ids)
-    if prompt + req.max_new_tokens > loaded.max_tokens:
+    if prompt + req.max_new_tokens > loaded.full_map_tokens:
         raise InvalidInput(
-            f"the prompt is {prompt} tokens and '{loaded.id}' takes at most {loaded.max_tokens} "
-            f"here, so at most {max(0, loaded.max_tokens - prompt)} new tokens fit; asked for "
+            f"the prompt is {prompt} tokens and '{loaded.id}' takes at most {loaded.full_map_tokens} "
+            f"here, so at most {max(0, loaded.full_map_tokens - prompt)} new tokens fit; asked for "
             f"{req.max_new_tokens}."
         )
     return ids

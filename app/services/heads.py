@@ -67,7 +67,7 @@ def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
 
 def statistics_of(loaded: LoadedModel, result: ForwardResult) -> HeadStatistics:
     """Every head's statistics on this forward pass."""
-    return head_statistics(result.attentions, token_facts(loaded, result), causal=loaded.causal)
+    return head_statistics(result.all_maps(), token_facts(loaded, result), causal=loaded.causal)
 
 
 def _grid(values: torch.Tensor) -> list[list[float | None]]:
@@ -125,7 +125,7 @@ def follow(
             raise InvalidInput(
                 f"token {req.token} out of range: the text has {result.seq_len} tokens"
             )
-        followed = follow_token(result.attentions, req.token)
+        followed = follow_token(result.all_maps(), req.token)
         lists = {
             name: getattr(followed, name).round(decimals=6).tolist()
             for name in ("as_query", "as_key", "query_mean", "query_max", "key_mean", "key_max")
@@ -156,7 +156,9 @@ def search_heads(
             outside = [i for i in (query.source, query.target) if i >= seq]
             if outside:
                 raise InvalidInput(f"token {outside[0]} out of range: the text has {seq} tokens")
-            weights = result.attentions[:, :, query.source, query.target]  # (L, H)
+            weights = torch.stack(  # (L, H)
+                [maps[:, query.source, query.target] for maps in result.each_layer()]
+            )
             found = [
                 (float(weights[layer, h]), layer, h)
                 for layer, h in (weights > query.above).nonzero().tolist()

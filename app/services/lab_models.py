@@ -55,7 +55,7 @@ class Layer:
 
     def model_maps(self, layer: int) -> Tensor:
         """The model's own maps of `layer` (H, T, T), on the replay's device to compare."""
-        return self.result.attentions[layer].to(self.hidden.device)
+        return self.result.layer_maps(layer).to(self.hidden.device)
 
 
 def _lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) -> LoadedModel:
@@ -296,7 +296,7 @@ def padding(
         real = int(batch.attention_mask[i].sum())
         w = maps[i]
         with held_forward(loaded, cache, budget, _one_text(loaded, text)) as alone:
-            own = alone.attentions[req.layer, req.head]  # (real, real)
+            own = alone.head_map(req.layer, req.head)  # (real, real)
             diff = float((w[:real, :real] - own).abs().max())
         sentences.append(
             PaddedSentence(

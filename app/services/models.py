@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.models.families import architecture_from_dict
-from app.models.loader import predicts_of
+from app.models.loader import FULL_MAPS_MAX_TOKENS, predicts_of, token_limit_of
 from app.models.manager import ModelManager
 from app.models.registry import Source
 from app.schemas.models import ModelInfo
@@ -27,6 +27,11 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
                 arch = architecture_from_dict(config, family)
             except ValueError as err:
                 reason = reason or f"'{model_id}' cannot be used: {err}"
+    limit = None
+    if arch and family:
+        limit = token_limit_of(
+            arch.max_positions, family, manager.placement.dtype_name, manager.token_limit
+        )
     return ModelInfo(
         id=spec.id,
         family=family.value if family else None,
@@ -37,7 +42,8 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
         num_heads=arch.num_heads if arch else None,
         num_kv_heads=arch.num_kv_heads if arch else None,
         head_dim=arch.head_dim if arch else None,
-        max_tokens=min(arch.max_positions, manager.token_limit) if arch else None,
+        max_tokens=limit,
+        full_map_tokens=None if limit is None else min(limit, FULL_MAPS_MAX_TOKENS),
         available=reason is None,
         unavailable_reason=reason,
         loaded=loaded is not None,

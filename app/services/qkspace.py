@@ -65,12 +65,13 @@ def qkspace_of(
     group = inputs.proj.n_heads // inputs.proj.n_kv_heads
     heads = list(range(inputs.proj.n_heads)) if req.head is None else [req.head]
     strongest = min(req.strongest, result.seq_len)
+    maps = result.layer_maps(req.layer, heads)  # (h, T, T)
     spaces = []
-    for head in heads:
+    for index, head in enumerate(heads):
         if should_stop is not None and should_stop():
             raise RequestCancelled("the client went away before the projections were done")
         space = qk_space(q[head], k[head // group], req.method)
-        top = result.attentions[req.layer, head].topk(strongest, dim=-1)  # (T, strongest)
+        top = maps[index].topk(strongest, dim=-1)  # (T, strongest)
         spaces.append(
             HeadSpace(
                 head=head,

@@ -19,7 +19,7 @@ from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
 from app.serialize import to_lists
 from app.services.attention import ShouldStop, check_layer_head, held_forward, indices
 from attention_core import project_qk
-from attention_core.tiles import overview, row_logsumexp, weight_tile
+from attention_core.tiles import overview, weight_tile, window_logsumexp
 
 
 def _window(span: list[int] | None, seq: int, name: str) -> tuple[int, int]:
@@ -43,7 +43,7 @@ def tiles(
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, 0)
     heads = indices(req.heads, loaded.arch.num_heads, "heads")
-    seq = count_tokens(loaded, req.text, req.text_pair)
+    seq = count_tokens(loaded, req.text, req.text_pair)  # the model's whole limit
     rows, cols = _window(req.rows, seq, "rows"), _window(req.cols, seq, "cols")
     out_rows = math.ceil((rows[1] - rows[0]) / req.cell)
     out_cols = math.ceil((cols[1] - cols[0]) / req.cell)
@@ -54,7 +54,7 @@ def tiles(
             f"one answer holds at most {MAX_TILE_CELLS:,}. Ask for fewer heads, a smaller "
             "window or a larger cell."
         )
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
+    with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
         inputs = layer_inputs(
             loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer
         )
@@ -64,7 +64,10 @@ def tiles(
             q = q[0, heads]  # (h, T, hd)
             k = k[0, [h // group for h in heads]]  # (h, T, hd): each head's own key/value head
             factor = inputs.proj.scale
-            lse = row_logsumexp(q, k, causal=loaded.causal, factor=factor)  # (h, T)
+            lse = q.new_full(q.shape[:-1], float("nan"))  # (h, T): only the window's rows
+            lse[:, rows[0] : rows[1]] = window_logsumexp(
+                q, k, rows, causal=loaded.causal, factor=factor
+            )
             if req.cell == 1:
                 values = weight_tile(q, k, lse, rows, cols, causal=loaded.causal, factor=factor)
             else:

@@ -88,6 +88,19 @@ def explorer(request: Request) -> HTMLResponse:
     )
 
 
+@router.get("/zoom", response_class=HTMLResponse)
+def deep_zoom(request: Request) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request,
+        "zoom.html",
+        {
+            "page": "zoom",
+            "page_data": {"default_model": SMOLLM2_ID},
+            "max_text_chars": MAX_TEXT_CHARS,
+        },
+    )
+
+
 @router.get("/lab/masks", response_class=HTMLResponse)
 def masks_lab(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "masks.html", {"page": "masks"})

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
+from app.schemas.attention import MAX_TEXT_CHARS
 from app.serialize import F16_ERROR_BOUND, U8_ERROR_BOUND, decode_binary
 
 TEXT = "The cat sat on the mat because it was tired."
@@ -154,7 +155,7 @@ def test_concurrent_identical_requests_share_one_forward_pass(client, forward_ca
         ({"text": ""}, 422, "text is empty"),
         ({"text": "   \n\t "}, 422, "text is empty"),
         ({"text": "word " * 600}, 422, "accepts at most 512 tokens"),
-        ({"text": "x" * 20_001}, 422, "at most 20000 characters"),
+        ({"text": "x" * (MAX_TEXT_CHARS + 1)}, 422, f"at most {MAX_TEXT_CHARS} characters"),
         ({"layers": [6]}, 422, "layers [6] out of range: this model has 6 (0 to 5)"),
         ({"layers": [-1]}, 422, "layers.0: Input should be greater than or equal to 0"),
         ({"heads": [12]}, 422, "heads [12] out of range"),

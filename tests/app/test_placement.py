@@ -75,11 +75,12 @@ def test_half_precision_maps_are_the_models_own_and_within_the_stated_bounds(
     loaded = served.state.manager.get(model_id)
     assert next(loaded.model.parameters()).dtype == getattr(torch, dtype)
     result = run_forward(loaded, TEXT)
-    assert result.attentions.dtype == torch.float32
-    assert torch.equal(result.attentions, model_maps(loaded, TEXT))  # bit-exact, in that dtype
+    assert not loaded.maps_replayed  # half precision: the model's own maps are kept
+    assert result.stored_maps.dtype == torch.float32
+    assert torch.equal(result.stored_maps, model_maps(loaded, TEXT))  # bit-exact, in that dtype
 
-    float32 = run_forward(app.state.manager.get(model_id), TEXT).attentions
-    gap = (result.attentions - float32).abs().max().item()
+    float32 = run_forward(app.state.manager.get(model_id), TEXT).all_maps()
+    gap = (result.stored_maps - float32).abs().max().item()
     assert 0 < gap <= MAPS_VS_FLOAT32_MAX_ABS_DIFF[dtype]  # > 0: the dtype really changed
 
     worst = 0.0

@@ -49,8 +49,8 @@ def test_body_size_limit_answers_413(local_checkpoints):
     assert streamed.status_code == 413
 
 
-def test_one_megabyte_body_and_deep_nesting_are_refused_cleanly(client):
-    huge = client.post("/api/attention", json={"model": MINILM_ID, "text": "a" * 1_100_000})
+def test_a_body_over_the_limit_and_deep_nesting_are_refused_cleanly(client):
+    huge = client.post("/api/attention", json={"model": MINILM_ID, "text": "a" * 2_100_000})
     assert huge.status_code == 413
     deep = "[" * 50_000 + "]" * 50_000
     for route in ("/api/attention", "/api/core/attention", "/api/lab/masks"):
@@ -243,24 +243,23 @@ def test_forward_cache_respects_its_byte_bound(local_checkpoints):
 
 
 @pytest.mark.slow
-def test_biggest_input_on_biggest_default_model_fits(client, app):
+def test_biggest_whole_map_input_on_biggest_default_model_fits(client, app):
+    """512 tokens on SmolLM2, every layer in u8 (what the explorer's all-heads grid loads)."""
     from app.models.registry import SMOLLM2_ID
 
     loaded = app.state.manager.get(SMOLLM2_ID)
     text = " ".join(["token"] * 600)
-    ids = loaded.tokenizer(text)["input_ids"][: loaded.max_tokens]
+    ids = loaded.tokenizer(text)["input_ids"][: loaded.full_map_tokens]
     text = loaded.tokenizer.decode(ids)
     n = len(loaded.tokenizer(text)["input_ids"])
-    assert n == loaded.max_tokens == 512
+    assert n == loaded.full_map_tokens == 512
     response = client.post(
-        "/api/attention", json={"model": SMOLLM2_ID, "text": text, "format": "u8", "layers": [29]}
+        "/api/attention", json={"model": SMOLLM2_ID, "text": text, "format": "u8"}
     )
-    assert response.status_code == 200
+    assert response.status_code == 200 and len(response.content) > 30 * 9 * 512 * 512
     cache = app.state.forward_cache
     assert cache.nbytes <= cache.max_bytes
-    assert client.post(
-        "/api/attention", json={"model": SMOLLM2_ID, "text": text, "format": "u8", "layers": [0]}
-    ).json
+    assert client.post("/api/attention/heads", json={"model": SMOLLM2_ID, "text": text}).json()
 
 
 def test_loaded_models_are_bounded_least_recently_used_first(local_checkpoints):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from attention_core import causal_mask, masked_softmax
-from attention_core.tiles import overview, row_logsumexp, weight_tile
+from attention_core.tiles import overview, row_logsumexp, weight_tile, window_logsumexp
 from tests.support.pooling import block_pool
 
 
@@ -64,3 +64,16 @@ def test_a_cell_below_one_is_refused():
     q = torch.randn(1, 4, 2)
     with pytest.raises(ValueError, match="cell must be >= 1"):
         overview(q, q, torch.zeros(1, 4), 0, causal=False, factor=1.0)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("rows", "block"), [((0, 100), 16), ((37, 61), 8), ((99, 100), 256)])
+def test_a_windows_log_sum_exp_is_those_rows_of_the_whole(causal, rows, block):
+    """What a zoomed-in window needs: the same normalisers, for its rows only, with the causal
+    mask counted from each row's true position."""
+    g = torch.Generator().manual_seed(rows[0])
+    q = torch.randn(2, 100, 8, generator=g, dtype=torch.float64) * 3
+    k = torch.randn(2, 100, 8, generator=g, dtype=torch.float64) * 3
+    whole = row_logsumexp(q, k, causal=causal, factor=0.4)
+    window = window_logsumexp(q, k, rows, causal=causal, factor=0.4, block=block)
+    torch.testing.assert_close(window, whole[:, rows[0] : rows[1]], rtol=0, atol=1e-12)

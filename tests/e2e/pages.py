@@ -12,7 +12,8 @@ EXPLORER_TABS = (
 )  # fmt: skip
 LAB_TOPICS = tuple(t for t in ALL_LAB_TOPICS if t not in TOPICS_WITH_OWN_ROUTE)  # issue 11's
 LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))
-ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, "/docs")
+ZOOM_PAGE = f"/zoom?model={MINILM}#text=" + SENTENCE.replace(" ", "+")  # runs and draws
+ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, ZOOM_PAGE, "/docs")
 
 
 def settle(page) -> None:
@@ -32,6 +33,8 @@ def open_view(page, base: str, view: str, model: str = MINILM, text: str = SENTE
         page.goto(base + view)
         if view == "/docs":
             wait_js(page, "document.querySelectorAll('.opblock').length > 0")
+        if view == ZOOM_PAGE:
+            wait_js(page, "document.querySelector('#zoom-window').textContent.startsWith('Layer')")
         settle(page)
         return
     tab = view.split(":", 1)[1]

@@ -1,15 +1,18 @@
 import asyncio
+import logging
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.api.responses import BODY_ROUTE, errors
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
+from app.errors import AtlasError
 from app.inference.inflight import Reservation
 from app.schemas.ablation import AblationRequest, AblationResponse
 from app.schemas.aggregate import (
@@ -18,9 +21,16 @@ from app.schemas.aggregate import (
     SimilarityRequest,
     SimilarityResponse,
 )
-from app.schemas.attention import AttentionRequest, AttentionResponse, DetailRequest, DetailResponse
+from app.schemas.attention import (
+    AttentionRequest,
+    AttentionResponse,
+    DetailRequest,
+    DetailResponse,
+    TextRequest,
+)
 from app.schemas.compare import CompareRequest, CompareResponse
 from app.schemas.follow import FollowRequest, FollowResponse
+from app.schemas.forward import ForwardFailed, ForwardProgress
 from app.schemas.generate import GenerateRequest
 from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.predictions import PredictionsRequest, PredictionsResponse
@@ -32,12 +42,14 @@ from app.services.ablation import ablate
 from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
 from app.services.compare import compare
+from app.services.forward import checked_model, run_pass
 from app.services.generate import start_generation
 from app.services.heads import describe_heads, follow, search_heads
 from app.services.predictions import predictions
 from app.services.qkspace import query_key_space
 from app.services.tiles import tiles
 
+log = logging.getLogger("attention_atlas")
 router = APIRouter(prefix="/api/attention", tags=["attention"])
 
 ERRORS = errors(*BODY_ROUTE, 404, 503)
@@ -333,6 +345,78 @@ async def post_qkspace(
     return await until_disconnect(
         request, lambda stop: query_key_space(manager, cache, budget, body, stop)
     )
+
+
+@router.post(
+    "/forward",
+    summary="Run the forward pass over a long text, streaming its progress",
+    description="Streams `application/x-ndjson`: a line as each layer starts (`event` "
+    "'progress': `layer` done of `layers`), then one last line (`event` 'done': the tokens, "
+    "`seq_len`, the model's shape, `cached`, `forward_ms`), or `event` 'error' if the pass "
+    "could not finish (503: the server was busy). The pass is cached: windows of its maps "
+    "(POST /api/attention/tiles) then cost no forward pass. A text is checked against the "
+    "model's whole token limit (`max_tokens`, SmolLM2's 8,192) before the stream starts; "
+    "above the size where one layer's maps would be large the pass runs PyTorch's fused "
+    "attention, which never materialises them. Closing the connection stops the pass within "
+    "one layer. BERT, GPT-2 and Llama-family models.",
+    response_class=StreamingResponse,
+    responses={
+        **ERRORS,
+        200: {
+            "description": "One JSON object per line: ForwardProgress lines, then ForwardDone "
+            "or ForwardFailed",
+            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
+        },
+    },
+)
+async def post_forward(
+    body: TextRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
+) -> StreamingResponse:
+    loaded = await run_in_threadpool(checked_model, manager, body)
+    return StreamingResponse(
+        progress_lines(
+            lambda stop, progress: run_pass(loaded, cache, budget, body, stop, progress)
+        ),
+        media_type="application/x-ndjson",
+    )
+
+
+async def progress_lines(
+    work: Callable[[Callable[[], bool], Callable[[int, int], None]], BaseModel],
+) -> AsyncIterator[bytes]:
+    """NDJSON lines of `work(should_stop, progress)` run in the thread pool: a progress line per
+    call of progress, then work's answer (or an error line). Leaving the stream (the client
+    hung up) makes should_stop True, so the work stops at its next check."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[BaseModel | None] = asyncio.Queue()
+    gone = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        line = ForwardProgress(event="progress", layer=done, layers=total)
+        loop.call_soon_threadsafe(lines.put_nowait, line)
+
+    async def run() -> None:
+        answer: BaseModel | None = None
+        try:
+            answer = await run_in_threadpool(work, gone.is_set, progress)
+        except AtlasError as err:
+            answer = ForwardFailed(event="error", status=err.status, detail=err.message)
+        except Exception:  # the stream has started: say so in it rather than hang
+            log.exception("a streamed forward pass failed")
+            answer = ForwardFailed(event="error", status=500, detail="the forward pass failed")
+        finally:
+            if answer is not None:
+                lines.put_nowait(answer)
+            lines.put_nowait(None)
+
+    task = asyncio.create_task(run())
+    try:
+        while (line := await lines.get()) is not None:
+            yield (line.model_dump_json() + "\n").encode("utf-8")
+    finally:
+        gone.set()
+        if not task.done():
+            task.cancel()
 
 
 @router.post(

@@ -69,7 +69,9 @@ def start_load(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
 def get_induction_text(
     manager: ManagerDep,
     model_id: str = ModelIdPath,
-    length: int = Query(40, ge=4, le=200, description="Random tokens before the repeat."),
+    length: int = Query(
+        40, ge=4, le=4000, description="Random tokens before the repeat (twice as many in all)."
+    ),
     seed: int = Query(0, ge=0, le=2**31 - 1, description="The same seed gives the same text."),
 ) -> InductionText:
     """A random sequence of this model's tokens written twice. In the second copy an

@@ -95,6 +95,9 @@ export const api = {
   compare: (body, opts) => request("POST", "/api/attention/compare", body, opts),
   qkspace: (body, opts) => request("POST", "/api/attention/qkspace", body, opts),
   generate: (body, onLine, opts) => streamLines("/api/attention/generate", body, onLine, opts),
+  /** Runs (or finds cached) the forward pass over a long text; onLine gets each progress line. */
+  forward: (body, onLine, opts) => streamLines("/api/attention/forward", body, onLine, opts),
+  tiles: (body, opts) => request("POST", "/api/attention/tiles", body, opts),
   predictions: (body, opts) => request("POST", "/api/attention/predictions", body, opts),
   follow: (body, opts) => request("POST", "/api/attention/token", body, opts),
   aggregate: (body, opts) => request("POST", "/api/attention/aggregate", body, opts),

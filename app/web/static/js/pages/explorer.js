@@ -78,6 +78,19 @@ function notice(text) {
   el.notice.hidden = !text;
 }
 
+/** Texts longer than the views take (every map at once, up to full_map_tokens) open in Deep
+ * zoom, which reads a window at a time: says so, with a link that carries the text. */
+function offerDeepZoom(model, text, tokens) {
+  const href = `/zoom?${new URLSearchParams({ model })}#${new URLSearchParams({ text })}`;
+  const count = tokens ? `${tokens.toLocaleString("en")} tokens` : "too long";
+  el.notice.replaceChildren(
+    `This text is ${count}: the explorer's views read every map of a text at once and take up to ${modelInfo(model).full_map_tokens} tokens. `,
+    make("a", { text: "Open it in Deep zoom", attrs: { href } }),
+    ", which reads the model's whole context a window at a time.",
+  );
+  el.notice.hidden = false;
+}
+
 function setStatus(text, fraction = null) {
   el.status.textContent = text;
   el.progress.hidden = fraction === null;
@@ -164,6 +177,14 @@ async function run() {
     session = new AttentionSession(model, text, info.causal ? null : textPair);
     const first = await session.layer(layer);
     const meta = first.meta;
+    if (meta.tokens.length > info.full_map_tokens) {
+      session.abort();
+      session = null;
+      setStatus("");
+      el.result.hidden = true;
+      offerDeepZoom(model, text, meta.tokens.length);
+      return;
+    }
     fillPickers(meta);
     showTokens(meta);
     el.result.hidden = false;
@@ -174,6 +195,11 @@ async function run() {
   } catch (err) {
     if (err.name === "AbortError") return;
     setStatus("");
+    if (err.status === 422 && err.message.includes("/api/attention/tiles")) {
+      el.result.hidden = true;
+      offerDeepZoom(model, text, null);
+      return;
+    }
     showError(el.error, err.message);
   } finally {
     el.run.disabled = false;

@@ -16,12 +16,14 @@ const BASE_CONFIG = {
   modeBarButtonsToRemove: ["select2d", "lasso2d", "sendChartToCloud", "editInChartStudio"],
 };
 
+// Plotly decodes numeric entities and only a few named ones (&amp; &lt; &gt; but not &quot;,
+// which it would print as is), so a double quote becomes &#34;.
 export function escapeLabel(text) {
   return String(text)
     .replace(/&/g, "&amp;")
     .replace(/</g, "&lt;")
     .replace(/>/g, "&gt;")
-    .replace(/"/g, "&quot;");
+    .replace(/"/g, "&#34;");
 }
 
 export function formatNumber(x, digits = 4) {

@@ -1,0 +1,285 @@
+// Deep zoom: one layer's map over a whole context window, served as windows at zoom levels
+// (POST /api/attention/tiles) after one forward pass whose progress streams in
+// (POST /api/attention/forward). The page's state lives in one object mirrored in the URL:
+// the settings in the query, the text (which may be long) in the fragment, never sent.
+
+import { api } from "../api.js";
+import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
+import { COLORSCALE, escapeLabel, formatNumber, nextTask, plotlyReady } from "../views/plot.js";
+
+const MAX_CELLS_ACROSS = 400; // values a row of the drawn window has at most (a cell a pixel or more)
+const LABEL_PIXELS = 14; // room a token label needs across
+const PLOT_CONFIG = {
+  responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
+  showLink: false, plotlyServerURL: "", scrollZoom: false,
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "sendChartToCloud", "editInChartStudio", "autoScale2d"],
+};
+
+const page = readPageData();
+const state = {
+  model: page.default_model,
+  text: "",
+  layer: 0,
+  head: 0,
+  reduce: "max",
+  window: null, // [r0, r1, c0, c1]: rows and columns shown, null for the whole map
+  pass: null, // the forward pass's "done" line: tokens, seq_len, num_layers, num_heads...
+};
+
+const form = $("#zoom-form");
+const textBox = $("#zoom-text");
+const modelSelect = $("#zoom-model");
+const progress = $("#zoom-progress");
+const status = $("#zoom-status");
+const stopButton = $("#zoom-stop");
+const errorBox = $("#zoom-error");
+const result = $("#zoom-result");
+const layerSelect = $("#zoom-layer");
+const headSelect = $("#zoom-head");
+const reduceSelect = $("#zoom-reduce");
+const windowLine = $("#zoom-window");
+const plot = $("#zoom-map");
+
+let running = null; // AbortController of the forward pass under way
+let drawing = null; // AbortController of the window being fetched
+let relayoutTimer = 0;
+
+function writeUrl() {
+  const query = new URLSearchParams();
+  query.set("model", state.model);
+  if (state.pass) {
+    query.set("layer", String(state.layer));
+    query.set("head", String(state.head));
+    if (state.reduce !== "max") query.set("reduce", state.reduce);
+    if (state.window) query.set("win", state.window.join(","));
+  }
+  const fragment = state.text ? `#${new URLSearchParams({ text: state.text })}` : "";
+  window.history.replaceState(null, "", `${window.location.pathname}?${query}${fragment}`);
+}
+
+function readUrl() {
+  const query = new URLSearchParams(window.location.search);
+  const fragment = new URLSearchParams(window.location.hash.slice(1));
+  const int = (name) => (/^\d+$/.test(query.get(name) || "") ? Number(query.get(name)) : undefined);
+  if (query.get("model")) state.model = query.get("model");
+  state.layer = int("layer") ?? 0;
+  state.head = int("head") ?? 0;
+  if (query.get("reduce") === "mean") state.reduce = "mean";
+  const win = (query.get("win") || "").split(",").map(Number);
+  if (win.length === 4 && win.every((v) => Number.isInteger(v) && v >= 0)) state.window = win;
+  state.text = fragment.get("text") || "";
+}
+
+async function loadModels() {
+  const { models } = await api.models();
+  const usable = models.filter((m) => m.available && m.replay);
+  modelSelect.replaceChildren(
+    ...usable.map((m) => new Option(`${m.id} (up to ${m.max_tokens.toLocaleString("en")} tokens)`, m.id)),
+  );
+  if (!usable.some((m) => m.id === state.model)) state.model = usable[0]?.id;
+  modelSelect.value = state.model;
+}
+
+/** Runs the forward pass over the state's text, showing its progress; then draws. */
+async function runPass({ keepView = false } = {}) {
+  running?.abort();
+  drawing?.abort();
+  const controller = new AbortController();
+  running = controller;
+  showError(errorBox, "");
+  state.pass = null;
+  if (!keepView) state.window = null;
+  writeUrl();
+  result.hidden = true;
+  progress.hidden = false;
+  progress.value = 0;
+  stopButton.hidden = false;
+  status.textContent = "Tokenising and starting the model…";
+  const started = performance.now();
+  try {
+    const last = await api.forward({ model: state.model, text: state.text }, (line) => {
+      if (line.event !== "progress") return;
+      progress.value = line.layer / line.layers;
+      status.textContent = `Forward pass: layer ${line.layer + 1 > line.layers ? line.layers : line.layer + 1} of ${line.layers}…`;
+    }, { signal: controller.signal });
+    if (!last || last.event === "error") throw new Error(last?.detail || "the forward pass did not finish");
+    state.pass = last;
+    const seconds = ((performance.now() - started) / 1000).toFixed(1);
+    const how = last.cached ? "from the server's cache" : `forward pass ${(last.forward_ms / 1000).toFixed(1)} s`;
+    status.textContent = `${last.seq_len.toLocaleString("en")} tokens, ${last.num_layers} layers × ${last.num_heads} heads (${how}; ready in ${seconds} s).`;
+    fillIndexSelect(layerSelect, last.num_layers, state.layer, "L");
+    fillIndexSelect(headSelect, last.num_heads, state.head, "H");
+    state.layer = Number(layerSelect.value);
+    state.head = Number(headSelect.value);
+    reduceSelect.value = state.reduce;
+    state.window = clampWindow(state.window);
+    result.hidden = false;
+    await draw();
+  } catch (err) {
+    if (err.name === "AbortError") {
+      status.textContent = "Stopped.";
+    } else {
+      status.textContent = "";
+      showError(errorBox, err.message);
+    }
+  } finally {
+    if (running === controller) running = null;
+    progress.hidden = true;
+    stopButton.hidden = true;
+  }
+}
+
+function clampWindow(win) {
+  const n = state.pass.seq_len;
+  if (!win) return null;
+  const [r0, r1, c0, c1] = win.map((v) => Math.min(Math.max(0, v), n));
+  if (r1 - r0 < 1 || c1 - c0 < 1 || (r0 === 0 && c0 === 0 && r1 === n && c1 === n)) return null;
+  return [r0, r1, c0, c1];
+}
+
+/** Fetches the window in view at the resolution the plot can show, and draws it. */
+async function draw() {
+  const pass = state.pass;
+  if (!pass) return;
+  drawing?.abort();
+  const controller = new AbortController();
+  drawing = controller;
+  writeUrl();
+  const [r0, r1, c0, c1] = state.window || [0, pass.seq_len, 0, pass.seq_len];
+  const across = Math.max(50, Math.min(MAX_CELLS_ACROSS, Math.floor(plot.clientWidth - 80)));
+  const cell = Math.max(1, Math.ceil(Math.max(r1 - r0, c1 - c0) / across));
+  windowLine.textContent = `Computing rows ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}…`;
+  let answer;
+  try {
+    answer = await api.tiles({
+      model: state.model, text: state.text, layer: state.layer, heads: [state.head],
+      rows: [r0, r1], cols: [c0, c1], cell, reduce: state.reduce,
+    }, { signal: controller.signal });
+  } catch (err) {
+    if (err.name !== "AbortError") showError(errorBox, err.message);
+    return;
+  }
+  if (drawing !== controller) return;
+  await nextTask();
+  const what = cell === 1 ? "each cell one weight" : `each cell the ${state.reduce === "max" ? "largest" : "mean"} weight of ${cell} × ${cell} tokens`;
+  windowLine.textContent = `Layer ${state.layer}, head ${state.head}: queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}; ${what} (within ${answer.error_bound} of the model's own weights).`;
+  const width = plot.clientWidth || 600;
+  const height = Math.max(320, Math.min(760, width));
+  const trace = {
+    type: "heatmap",
+    z: answer.values[0],
+    x0: c0 + (cell - 1) / 2, dx: cell,
+    y0: r0 + (cell - 1) / 2, dy: cell,
+    zmin: 0,
+    colorscale: COLORSCALE,
+    zsmooth: false,
+    hoverinfo: "none",
+    colorbar: { thickness: 10, outlinewidth: 0 },
+  };
+  const layout = {
+    height,
+    margin: { t: 80, r: 10, b: 10, l: 80 },
+    xaxis: { range: [c0 - 0.5, c1 - 0.5], side: "top", tickangle: -45, ...ticks(c0, c1, width - 90), title: { text: "" } },
+    yaxis: { range: [r1 - 0.5, r0 - 0.5], ...ticks(r0, r1, height - 90) },
+    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+    font: { family: "system-ui, sans-serif" },
+    dragmode: "zoom",
+  };
+  plot._cell = { cell, r0, c0, values: answer.values[0] };
+  await window.Plotly.react(plot, [trace], layout, PLOT_CONFIG);
+  if (!plot._zoomWired) wirePlot();
+}
+
+/** Token labels where every token in the span gets room; positions otherwise. */
+function ticks(start, stop, pixels) {
+  const span = stop - start;
+  if (span * LABEL_PIXELS > pixels) return { tickmode: "auto", ticktext: undefined, tickvals: undefined };
+  const tickvals = Array.from({ length: span }, (_, i) => start + i);
+  const ticktext = tickvals.map((i) => escapeLabel(state.pass.tokens[i]));
+  return { tickmode: "array", tickvals, ticktext };
+}
+
+function wirePlot() {
+  plot._zoomWired = true;
+  plot.on("plotly_relayout", (event) => {
+    const n = state.pass?.seq_len;
+    if (!n) return;
+    if (event["xaxis.autorange"] || event["yaxis.autorange"]) {
+      state.window = null;
+    } else if (Object.keys(event).some((key) => /^[xy]axis\.range/.test(key))) {
+      const x = plot.layout.xaxis.range;
+      const y = plot.layout.yaxis.range;
+      const c0 = Math.floor(Math.min(...x) + 0.5);
+      const c1 = Math.ceil(Math.max(...x) + 0.5);
+      const r0 = Math.floor(Math.min(...y) + 0.5);
+      const r1 = Math.ceil(Math.max(...y) + 0.5);
+      state.window = clampWindow([r0, r1, c0, c1]);
+    } else {
+      return;
+    }
+    clearTimeout(relayoutTimer);
+    relayoutTimer = setTimeout(draw, 120);
+  });
+  plot.on("plotly_hover", (event) => {
+    const point = event.points?.[0];
+    const info = plot._cell;
+    if (!point || !info) return;
+    const [i, j] = point.pointIndex;
+    const value = info.values[i]?.[j];
+    const row = info.r0 + i * info.cell;
+    const col = info.c0 + j * info.cell;
+    const tokens = state.pass.tokens;
+    if (info.cell === 1) {
+      windowLine.textContent = `query ${row} “${tokens[row]}” → key ${col} “${tokens[col]}”: ${formatNumber(value, 6)}`;
+    } else {
+      windowLine.textContent = `queries ${row}–${Math.min(row + info.cell, state.pass.seq_len) - 1}, keys ${col}–${Math.min(col + info.cell, state.pass.seq_len) - 1}: ${state.reduce} ${formatNumber(value, 6)}`;
+    }
+  });
+}
+
+async function useExample() {
+  const length = Number($("#zoom-example-length").value);
+  showError(errorBox, "");
+  status.textContent = "Drawing random words…";
+  try {
+    const example = await api.inductionText(state.model, length, 0);
+    textBox.value = example.text;
+    state.text = example.text;
+    await runPass();
+  } catch (err) {
+    status.textContent = "";
+    showError(errorBox, err.message);
+  }
+}
+
+async function main() {
+  readUrl();
+  await plotlyReady();
+  try {
+    await loadModels();
+  } catch (err) {
+    showError(errorBox, err.message);
+    return;
+  }
+  textBox.value = state.text;
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.text = textBox.value;
+    state.model = modelSelect.value;
+    runPass();
+  });
+  modelSelect.addEventListener("change", () => {
+    state.model = modelSelect.value;
+    writeUrl();
+  });
+  stopButton.addEventListener("click", () => running?.abort());
+  $("#zoom-example").addEventListener("click", useExample);
+  layerSelect.addEventListener("change", () => { state.layer = Number(layerSelect.value); draw(); });
+  headSelect.addEventListener("change", () => { state.head = Number(headSelect.value); draw(); });
+  reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
+  $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
+  if (state.text.trim()) await runPass({ keepView: true });
+  else writeUrl();
+}
+
+main();

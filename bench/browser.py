@@ -1,0 +1,150 @@
+"""The front end in headless Chromium, measured side by side in one run: SmolLM2 at 16, 128 and 512
+tokens in the explorer, and 512, 2,048 and 8,192 tokens in Deep zoom.
+
+    .venv/bin/python -m bench.browser [--lengths 16,128,512,2048,8192]
+
+Explorer: from submitting the text to the first heatmap painted, the time from the last byte of
+the maps' answer to that paint, the all-heads grid complete (30 layers x 9 heads), the longest
+main-thread task and the JS heap. Deep zoom: from running the model to the first overview painted
+(the forward pass included), from the answer to the paint, zooming into a 64 x 64 window of single
+weights, the longest task and the heap. The server is started as `make run` starts it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from urllib.parse import urlencode
+
+from playwright.sync_api import sync_playwright
+from transformers import AutoTokenizer
+
+from app.models.registry import SMOLLM2_ID
+from app.models.sources import smollm2_folder
+from bench.compression import prose
+from tests.e2e.helpers import wait_js
+from tests.support.live import REPO, start_server
+
+# Runs in every page before its scripts: long tasks, and when a chart first holds data.
+PROBES = """
+window.__long = [];
+new PerformanceObserver((list) => {
+  for (const e of list.getEntries()) window.__long.push(Math.round(e.duration));
+}).observe({ type: "longtask", buffered: true });
+window.__painted = {};
+(function watch() {
+  const charts = [["heatmap", "#view-heatmap .js-plotly-plot"], ["zoom", "#zoom-map"]];
+  for (const [name, selector] of charts) {
+    const gd = document.querySelector(selector);
+    if (!(gd && gd.data && gd.data.length)) continue;
+    const stamp = `${gd.data[0].z?.length} ${gd.layout?.xaxis?.range}`;
+    if (window.__painted[name]?.stamp !== stamp) {
+      window.__painted[name] = { stamp, at: performance.now() };
+    }
+  }
+  requestAnimationFrame(watch);
+})();
+"""
+RESPONSE_END = """(path) => Math.max(...performance.getEntriesByType('resource')
+  .filter((e) => new URL(e.name).pathname === path).map((e) => e.responseEnd))"""
+
+
+def heap_mb(cdp) -> float:
+    metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+    return metrics["JSHeapUsedSize"] / 2**20
+
+
+def explorer(page, cdp, base: str, text: str) -> dict:
+    page.goto(f"{base}/?{urlencode({'model': SMOLLM2_ID})}")
+    wait_js(page, "document.querySelector('#model').options.length > 0")
+    page.wait_for_load_state("networkidle")
+    page.fill("#text", text)
+    page.evaluate("window.__long = []; window.__painted = {}")
+    start = page.evaluate("performance.now()")
+    page.click("#run")
+    wait_js(page, "window.__painted.heatmap", 300)
+    painted = page.evaluate("window.__painted.heatmap.at")
+    answer = page.evaluate(RESPONSE_END, "/api/attention")
+    page.click("#tab-grid")
+    wait_js(page, "document.querySelector('#grid-status').textContent.includes('shown')", 300)
+    grid = page.evaluate("performance.now()")
+    page.wait_for_timeout(300)
+    return {
+        "first map": painted - start, "answer to paint": painted - answer, "grid": grid - start,
+        "longest task": max(page.evaluate("window.__long"), default=0), "heap": heap_mb(cdp),
+    }  # fmt: skip
+
+
+def deep_zoom(page, cdp, base: str, text: str, seq: int) -> dict:
+    page.goto(f"{base}/zoom?{urlencode({'model': SMOLLM2_ID, 'layer': 15})}")
+    wait_js(page, "document.querySelector('#zoom-model').options.length > 0")
+    page.fill("#zoom-text", text)
+    page.evaluate("window.__long = []; window.__painted = {}")
+    start = page.evaluate("performance.now()")
+    page.click("#zoom-run")
+    wait_js(page, "document.querySelector('#zoom-window').textContent.startsWith('Layer')", 600)
+    painted = page.evaluate("window.__painted.zoom.at")
+    answer = page.evaluate(RESPONSE_END, "/api/attention/tiles")
+    zoom_start = page.evaluate("performance.now()")
+    page.evaluate(
+        "Plotly.relayout(document.querySelector('#zoom-map'), "
+        f"{{'xaxis.range': [{seq - 64.5}, {seq - 0.5}], 'yaxis.range': [{seq - 0.5}, {seq - 64.5}]}})"
+    )
+    wait_js(page, "document.querySelector('#zoom-window').textContent.includes('one weight')", 120)
+    zoomed = page.evaluate("window.__painted.zoom.at")
+    page.wait_for_timeout(300)
+    return {
+        "first map": painted - start, "answer to paint": painted - answer,
+        "zoom in": zoomed - zoom_start,
+        "longest task": max(page.evaluate("window.__long"), default=0), "heap": heap_mb(cdp),
+    }  # fmt: skip
+
+
+def run(lengths: list[int]) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(
+        smollm2_folder(REPO / "var" / "cache", lambda *_: None)
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(Path(tmp) / "server.log", {"ATLAS_PRELOAD": f'["{SMOLLM2_ID}"]'})
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(
+                    executable_path="/usr/bin/chromium", args=["--no-sandbox"]
+                )
+                print(f"{'page':<10} {'tokens':>6} {'first map':>10} {'answer→paint':>12} "
+                      f"{'grid / zoom':>11} {'longest task':>12} {'JS heap':>8}")  # fmt: skip
+                for n in lengths:
+                    pages = [("explorer", explorer)] if n <= 512 else []
+                    pages += [("deep zoom", deep_zoom)] if n >= 512 else []
+                    for name, measure in pages:
+                        page = browser.new_page(viewport={"width": 1280, "height": 900})
+                        page.add_init_script(PROBES)
+                        cdp = page.context.new_cdp_session(page)
+                        cdp.send("Performance.enable")
+                        # Each page a text of its own (a new forward pass): Deep zoom's is one
+                        # token shorter.
+                        text = prose(tokenizer, n + 2 - (measure is deep_zoom))
+                        args = (text, n) if measure is deep_zoom else (text,)
+                        m = measure(page, cdp, server.base, *args)
+                        third = m.get("grid", m.get("zoom in"))
+                        print(
+                            f"{name:<10} {n:>6} {m['first map']:>8,.0f}ms "
+                            f"{m['answer to paint']:>10,.0f}ms {third:>9,.0f}ms "
+                            f"{m['longest task']:>10,.0f}ms {m['heap']:>6,.1f}MB"
+                        )
+                        page.close()
+                browser.close()
+        finally:
+            server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="16,128,512,2048,8192")
+    args = parser.parse_args()
+    run([int(n) for n in args.lengths.split(",")])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Long contexts on the server, measured side by side in one run: SmolLM2 at 512, 2,048 and 8,192
+tokens (its whole context).
+
+    .venv/bin/python -m bench.long_context [--lengths 512,2048,8192]
+
+For each length: the model's bare forward pass (no attention output, PyTorch's fused kernel
+above the eager size, as the server runs it), the API's forward pass (POST /api/attention/forward,
+which also keeps the hidden states), then windows of the cached pass (POST /api/attention/tiles):
+an overview of one head and of all 9 heads of a layer at about 340 cells across, and a 64 x 64
+window of single weights at the end of the text; and one layer of maps in u8 where the API
+computes one (up to 2,181 tokens). The process's RSS after each length and its peak are the
+server's memory: the bench runs the app in process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import time
+from pathlib import Path
+
+import torch
+from fastapi.testclient import TestClient
+
+from app.config import Settings
+from app.inference.forward import EAGER_LAYER_BYTES, _attention_kernel
+from app.main import create_app
+from app.models.registry import SMOLLM2_ID
+from bench.compression import prose
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def timed(fn, *args, **kwargs):
+    """(milliseconds, fn's value); an HTTP answer must be a success."""
+    start = time.perf_counter()
+    value = fn(*args, **kwargs)
+    elapsed = (time.perf_counter() - start) * 1000
+    status = getattr(value, "status_code", 200)
+    assert status == 200, value.text
+    return elapsed, value
+
+
+def run(lengths: list[int]) -> None:
+    app = create_app(Settings(preload=[]))
+    with TestClient(app) as client:
+        loaded = app.state.manager.get(SMOLLM2_ID)
+        heads = loaded.arch.num_heads
+        print(
+            f"SmolLM2-135M on {torch.get_num_threads()} threads; RSS with the model {rss_mb():,.0f} MB"
+        )
+        print(
+            f"{'tokens':>6} {'kernel':>6} {'bare fwd':>9} {'API fwd':>9} {'ratio':>5} "
+            f"{'1 head':>8} {'9 heads':>8} {'64x64':>7} {'layer u8':>9} {'hit':>7} "
+            f"{'pass MB':>7} {'RSS MB':>7} {'peak MB':>7}"
+        )
+        for n in lengths:
+            text = prose(loaded.tokenizer, n + 2)  # SmolLM2 adds no special tokens
+            ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"]
+            seq = ids.shape[1]
+            kernel = "sdpa" if 4 * heads * seq * seq > EAGER_LAYER_BYTES else "eager"
+            with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
+                bare, _ = timed(loaded.model, input_ids=ids)
+            body = {"model": SMOLLM2_ID, "text": text}
+            api, response = timed(client.post, "/api/attention/forward", json=body)
+            done = [line for line in response.text.splitlines() if line][-1]
+            assert '"done"' in done, done
+            cell = math.ceil(seq / 340)  # 9 heads x 340 x 340 values fit one answer
+            overview = {**body, "layer": 15, "cell": cell}
+            one, _ = timed(client.post, "/api/attention/tiles", json={**overview, "heads": [0]})
+            nine, _ = timed(client.post, "/api/attention/tiles", json=overview)
+            window = {
+                **body,
+                "layer": 15,
+                "heads": [0],
+                "rows": [seq - 64, seq],
+                "cols": [seq - 64, seq],
+            }
+            small, _ = timed(client.post, "/api/attention/tiles", json=window)
+            layer_body = {**body, "layers": [15], "format": "u8"}
+            layer = hit = float("nan")
+            if (
+                client.post("/api/attention", json={**layer_body, "layers": [14]}).status_code
+                == 200
+            ):
+                layer, _ = timed(client.post, "/api/attention", json=layer_body)
+                hit, _ = timed(client.post, "/api/attention", json=layer_body)
+            kept = app.state.forward_cache.nbytes / 2**20
+            print(
+                f"{seq:>6} {kernel:>6} {bare:>7,.0f}ms {api:>7,.0f}ms {api / bare:>5.2f} "
+                f"{one:>6,.0f}ms {nine:>6,.0f}ms {small:>5,.0f}ms {layer:>7,.0f}ms {hit:>5,.0f}ms "
+                f"{kept:>7,.0f} {rss_mb():>7,.0f} {peak_mb():>7,.0f}"
+            )
+        print(
+            "'layer u8': one layer's maps in u8 (its first request replays the layer; the pass was "
+            "cached by /forward); 'hit': the same again; nan where the API refuses a whole layer."
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="512,2048,8192")
+    args = parser.parse_args()
+    run([int(n) for n in args.lengths.split(",")])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""Maps computed on demand: a forward pass keeps the hidden states entering each attention block,
+not the maps; long texts run with PyTorch's fused attention (no maps at all) and are read a layer
+or a window at a time, every route sized before it computes anything."""
+
+import json
+
+import pytest
+import torch
+
+from app.inference import forward
+from app.inference.forward import ForwardResult, run_forward
+from app.models.loader import FULL_MAPS_MAX_TOKENS
+from app.models.placement import REPLAY_MAX_ABS_DIFF
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+from bench.compression import prose
+from tests.app.test_attention_fidelity import direct_attentions
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_pass_keeps_hidden_states_not_maps(app):
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    text = prose(loaded.tokenizer, 500)
+    result = run_forward(loaded, text)
+    arch, seq = loaded.arch, result.seq_len
+    assert result.stored_maps is None
+    hidden = 4 * arch.num_layers * seq * arch.d_model
+    assert result.nbytes == hidden + 4 * seq * arch.d_model  # and the LM head's input
+    assert result.nbytes <= ForwardResult.nbytes_for(arch, seq, replayed=True)
+    maps = 4 * arch.num_layers * arch.num_heads * seq * seq
+    assert maps > 7 * result.nbytes  # what a pass held before: 283 MB against 37 MB here
+
+
+def test_a_long_pass_runs_the_fused_kernel_and_replays_within_the_bound(app, monkeypatch):
+    """Above EAGER_LAYER_BYTES the model runs torch's scaled_dot_product_attention (the limit
+    is lowered here so a 300-token pass takes that path); the hidden states it leaves differ
+    from eager's by rounding, and the replayed maps stay within the stated bound."""
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    text = prose(loaded.tokenizer, 300)
+    calls = []
+    fused = torch.nn.functional.scaled_dot_product_attention
+
+    def counted(*args, **kwargs):
+        calls.append(args[0].shape)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(forward, "EAGER_LAYER_BYTES", 0)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counted)
+    steps = []
+    result = run_forward(loaded, text, progress=lambda done, of: steps.append((done, of)))
+    monkeypatch.undo()
+    assert len(calls) == loaded.arch.num_layers  # every layer ran the fused kernel
+    assert loaded.model.config._attn_implementation == "eager"  # and it was put back
+    layers = loaded.arch.num_layers
+    assert steps == [(i, layers) for i in range(layers)] + [(layers, layers)]
+    expected = direct_attentions(app, SMOLLM2_ID, text)
+    for layer in range(layers):
+        diff = (result.layer_maps(layer) - expected[layer]).abs().max()
+        assert diff <= REPLAY_MAX_ABS_DIFF["float32"], (layer, diff)
+
+
+def test_limits_the_models_list_states(client):
+    models = {m["id"]: m for m in client.get("/api/models").json()["models"]}
+    assert models[SMOLLM2_ID]["max_tokens"] == 8192  # its whole context
+    assert models[MINILM_ID]["max_tokens"] == 512
+    assert models["local/neox-tiny"]["full_map_tokens"] <= FULL_MAPS_MAX_TOKENS
+    for model in (models[SMOLLM2_ID], models[MINILM_ID]):
+        assert model["full_map_tokens"] == FULL_MAPS_MAX_TOKENS
+
+
+@pytest.fixture(scope="module")
+def long_text(app):
+    """About 700 SmolLM2 tokens: over the whole-map limit, under the model's own."""
+    return prose(app.state.manager.get(SMOLLM2_ID).tokenizer, 700)
+
+
+def test_routes_that_read_every_map_refuse_a_long_text_saying_where_to_go(client, long_text):
+    for route, extra in [
+        ("/api/attention/heads", {}),
+        ("/api/attention/token", {"token": 0}),
+        ("/api/attention/detail", {"layer": 0, "head": 0}),
+    ]:
+        body = {"model": SMOLLM2_ID, "text": long_text, **extra}
+        response = client.post(route, json=body)
+        assert response.status_code == 422, (route, response.text)
+        detail = response.json()["detail"]
+        assert f"at most {FULL_MAPS_MAX_TOKENS} tokens" in detail and "tiles" in detail
+
+
+def test_a_long_text_is_read_a_layer_or_a_window_at_a_time(client, app, long_text):
+    body = {"model": SMOLLM2_ID, "text": long_text, "layers": [3], "heads": [2], "format": "json"}
+    response = client.post("/api/attention", json=body)
+    assert response.status_code == 200, response.text
+    weights = torch.tensor(response.json()["attentions"])[0, 0]  # (T, T)
+    seq = weights.shape[-1]
+    assert seq > FULL_MAPS_MAX_TOKENS
+    expected = direct_attentions(app, SMOLLM2_ID, long_text)[3, 2]
+    assert (weights - expected).abs().max() <= REPLAY_MAX_ABS_DIFF["float32"]
+    window = {"model": SMOLLM2_ID, "text": long_text, "layer": 3, "heads": [2]}
+    tile = client.post("/api/attention/tiles", json={**window, "rows": [600, 640], "cols": [0, 64]})
+    assert tile.status_code == 200, tile.text
+    torch.testing.assert_close(
+        torch.tensor(tile.json()["values"][0]), weights[600:640, :64], atol=1e-5, rtol=0
+    )
+
+
+def test_a_layer_too_large_to_compute_is_refused_before_the_forward_pass(client, app, monkeypatch):
+    def never(*_args, **_kwargs):
+        raise AssertionError("sized after the forward pass")
+
+    monkeypatch.setattr("app.services.attention.run_forward", never)
+    text = prose(app.state.manager.get(SMOLLM2_ID).tokenizer, 2400)
+    body = {"model": SMOLLM2_ID, "text": text, "layers": [0], "format": "u8"}
+    response = client.post("/api/attention", json=body)
+    assert response.status_code == 422
+    assert "MB of float32 weights" in response.json()["detail"]
+    assert (
+        "1 head" in response.json()["detail"] or "heads at this length" in response.json()["detail"]
+    )
+
+
+def ndjson(response) -> list[dict]:
+    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+
+
+def test_the_forward_route_streams_each_layer_then_the_tokens(client, long_text):
+    body = {"model": SMOLLM2_ID, "text": long_text + " A pass of its own."}
+    response = client.post("/api/attention/forward", json=body)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    lines = ndjson(response)
+    progress, done = lines[:-1], lines[-1]
+    assert [line["layer"] for line in progress] == list(range(31))  # 30 layers, then all done
+    assert {line["layers"] for line in progress} == {30}
+    assert done["event"] == "done" and done["cached"] is False
+    assert done["seq_len"] == len(done["tokens"]) > FULL_MAPS_MAX_TOKENS
+    assert done["full_map_tokens"] == FULL_MAPS_MAX_TOKENS and done["causal"] is True
+    again = ndjson(client.post("/api/attention/forward", json=body))
+    assert len(again) == 1 and again[0]["cached"] is True  # windows now cost no forward pass
+
+
+def test_the_forward_route_refuses_before_streaming(client):
+    too_long = {"model": MINILM_ID, "text": "word " * 600}
+    response = client.post("/api/attention/forward", json=too_long)
+    assert response.status_code == 422 and "at most 512" in response.json()["detail"]
+    maps_only = client.post(
+        "/api/attention/forward", json={"model": "local/neox-tiny", "text": "hi"}
+    )
+    assert maps_only.status_code == 422 and "replay adapter" in maps_only.json()["detail"]
+
+
+def test_a_whole_context_of_8192_tokens(client, app):
+    """A Llama-family model (the tiny Qwen2, whose context is 8,192 tokens: SmolLM2's pass over
+    8,192 tokens takes 20 to 80 s here, measured in bench/long_context.py) over its whole
+    context: the fused kernel (one eager layer would be 1 GB), then windows of the pass: whole
+    rows are distributions, the future is masked, and a whole layer is refused, pointing here."""
+    model = "local/qwen2-tiny"
+    loaded = app.state.manager.get(model)
+    text = prose(loaded.tokenizer, 8194)  # 8,192 tokens: no special tokens added
+    body = {"model": model, "text": text}
+    done = ndjson(client.post("/api/attention/forward", json=body))[-1]
+    assert done["event"] == "done" and done["seq_len"] == 8192 == loaded.max_tokens
+    rows = {**body, "layer": 1, "heads": [0, 3], "rows": [8180, 8192], "cols": [0, 8192]}
+    answer = client.post("/api/attention/tiles", json=rows)
+    assert answer.status_code == 200, answer.text
+    weights = torch.tensor(answer.json()["values"])  # (2, 12, 8192)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 12), atol=1e-4, rtol=0)
+    assert (weights[:, 0, 8181:] == 0).all() and (weights[:, 0, :8181] > 0).all()
+    overview = {**body, "layer": 0, "heads": [3], "cell": 32, "reduce": "mean"}
+    blocks = torch.tensor(client.post("/api/attention/tiles", json=overview).json()["values"][0])
+    assert blocks.shape == (256, 256)
+    torch.testing.assert_close(blocks.sum(-1) * 32, torch.ones(256), atol=1e-4, rtol=0)
+    too_much = client.post("/api/attention", json={**body, "layers": [0], "format": "u8"})
+    assert too_much.status_code == 422 and "tiles" in too_much.json()["detail"]

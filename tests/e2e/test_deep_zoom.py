@@ -1,0 +1,96 @@
+"""Issue 14.2: the Deep zoom page over a long text: the forward pass's progress, an overview of
+blocks, zooming in down to single weights with their tokens, the window kept in the URL."""
+
+from urllib.parse import urlencode
+
+import pytest
+
+from app.models.registry import SMOLLM2_ID
+from bench.compression import prose
+from tests.e2e.helpers import wait_js
+from tests.e2e.test_long_inputs import LONG_TASKS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def long_text():
+    from transformers import AutoTokenizer
+
+    from app.models.sources import smollm2_folder
+    from tests.conftest import CACHE_DIR
+
+    folder = smollm2_folder(CACHE_DIR, lambda *_: None)
+    return prose(AutoTokenizer.from_pretrained(folder), 1502)  # 1,500 SmolLM2 tokens
+
+
+def drawn_window(page) -> str:
+    wait_js(page, "document.querySelector('#zoom-window').textContent.startsWith('Layer')", 120)
+    return page.inner_text("#zoom-window")
+
+
+def test_a_long_text_zooms_from_blocks_to_tokens_and_the_url_keeps_the_window(
+    page, live_server, long_text
+):
+    page.add_init_script(LONG_TASKS)
+    query = urlencode({"model": SMOLLM2_ID, "layer": 5, "head": 2})
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
+    page.wait_for_selector("#zoom-result:not([hidden])", timeout=120_000)
+    overview = drawn_window(page)
+    assert "Layer 5, head 2" in overview and "largest weight of 4 × 4 tokens" in overview
+    assert "1,5" in page.inner_text("#zoom-status")  # about 1,500 tokens
+    shape = page.evaluate("(() => { const z = document.querySelector('#zoom-map').data[0].z;"
+                          " return [z.length, z[0].length]; })()")  # fmt: skip
+    assert shape[0] == shape[1] and 350 <= shape[0] <= 400
+
+    # Zoom into 20 queries x 20 keys near the end: single weights, tokens on the axes.
+    page.evaluate("window.__long = []")
+    page.evaluate(
+        "Plotly.relayout(document.querySelector('#zoom-map'),"
+        " {'xaxis.range': [1399.5, 1419.5], 'yaxis.range': [1439.5, 1419.5]})"
+    )
+    wait_js(page, "document.querySelector('#zoom-window').textContent.includes('one weight')", 60)
+    assert "queries 1420–1439, keys 1400–1419" in page.inner_text("#zoom-window")
+    ticks = page.evaluate("document.querySelector('#zoom-map').layout.xaxis.ticktext")
+    tokens = page.evaluate("document.querySelector('#zoom-map').data[0].z.length")
+    assert tokens == 20 and len(ticks) == 20
+    assert max(page.evaluate("window.__long"), default=0) <= 200
+
+    # The values drawn are the API's for that window.
+    body = {"model": SMOLLM2_ID, "text": long_text, "layer": 5, "heads": [2],
+            "rows": [1420, 1440], "cols": [1400, 1420]}  # fmt: skip
+    expected = page.request.post(f"{live_server}/api/attention/tiles", data=body).json()
+    drawn = page.evaluate("document.querySelector('#zoom-map').data[0].z")
+    assert drawn == expected["values"][0]
+
+    assert "win=1420%2C1440%2C1400%2C1420" in page.url
+    page.reload()
+    wait_js(page, "document.querySelector('#zoom-window').textContent.includes('one weight')", 120)
+    assert "queries 1420–1439, keys 1400–1419" in page.inner_text("#zoom-window")
+    assert page.inner_text("#zoom-error") == ""
+
+
+def test_the_forward_pass_shows_progress_and_can_be_stopped(page, live_server, long_text):
+    page.goto(f"{live_server}/zoom?{urlencode({'model': SMOLLM2_ID})}")
+    wait_js(page, "document.querySelector('#zoom-model').options.length > 0")
+    page.fill("#zoom-text", long_text + " Another ending, so the pass is not cached.")
+    page.click("#zoom-run")
+    wait_js(page, "document.querySelector('#zoom-status').textContent.includes('Forward pass')", 60)
+    assert page.is_visible("#zoom-progress") and page.is_visible("#zoom-stop")
+    page.click("#zoom-stop")
+    wait_js(page, "document.querySelector('#zoom-status').textContent === 'Stopped.'")
+    assert page.is_hidden("#zoom-result") and page.inner_text("#zoom-error") == ""
+
+
+def test_the_explorer_sends_a_text_longer_than_its_views_take_to_deep_zoom(
+    page, live_server, long_text
+):
+    page.goto(f"{live_server}/?{urlencode({'model': SMOLLM2_ID, 'text': long_text})}")
+    page.wait_for_selector("#run-notice:not([hidden])", timeout=120_000)
+    notice = page.inner_text("#run-notice")
+    assert "1,500 tokens" in notice and "up to 512 tokens" in notice
+    assert page.is_hidden("#result")
+    page.click("#run-notice a")
+    page.wait_for_selector("#zoom-result:not([hidden])", timeout=120_000)
+    assert "from the server's cache" in page.inner_text("#zoom-status")  # the explorer's pass
+    assert "largest weight" in drawn_window(page)
