@@ -58,13 +58,15 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $@
 
-bench: $(VENV)/.installed-bench
+bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 $(PY) -m bench.core_kernels
 	HF_HUB_OFFLINE=1 $(PY) -m bench.attention_api
 	HF_HUB_OFFLINE=1 $(PY) -m bench.compression
 	HF_HUB_OFFLINE=1 $(PY) -m bench.interventions
 	HF_HUB_OFFLINE=1 $(PY) -m bench.bytes_per_weight
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scaling
+	HF_HUB_OFFLINE=1 $(PY) -m bench.long_context
+	HF_HUB_OFFLINE=1 $(PY) -m bench.browser
 
 screenshots: $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(PY) -m app --port 8765 & pid=$$!; \

@@ -55,7 +55,10 @@ def test_the_strip_and_the_hover_show_the_models_own_predictions(page, live_serv
     n = len(answer["tokens"])
     page.mouse.move(box["x"] + 2, box["y"] + 2)
     page.mouse.move(box["x"] + box["width"] / (2 * n), box["y"] + box["height"] * 5.5 / n, steps=4)
-    wait_js(page, "document.querySelector('.prediction-detail').textContent.length > 0")
+    # The first move may hover row 0 on the way: wait for the pointer's last row.
+    wait_js(
+        page, r"/\(token [4-6]\)/.test(document.querySelector('.prediction-detail').textContent)"
+    )
     detail = page.text_content(".prediction-detail")
     hovered = int(re.search(r"\(token (\d+)\)", detail)[1])
     assert abs(hovered - 5) <= 1  # the row under the pointer

@@ -66,3 +66,30 @@ def test_a_client_that_hangs_up_stops_its_forward_pass(live_server, server_log):
         time.sleep(0.1)
     status, _ = post(live_server, "/api/attention", {"model": SMOLLM2, "text": text, "layers": [0]})
     assert status == 200
+
+
+def test_leaving_a_streamed_forward_pass_stops_it_within_a_layer(live_server, server_log):
+    """POST /api/attention/forward streams a line as each layer starts; a client that reads the
+    first lines and hangs up stops the pass at the next layer (the log names the layer)."""
+    text = "A long pass nobody waits for: " + "the quick brown fox jumps over the lazy dog. " * 150
+    data = json.dumps({"model": SMOLLM2, "text": text}).encode()
+    host, port = live_server.removeprefix("http://").split(":")
+    before = server_log().count("client gone: stopped")
+    with socket.create_connection((host, int(port))) as conn:
+        conn.sendall(
+            b"POST /api/attention/forward HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+            + b"\r\nContent-Length: %d\r\n\r\n" % len(data)
+            + data
+        )
+        conn.settimeout(60)
+        received = b""
+        while b'"layer":2,' not in received:  # three layers under way
+            received += conn.recv(4096)
+        assert b"200 OK" in received and b"application/x-ndjson" in received
+    deadline = time.monotonic() + 30
+    while server_log().count("client gone: stopped") == before:
+        assert time.monotonic() < deadline, server_log()[-2000:]
+        time.sleep(0.1)
+    stopped = server_log().rsplit("client gone: stopped", 1)[1].split("\n", 1)[0]
+    layer = int(stopped.rsplit(" ", 1)[1])
+    assert layer < 29, stopped  # well before the last of SmolLM2's 30 layers

@@ -5,14 +5,14 @@
 
 import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
-import { COLORSCALE, escapeLabel, formatNumber, nextTask, plotlyReady } from "../views/plot.js";
+import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, nextTask, plotlyReady } from "../views/plot.js";
 
 const MAX_CELLS_ACROSS = 400; // values a row of the drawn window has at most (a cell a pixel or more)
 const LABEL_PIXELS = 14; // room a token label needs across
+// "Autoscale" would redraw the coarse image at full size; double-click asks for the whole map.
 const PLOT_CONFIG = {
-  responsive: true, displaylogo: false, showSendToCloud: false, showEditInChartStudio: false,
-  showLink: false, plotlyServerURL: "", scrollZoom: false,
-  modeBarButtonsToRemove: ["select2d", "lasso2d", "sendChartToCloud", "editInChartStudio", "autoScale2d"],
+  ...BASE_CONFIG,
+  modeBarButtonsToRemove: [...BASE_CONFIG.modeBarButtonsToRemove, "autoScale2d"],
 };
 
 const page = readPageData();
@@ -100,7 +100,7 @@ async function runPass({ keepView = false } = {}) {
     const last = await api.forward({ model: state.model, text: state.text }, (line) => {
       if (line.event !== "progress") return;
       progress.value = line.layer / line.layers;
-      status.textContent = `Forward pass: layer ${line.layer + 1 > line.layers ? line.layers : line.layer + 1} of ${line.layers}…`;
+      status.textContent = `Forward pass: layer ${Math.min(line.layer + 1, line.layers)} of ${line.layers}…`;
     }, { signal: controller.signal });
     if (!last || last.event === "error") throw new Error(last?.detail || "the forward pass did not finish");
     state.pass = last;
@@ -237,6 +237,38 @@ function wirePlot() {
   });
 }
 
+/** Keyboard zoom and pan on the focused map: + and − zoom by 2 around the centre, arrows move
+ * by a quarter of the window, 0 shows the whole map. */
+function onMapKey(event) {
+  const n = state.pass?.seq_len;
+  if (!n) return;
+  let [r0, r1, c0, c1] = state.window || [0, n, 0, n];
+  const rows = r1 - r0;
+  const cols = c1 - c0;
+  const moves = {
+    ArrowUp: [-rows / 4, 0], ArrowDown: [rows / 4, 0], ArrowLeft: [0, -cols / 4], ArrowRight: [0, cols / 4],
+  };
+  if (event.key in moves) {
+    const [dr, dc] = moves[event.key].map(Math.round);
+    const shiftR = Math.max(-r0, Math.min(n - r1, dr));
+    const shiftC = Math.max(-c0, Math.min(n - c1, dc));
+    [r0, r1, c0, c1] = [r0 + shiftR, r1 + shiftR, c0 + shiftC, c1 + shiftC];
+  } else if (event.key === "+" || event.key === "=" || event.key === "-" || event.key === "−") {
+    const factor = event.key === "-" || event.key === "−" ? 2 : 0.5;
+    const half = (span) => Math.max(1, Math.round((span * factor) / 2));
+    const [mr, mc] = [(r0 + r1) / 2, (c0 + c1) / 2];
+    [r0, r1, c0, c1] = [mr - half(rows), mr + half(rows), mc - half(cols), mc + half(cols)].map(Math.round);
+  } else if (event.key === "0") {
+    [r0, r1, c0, c1] = [0, n, 0, n];
+  } else {
+    return;
+  }
+  event.preventDefault();
+  state.window = clampWindow([r0, r1, c0, c1]);
+  clearTimeout(relayoutTimer);
+  relayoutTimer = setTimeout(draw, 120);
+}
+
 async function useExample() {
   const length = Number($("#zoom-example-length").value);
   showError(errorBox, "");
@@ -278,6 +310,7 @@ async function main() {
   headSelect.addEventListener("change", () => { state.head = Number(headSelect.value); draw(); });
   reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
   $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
+  plot.addEventListener("keydown", onMapKey);
   if (state.text.trim()) await runPass({ keepView: true });
   else writeUrl();
 }

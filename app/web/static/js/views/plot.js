@@ -5,7 +5,7 @@
 export const COLORSCALE = "Viridis";
 
 // Offline: no button may send a chart anywhere (plotly.js shows "Share chart..." by default).
-const BASE_CONFIG = {
+export const BASE_CONFIG = {
   responsive: true,
   displaylogo: false,
   showSendToCloud: false,

@@ -21,7 +21,7 @@ def long_text():
     from tests.conftest import CACHE_DIR
 
     folder = smollm2_folder(CACHE_DIR, lambda *_: None)
-    return prose(AutoTokenizer.from_pretrained(folder), 1502)  # 1,500 SmolLM2 tokens
+    return prose(AutoTokenizer.from_pretrained(folder), 802)  # 800 SmolLM2 tokens
 
 
 def drawn_window(page) -> str:
@@ -37,8 +37,8 @@ def test_a_long_text_zooms_from_blocks_to_tokens_and_the_url_keeps_the_window(
     page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
     page.wait_for_selector("#zoom-result:not([hidden])", timeout=120_000)
     overview = drawn_window(page)
-    assert "Layer 5, head 2" in overview and "largest weight of 4 × 4 tokens" in overview
-    assert "1,5" in page.inner_text("#zoom-status")  # about 1,500 tokens
+    assert "Layer 5, head 2" in overview and "largest weight of 2 × 2 tokens" in overview
+    assert "800 tokens" in page.inner_text("#zoom-status")
     shape = page.evaluate("(() => { const z = document.querySelector('#zoom-map').data[0].z;"
                           " return [z.length, z[0].length]; })()")  # fmt: skip
     assert shape[0] == shape[1] and 350 <= shape[0] <= 400
@@ -47,10 +47,10 @@ def test_a_long_text_zooms_from_blocks_to_tokens_and_the_url_keeps_the_window(
     page.evaluate("window.__long = []")
     page.evaluate(
         "Plotly.relayout(document.querySelector('#zoom-map'),"
-        " {'xaxis.range': [1399.5, 1419.5], 'yaxis.range': [1439.5, 1419.5]})"
+        " {'xaxis.range': [699.5, 719.5], 'yaxis.range': [739.5, 719.5]})"
     )
     wait_js(page, "document.querySelector('#zoom-window').textContent.includes('one weight')", 60)
-    assert "queries 1420–1439, keys 1400–1419" in page.inner_text("#zoom-window")
+    assert "queries 720–739, keys 700–719" in page.inner_text("#zoom-window")
     ticks = page.evaluate("document.querySelector('#zoom-map').layout.xaxis.ticktext")
     tokens = page.evaluate("document.querySelector('#zoom-map').data[0].z.length")
     assert tokens == 20 and len(ticks) == 20
@@ -58,15 +58,23 @@ def test_a_long_text_zooms_from_blocks_to_tokens_and_the_url_keeps_the_window(
 
     # The values drawn are the API's for that window.
     body = {"model": SMOLLM2_ID, "text": long_text, "layer": 5, "heads": [2],
-            "rows": [1420, 1440], "cols": [1400, 1420]}  # fmt: skip
+            "rows": [720, 740], "cols": [700, 720]}  # fmt: skip
     expected = page.request.post(f"{live_server}/api/attention/tiles", data=body).json()
     drawn = page.evaluate("document.querySelector('#zoom-map').data[0].z")
     assert drawn == expected["values"][0]
 
-    assert "win=1420%2C1440%2C1400%2C1420" in page.url
+    assert "win=720%2C740%2C700%2C720" in page.url
     page.reload()
     wait_js(page, "document.querySelector('#zoom-window').textContent.includes('one weight')", 120)
-    assert "queries 1420–1439, keys 1400–1419" in page.inner_text("#zoom-window")
+    assert "queries 720–739, keys 700–719" in page.inner_text("#zoom-window")
+
+    # The keyboard: - zooms out by 2 around the centre, an arrow moves by a quarter.
+    page.focus("#zoom-map")
+    page.keyboard.press("-")
+    wait_js(page, "document.querySelector('#zoom-window').textContent.includes('710–749')", 60)
+    assert "keys 690–729" in page.inner_text("#zoom-window")
+    page.keyboard.press("ArrowRight")
+    wait_js(page, "document.querySelector('#zoom-window').textContent.includes('keys 700–739')")
     assert page.inner_text("#zoom-error") == ""
 
 
@@ -88,7 +96,7 @@ def test_the_explorer_sends_a_text_longer_than_its_views_take_to_deep_zoom(
     page.goto(f"{live_server}/?{urlencode({'model': SMOLLM2_ID, 'text': long_text})}")
     page.wait_for_selector("#run-notice:not([hidden])", timeout=120_000)
     notice = page.inner_text("#run-notice")
-    assert "1,500 tokens" in notice and "up to 512 tokens" in notice
+    assert "800 tokens" in notice and "up to 512 tokens" in notice
     assert page.is_hidden("#result")
     page.click("#run-notice a")
     page.wait_for_selector("#zoom-result:not([hidden])", timeout=120_000)
