@@ -70,7 +70,7 @@ def get_induction_text(
     manager: ManagerDep,
     model_id: str = ModelIdPath,
     length: int = Query(
-        40, ge=4, le=4000, description="Random tokens before the repeat (twice as many in all)."
+        40, ge=4, le=2000, description="Random tokens before the repeat (twice as many in all)."
     ),
     seed: int = Query(0, ge=0, le=2**31 - 1, description="The same seed gives the same text."),
 ) -> InductionText:
