@@ -57,7 +57,10 @@ class Settings(BaseSettings):
     )
     cors_origins: list[str] = Field(default_factory=list, description="Empty: CORS off.")
     max_body_bytes: int = Field(
-        2_000_000, ge=1024, le=100_000_000, description="Two texts of 32,767 characters fit (escaped)."
+        2_000_000,
+        ge=1024,
+        le=100_000_000,
+        description="Two texts of 32,767 characters fit (escaped).",
     )
     body_timeout_seconds: float = Field(
         20.0, gt=0, le=600, description="A request body must keep arriving within this (408)."
