@@ -232,14 +232,12 @@ def run_forward(
         raise RuntimeError(
             f"'{loaded.id}' returned no attentions: it must run with eager attention"
         )
-    stored = None
-    if not replayed:
-        layers = list(output.attentions)
-        stored = stack_to_host(layers)  # (L, H, T, T)
+    layers = None if replayed else list(output.attentions)
     last_hidden = None
     if loaded.predictor is not None:
         last_hidden = output.last_hidden_state[0].to("cpu", torch.float32)  # (T, D)
-    del output
+    del output  # only `layers` holds the model's maps now, so they can be freed one by one
+    stored = None if layers is None else stack_to_host(layers)  # (L, H, T, T)
     if progress is not None:
         progress(len(modules), len(modules))
     ids = inputs["input_ids"][0].tolist()
