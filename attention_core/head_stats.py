@@ -9,6 +9,7 @@ plus what is known of each token. Every statistic is a mean over query rows, one
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -69,11 +70,107 @@ class HeadStatistics:
         return sorted(found, key=lambda item: -item[1])
 
 
-def _row_mean(per_row: Tensor, rows: Tensor) -> Tensor:
-    """Mean over the query rows selected by `rows` (bool (seq,)); NaN when none is. (H, seq) -> (H,)."""
-    if not bool(rows.any()):
-        return per_row.new_full(per_row.shape[:-1], float("nan"))
-    return per_row[..., rows].mean(dim=-1)
+def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[str, Tensor]]:
+    """The per-row key sets of the query rows `rows` ((r,) positions) over the keys 0..keys-1:
+    the stacked sets (5, r, keys) for one einsum (same word, local, earlier copy, follows an
+    earlier copy, distance) and, per row-selective statistic, which rows count (r,) bool,
+    decided over every key of the text (a word's later pieces count for a causal row too)."""
+    seq = facts.ids.shape[0]
+    i = rows.unsqueeze(1)  # (r, 1) query positions
+    j = torch.arange(seq, device=rows.device).unsqueeze(0)  # (1, seq) key positions
+    same_id = facts.ids[rows].unsqueeze(1) == facts.ids.unsqueeze(0)  # (r, seq)
+    earlier_copy = same_id & (j < i)
+    # Induction: key j follows an earlier copy of the query token (ids[j-1] == ids[i], j-1 < i).
+    follows_copy = torch.zeros_like(same_id)
+    follows_copy[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
+    word = facts.word[rows].unsqueeze(1)
+    same_word = (word == facts.word.unsqueeze(0)) & (word >= 0) & (i != j)
+    local = ((i - j).abs() <= LOCAL_REACH) & (i != j) & (j != i - 1)
+    sets = torch.empty(5, len(rows), keys, device=rows.device)  # filled in place
+    for index, chosen in enumerate((same_word, local, earlier_copy, follows_copy)):
+        sets[index] = chosen[:, :keys]
+    sets[4] = (i - j[:, :keys]).abs()  # distance
+    counted = {
+        "same_word": same_word.any(dim=-1),
+        "duplicate": earlier_copy.any(dim=-1),
+        "induction": follows_copy.any(dim=-1),
+    }
+    return sets, counted
+
+
+def _block_statistics(
+    weights: Tensor, first_row: int, facts: TokenFacts, causal: bool
+) -> dict[str, tuple[Tensor, Tensor]]:
+    """Per statistic, (sum over the block's counted rows (heads,), rows counted ()) for the
+    query rows first_row.. of weights (heads, rows, keys): whole rows over the keys 0..keys-1,
+    every later key's weight 0 (keys >= the block's last row + 1 suffices for causal maps)."""
+    _, rows, keys = weights.shape
+    seq = facts.ids.shape[0]
+    w = weights.to(torch.float32)
+    device = weights.device
+    i = torch.arange(first_row, first_row + rows, device=device)  # (r,) query positions
+    sets, counted = _key_sets(facts, i, keys)
+    every_row = torch.ones(rows, dtype=torch.bool, device=device)
+
+    entropy = torch.special.entr(w).sum(dim=-1)  # (H, r), nats
+    visible = (i + 1) if causal else torch.full_like(i, seq)  # keys a query may see
+    normalised = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
+    row_shares = torch.einsum("hij,kij->khi", w, sets)  # (5, H, r)
+    key_sets = torch.stack([facts.special, facts.separator]).to(torch.float32)[:, :keys]
+    key_shares = torch.einsum("hij,kj->khi", w, key_sets)  # (2, H, r)
+    diagonal = w[:, torch.arange(rows, device=device), i.clamp_max(keys - 1)]  # (H, r): w[i, i]
+    previous = w[:, torch.arange(rows, device=device), (i - 1).clamp(0, keys - 1)]  # w[i, i-1]
+
+    per_row = {
+        "entropy": (normalised, visible > 1),
+        "distance": (row_shares[4], every_row),
+        "first": (w[..., 0], every_row),
+        "special": (key_shares[0], every_row),
+        "previous": (previous, i > 0),
+        "self": (diagonal, i < keys),
+        "same_word": (row_shares[0], counted["same_word"]),
+        "max_weight": (w.amax(dim=-1), every_row),
+        "separator": (key_shares[1], every_row),
+        "local": (row_shares[1], every_row),
+        "duplicate": (row_shares[2], counted["duplicate"]),
+        "induction": (row_shares[3], counted["induction"]),
+    }
+    return {
+        name: (values[:, chosen].sum(dim=-1, dtype=torch.float64), chosen.sum())
+        for name, (values, chosen) in per_row.items()
+    }
+
+
+def layer_statistics_by_rows(
+    blocks: Iterable[tuple[int, Tensor]], facts: TokenFacts, causal: bool
+) -> dict[str, Tensor]:
+    """Every statistic of one layer, from its maps a block of query rows at a time, so no
+    (seq, seq) matrix need exist: blocks yields (first_row, weights (heads, rows, keys)), whole
+    softmax rows (a causal block may stop its keys after its last row), each row once.
+    -> {name: (heads,)}; NaN where no row counts. Every statistic is a mean over rows, so the
+    blocks' sums and counts add up to exactly what one pass over the whole map gives."""
+    seq = facts.ids.shape[0]
+    sums: dict[str, Tensor] = {}
+    counts: dict[str, Tensor] = {}
+    covered = 0
+    for first_row, weights in blocks:
+        if weights.dim() != 3 or first_row + weights.shape[1] > seq:
+            raise ValueError(
+                f"a block of rows {first_row}.. must be (heads, rows, keys) within {seq} rows; "
+                f"got {tuple(weights.shape)}"
+            )
+        covered += weights.shape[1]
+        for name, (total, count) in _block_statistics(weights, first_row, facts, causal).items():
+            sums[name] = sums[name] + total if name in sums else total
+            counts[name] = counts[name] + count if name in counts else count
+    if covered != seq:
+        raise ValueError(f"the blocks cover {covered} rows; the text has {seq}")
+    return {
+        name: torch.where(counts[name] > 0, sums[name] / counts[name].clamp_min(1), math.nan).to(
+            torch.float32
+        )
+        for name in STATISTICS
+    }
 
 
 def layer_statistics(weights: Tensor, facts: TokenFacts, causal: bool) -> dict[str, Tensor]:
@@ -84,49 +181,7 @@ def layer_statistics(weights: Tensor, facts: TokenFacts, causal: bool) -> dict[s
     on per-row key sets are one einsum over the stacked sets, shares on per-key sets one
     matrix-vector product, and the entropy one `entr`.
     """
-    _, seq, _ = weights.shape
-    w = weights.to(torch.float32)
-    device = weights.device
-    positions = torch.arange(seq, device=device)
-    i = positions.unsqueeze(1)  # (seq, 1) query positions
-    j = positions.unsqueeze(0)  # (1, seq) key positions
-    every_row = torch.ones(seq, dtype=torch.bool, device=device)
-
-    entropy = torch.special.entr(w).sum(dim=-1)  # (H, seq), nats
-    visible = (
-        (positions + 1) if causal else torch.full((seq,), seq, device=device)
-    )  # keys a query may see
-    several = visible > 1
-    normalised = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
-
-    same_id = facts.ids.unsqueeze(1) == facts.ids.unsqueeze(0)  # (seq, seq)
-    earlier_copy = same_id & (j < i)
-    # Induction: key j follows an earlier copy of the query token (ids[j-1] == ids[i], j-1 < i).
-    follows_copy = torch.zeros(seq, seq, dtype=torch.bool, device=device)
-    follows_copy[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
-    same_word = (facts.word.unsqueeze(1) == facts.word.unsqueeze(0)) & (facts.word >= 0) & (i != j)
-    local = ((i - j).abs() <= LOCAL_REACH) & (i != j) & (j != i - 1)
-    distance = (i - j).abs().to(torch.float32)
-    row_sets = torch.stack([same_word, local, earlier_copy, follows_copy]).to(torch.float32)
-    row_shares = torch.einsum("hij,kij->khi", w, torch.cat([row_sets, distance.unsqueeze(0)]))
-    key_sets = torch.stack([facts.special, facts.separator]).to(torch.float32)  # (2, seq)
-    key_shares = torch.einsum("hij,kj->khi", w, key_sets)
-    previous = torch.diagonal(w, offset=-1, dim1=-2, dim2=-1)  # (H, seq - 1): row i, key i-1
-
-    return {
-        "entropy": _row_mean(normalised, several),
-        "distance": _row_mean(row_shares[4], every_row),
-        "first": _row_mean(w[..., 0], every_row),
-        "special": _row_mean(key_shares[0], every_row),
-        "previous": _row_mean(previous, torch.ones(seq - 1, dtype=torch.bool, device=device)),
-        "self": _row_mean(torch.diagonal(w, dim1=-2, dim2=-1), every_row),
-        "same_word": _row_mean(row_shares[0], same_word.any(dim=-1)),
-        "max_weight": _row_mean(w.amax(dim=-1), every_row),
-        "separator": _row_mean(key_shares[1], every_row),
-        "local": _row_mean(row_shares[1], every_row),
-        "duplicate": _row_mean(row_shares[2], earlier_copy.any(dim=-1)),
-        "induction": _row_mean(row_shares[3], follows_copy.any(dim=-1)),
-    }
+    return layer_statistics_by_rows([(0, weights)], facts, causal)
 
 
 def head_statistics(attentions: Tensor, facts: TokenFacts, *, causal: bool) -> HeadStatistics:

@@ -75,6 +75,23 @@ def window_logsumexp(
     return torch.cat(out, dim=-1)
 
 
+def row_weights(
+    q: Tensor, k: Tensor, rows: tuple[int, int], *, causal: bool, factor: float
+) -> Tensor:
+    """(..., rows[1] - rows[0], keys): whole softmax rows of the queries rows[0]:rows[1], over
+    every key (keys = k_len), or for causal maps over the keys up to the last row (keys =
+    rows[1]; every later weight is 0). Holds one (..., rows, keys) block of scores: a caller
+    that walks a map a block of rows at a time sizes the block to its memory."""
+    r0, r1 = rows
+    keys = r1 if causal else k.shape[-2]
+    scores = (q[..., r0:r1, :] @ k[..., :keys, :].transpose(-2, -1)) * factor  # (..., r, keys)
+    if causal:
+        i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
+        j = torch.arange(keys, device=q.device).unsqueeze(0)
+        scores = scores.masked_fill(j > i, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
 def weight_tile(
     q: Tensor,
     k: Tensor,

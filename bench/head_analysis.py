@@ -16,7 +16,7 @@ from app.config import Settings
 from app.inference.forward import run_forward
 from app.main import create_app
 from app.models.registry import SMOLLM2_ID
-from app.services.heads import token_facts
+from app.services.head_statistics import token_facts
 from attention_core.aggregate import attention_rollout, head_similarity
 from attention_core.head_stats import head_statistics
 

@@ -8,8 +8,9 @@ above the eager size, as the server runs it), the API's forward pass (POST /api/
 which also keeps the hidden states), then windows of the cached pass (POST /api/attention/tiles):
 an overview of one head and of all 9 heads of a layer at about 340 cells across, and a 64 x 64
 window of single weights at the end of the text; and one layer of maps in u8 where the API
-computes one (up to 2,181 tokens). The process's RSS after each length and its peak are the
-server's memory: the bench runs the app in process.
+computes one (up to 2,181 tokens); and every head statistic of one layer (POST
+/api/attention/heads, computed a block of query rows at a time). The process's RSS after each
+length and its peak are the server's memory: the bench runs the app in process.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def run(lengths: list[int]) -> None:
         )
         print(
             f"{'tokens':>6} {'kernel':>6} {'bare fwd':>9} {'API fwd':>9} {'ratio':>5} "
-            f"{'1 head':>8} {'9 heads':>8} {'64x64':>7} {'layer u8':>9} {'hit':>7} "
+            f"{'1 head':>8} {'9 heads':>8} {'64x64':>7} {'layer u8':>9} {'hit':>7} {'stats':>8} "
             f"{'pass MB':>7} {'RSS MB':>7} {'peak MB':>7}"
         )
         for n in lengths:
@@ -95,15 +96,21 @@ def run(lengths: list[int]) -> None:
             ):
                 layer, _ = timed(client.post, "/api/attention", json=layer_body)
                 hit, _ = timed(client.post, "/api/attention", json=layer_body)
+            statistics, answer = timed(
+                client.post, "/api/attention/heads", json={**body, "layers": [15]}
+            )
+            assert answer.status_code == 200, answer.text
             kept = app.state.forward_cache.nbytes / 2**20
             print(
                 f"{seq:>6} {kernel:>6} {bare:>7,.0f}ms {api:>7,.0f}ms {api / bare:>5.2f} "
                 f"{one:>6,.0f}ms {nine:>6,.0f}ms {small:>5,.0f}ms {layer:>7,.0f}ms {hit:>5,.0f}ms "
+                f"{statistics:>6,.0f}ms "
                 f"{kept:>7,.0f} {rss_mb():>7,.0f} {peak_mb():>7,.0f}"
             )
         print(
             "'layer u8': one layer's maps in u8 (its first request replays the layer; the pass was "
-            "cached by /forward); 'hit': the same again; nan where the API refuses a whole layer."
+            "cached by /forward); 'hit': the same again; nan where the API refuses a whole layer; "
+            "'stats': every head statistic of one layer (/heads, a block of query rows at a time)."
         )
 
 

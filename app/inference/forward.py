@@ -21,6 +21,7 @@ from app.inference.tokens import display_tokens
 from app.models.families import Architecture, attention_modules, hidden_input
 from app.models.loader import LoadedModel
 from app.models.placement import model_device
+from attention_core.head_stats import STATISTICS
 
 log = logging.getLogger("attention_atlas")
 
@@ -59,13 +60,16 @@ class ForwardResult:
     # reads; kept only for a model with a head, so predictions cost nothing until asked for
     replay: Replay | None = field(default=None, compare=False, repr=False)
     _top: dict = field(default_factory=dict, compare=False, repr=False)  # memo of top_k()
+    statistics: dict = field(default_factory=dict, compare=False, repr=False)  # memo: layer ->
+    # that layer's head statistics {name: (heads,)}, filled by app.services.head_statistics
 
     @property
     def nbytes(self) -> int:
         maps = 0 if self.stored_maps is None else self.stored_maps.nbytes
         last = 0 if self.last_hidden is None else self.last_hidden.nbytes
         table = 12 * self.seq_len * MAX_TOP_K if self._top else 0
-        return maps + self.hidden_inputs.nbytes + last + table
+        stats = sum(v.nbytes for layer in self.statistics.values() for v in layer.values())
+        return maps + self.hidden_inputs.nbytes + last + table + stats
 
     @property
     def num_layers(self) -> int:
@@ -115,7 +119,8 @@ class ForwardResult:
         maps = 0 if replayed else arch.num_layers * arch.num_heads * seq_len * seq_len
         hidden = arch.num_layers * seq_len * arch.d_model
         last = seq_len * arch.d_model  # an upper bound: only models with an LM head keep it
-        return 4 * (maps + hidden + last) + 12 * seq_len * MAX_TOP_K
+        statistics = arch.num_layers * arch.num_heads * len(STATISTICS)  # the memo, when filled
+        return 4 * (maps + hidden + last + statistics) + 12 * seq_len * MAX_TOP_K
 
     @property
     def seq_len(self) -> int:

@@ -17,7 +17,7 @@ from app.models import families
 from app.models.placement import model_device
 from app.models.registry import REPLAY_FAMILIES, Family
 from attention_core import causal_mask
-from attention_core.replay import QKProjection, Rope, replay_weights
+from attention_core.replay import QKProjection, Rope, project_qk, replay_weights
 
 
 @dataclass(frozen=True)
@@ -74,3 +74,30 @@ def replayed_maps(
             inputs.hidden, inputs.proj, inputs.mask, rope=inputs.rope, heads=heads
         )
     return weights.to("cpu", torch.float32)
+
+
+@dataclass(frozen=True)
+class HeadQK:
+    """One layer's replayed queries and keys, paired per query head (a GQA key head repeated
+    for each query head it serves), on the model's device in float32."""
+
+    q: Tensor  # (heads, seq, head_dim), after RoPE where the model has it
+    k: Tensor  # (heads, seq, head_dim): each query head's own key head
+    factor: float  # the model's score scale
+
+
+def replayed_qk(
+    model: nn.Module,
+    family: Family,
+    causal: bool,
+    hidden_inputs: Tensor,
+    layer: int,
+    heads: list[int],
+) -> HeadQK:
+    """The queries and keys of these heads of one layer, for reading its maps a block at a
+    time (attention_core.tiles): what replayed_maps computes before the scores."""
+    inputs = layer_inputs(model, family, causal, hidden_inputs, layer)
+    with torch.inference_mode():
+        q, k = project_qk(inputs.hidden, inputs.proj, inputs.rope)  # (1, H|Hkv, T, hd)
+    group = inputs.proj.n_heads // inputs.proj.n_kv_heads
+    return HeadQK(q=q[0, heads], k=k[0, [h // group for h in heads]], factor=inputs.proj.scale)

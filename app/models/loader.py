@@ -34,11 +34,11 @@ hf_logging.set_verbosity_error()
 
 
 FULL_MAPS_MAX_TOKENS = 512
-"""The longest text a request may read every map of at once (the explorer's views, head
-statistics, search, ablation, generation...): 283 MB of float32 maps for SmolLM2 at 512 tokens,
-and the limit of a model whose maps are stored rather than replayed. Longer texts, up to a
-model's own context, are read a window at a time (/api/attention/tiles) or a layer at a time
-(/api/attention, sized by its answer)."""
+"""The longest text a request may read every map of at once (the explorer's views, following a
+token, ablation, generation...): 283 MB of float32 maps for SmolLM2 at 512 tokens, and the
+limit of a model whose maps are stored rather than replayed. Longer texts, up to a model's own
+context, are read a window at a time (/api/attention/tiles), a layer at a time (/api/attention,
+sized by its answer) or a block of rows at a time (head statistics and search)."""
 
 
 def token_limit_of(max_positions: int, family: Family, dtype_name: str, server_limit: int) -> int:

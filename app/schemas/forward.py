@@ -22,6 +22,7 @@ class ForwardDone(BaseModel):
     seq_len: int
     num_layers: int
     num_heads: int
+    num_kv_heads: int = Field(description="key/value heads (fewer than num_heads with GQA)")
     causal: bool
     cached: bool = Field(description="true when the pass was already in the server's cache")
     forward_ms: float = Field(description="how long the pass took when it ran")

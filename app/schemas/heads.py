@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.attention import EXAMPLE_TEXT, TextRequest
+from app.schemas.attention import EXAMPLE_TEXT, LayerList, TextRequest
 from attention_core.head_stats import ROLES, STATISTICS
 
 
 class HeadsRequest(TextRequest):
-    """The text to look at; every layer and head is described."""
+    """The text to look at; every head of the layers asked for (all by default) is described.
+    A client can ask a layer at a time to fill a view as each arrives: a long text's
+    statistics take a while (they are computed a block of query rows at a time)."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [{"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "text": EXAMPLE_TEXT}]
         }
     )
+
+    layers: LayerList | None = Field(None, description="Which layers (all by default).")
 
 
 class HeadRole(BaseModel):
@@ -32,9 +36,10 @@ StatisticGrid = list[list[float | None]]
 
 
 class HeadsResponse(BaseModel):
-    """statistics[name][layer][head]: one number per head, a mean over query rows; null where
-    no query row qualifies (induction and duplicate-token need a repeated token, same_word a
-    word of several pieces). roles[layer][head]: the head's roles, strongest first."""
+    """statistics[name][i][head]: one number per head of layer layers[i], a mean over query
+    rows; null where no query row qualifies (induction and duplicate-token need a repeated
+    token, same_word a word of several pieces). roles[i][head]: the head's roles, strongest
+    first."""
 
     model: str
     tokens: list[str]
@@ -42,6 +47,7 @@ class HeadsResponse(BaseModel):
     num_heads: int
     num_kv_heads: int
     causal: bool
+    layers: list[int] = Field(description="the layers described, in the order of the grids' rows")
     statistics: dict[str, StatisticGrid] = Field(description=f"keys: {list(STATISTICS)}")
     descriptions: dict[str, str] = Field(description="what each statistic measures")
     roles: list[list[list[HeadRole]]]

@@ -49,6 +49,7 @@ def run_pass(
         seq_len=result.seq_len,
         num_layers=loaded.arch.num_layers,
         num_heads=loaded.arch.num_heads,
+        num_kv_heads=loaded.arch.num_kv_heads,
         causal=loaded.causal,
         cached=cached,
         forward_ms=round(result.forward_seconds * 1000, 3),

@@ -2,30 +2,30 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-import unicodedata
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
 from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
-from app.inference.forward import ForwardResult
+from app.inference.forward import ForwardResult, count_tokens
 from app.inference.inflight import AnswerBudget
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
+from app.schemas.attention import TextRequest
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
 from app.schemas.search import FoundHead, PairQuery, RoleQuery, SearchRequest, SearchResponse
-from app.services.attention import ShouldStop, held_forward
+from app.services.attention import ShouldStop, held_forward, indices
+from app.services.head_statistics import pair_weights, statistics_of, working_bytes
 from attention_core.aggregate import follow_token
-from attention_core.head_stats import (
-    ROLES,
-    STATISTICS,
-    HeadStatistics,
-    TokenFacts,
-    head_statistics,
-)
+from attention_core.head_stats import ROLES, STATISTICS
+
+_answers = itertools.count()  # a key per answer for its own reservation
 
 DESCRIPTIONS = {
     "entropy": "normalised entropy of each row: 0 = all on one key, 1 = uniform over the keys "
@@ -46,28 +46,28 @@ DESCRIPTIONS = {
 }
 
 
-def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
-    """What the statistics need to know of each token, from the forward pass."""
-    separators = {loaded.tokenizer.sep_token_id, loaded.tokenizer.eos_token_id} - {None}
-    separator = [
-        token_id in separators
-        or (
-            bool(label.strip("␣↵⇥"))
-            and all(unicodedata.category(c).startswith("P") for c in label.strip("␣↵⇥"))
-        )
-        for token_id, label in zip(result.token_ids, result.tokens, strict=True)
-    ]
-    return TokenFacts(
-        special=torch.tensor(result.special, dtype=torch.bool),
-        separator=torch.tensor(separator, dtype=torch.bool),
-        word=torch.tensor(result.words, dtype=torch.int64),
-        ids=torch.tensor(result.token_ids, dtype=torch.int64),
-    )
-
-
-def statistics_of(loaded: LoadedModel, result: ForwardResult) -> HeadStatistics:
-    """Every head's statistics on this forward pass."""
-    return head_statistics(result.all_maps(), token_facts(loaded, result), causal=loaded.causal)
+@contextmanager
+def held_for_statistics(
+    loaded: LoadedModel,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: TextRequest,
+    should_stop: ShouldStop = None,
+) -> Iterator[ForwardResult]:
+    """The forward pass for an answer that reads every head: with maps kept, held to the
+    model's full_map_tokens (as every whole-maps reader); with maps replayed, to the model's
+    whole limit, reserving what the block-by-block statistics hold besides the pass."""
+    if not loaded.maps_replayed:
+        with held_forward(loaded, cache, budget, req, should_stop) as result:
+            yield result
+        return
+    seq = count_tokens(loaded, req.text, req.text_pair)
+    working = budget.reserve(("statistics", next(_answers)), working_bytes(loaded.arch, seq))
+    try:
+        with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
+            yield result
+    finally:
+        working.release()
 
 
 def _grid(values: torch.Tensor) -> list[list[float | None]]:
@@ -82,29 +82,28 @@ def describe_heads(
     should_stop: ShouldStop = None,
 ) -> HeadsResponse:
     loaded = manager.get(req.model)
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
+    layers = indices(req.layers, loaded.arch.num_layers, "layers")
+    heads = loaded.arch.num_heads
+    with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
         start = time.perf_counter()
-        stats = statistics_of(loaded, result)
+        stats = statistics_of(loaded, result, layers, should_stop)
         seconds = time.perf_counter() - start
-    layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
     return HeadsResponse(
         model=loaded.id,
         tokens=result.tokens,
-        num_layers=layers,
+        num_layers=loaded.arch.num_layers,
         num_heads=heads,
+        layers=layers,
         num_kv_heads=loaded.arch.num_kv_heads,
         causal=loaded.causal,
         statistics={name: _grid(stats.values[name]) for name in STATISTICS},
         descriptions=DESCRIPTIONS,
         roles=[
             [
-                [
-                    HeadRole(role=role, score=round(score, 6))
-                    for role, score in stats.roles(layer, h)
-                ]
+                [HeadRole(role=role, score=round(score, 6)) for role, score in stats.roles(row, h)]
                 for h in range(heads)
             ]
-            for layer in range(layers)
+            for row in range(len(layers))
         ],
         rules={role: RoleRule(statistic=s, threshold=t) for role, (s, t) in ROLES.items()},
         compute_ms=round(seconds * 1000, 3),
@@ -150,22 +149,20 @@ def search_heads(
     """Heads found by a weight between two tokens, by role, or ranked by a statistic."""
     loaded = manager.get(req.model)
     query = req.query
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
+    with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
         seq = result.seq_len
         if isinstance(query, PairQuery):
             outside = [i for i in (query.source, query.target) if i >= seq]
             if outside:
                 raise InvalidInput(f"token {outside[0]} out of range: the text has {seq} tokens")
-            weights = torch.stack(  # (L, H)
-                [maps[:, query.source, query.target] for maps in result.each_layer()]
-            )
+            weights = pair_weights(loaded, result, query.source, query.target)  # (L, H)
             found = [
                 (float(weights[layer, h]), layer, h)
                 for layer, h in (weights > query.above).nonzero().tolist()
             ]
             found.sort(reverse=True)
         else:
-            stats = statistics_of(loaded, result)
+            stats = statistics_of(loaded, result, should_stop=should_stop)
             layers, heads = stats.values["entropy"].shape
             if isinstance(query, RoleQuery):
                 found = [

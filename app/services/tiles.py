@@ -12,13 +12,12 @@ from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
 from app.inference.forward import count_tokens
 from app.inference.inflight import AnswerBudget
-from app.inference.replay import layer_inputs
+from app.inference.replay import replayed_qk
 from app.models.manager import ModelManager
 from app.models.placement import REPLAY_MAX_ABS_DIFF
 from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
 from app.serialize import to_lists
 from app.services.attention import ShouldStop, check_layer_head, held_forward, indices
-from attention_core import project_qk
 from attention_core.tiles import overview, weight_tile, window_logsumexp
 
 
@@ -55,15 +54,11 @@ def tiles(
             "window or a larger cell."
         )
     with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
-        inputs = layer_inputs(
-            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer
+        pair = replayed_qk(
+            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer, heads
         )
+        q, k, factor = pair.q, pair.k, pair.factor  # (h, T, hd) each
         with torch.inference_mode():
-            q, k = project_qk(inputs.hidden, inputs.proj, inputs.rope)  # (1, H|Hkv, T, hd)
-            group = inputs.proj.n_heads // inputs.proj.n_kv_heads
-            q = q[0, heads]  # (h, T, hd)
-            k = k[0, [h // group for h in heads]]  # (h, T, hd): each head's own key/value head
-            factor = inputs.proj.scale
             lse = q.new_full(q.shape[:-1], float("nan"))  # (h, T): only the window's rows
             lse[:, rows[0] : rows[1]] = window_logsumexp(
                 q, k, rows, causal=loaded.causal, factor=factor

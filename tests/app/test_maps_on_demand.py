@@ -3,6 +3,7 @@ not the maps; long texts run with PyTorch's fused attention (no maps at all) and
 or a window at a time, every route sized before it computes anything."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,6 +13,9 @@ from app.inference.forward import ForwardResult, run_forward
 from app.models.loader import FULL_MAPS_MAX_TOKENS
 from app.models.placement import REPLAY_MAX_ABS_DIFF
 from app.models.registry import MINILM_ID, SMOLLM2_ID
+from app.services import head_statistics as statistics_service
+from app.services.head_statistics import rows_per_block, token_facts
+from attention_core.head_stats import ROLES, head_statistics
 from bench.compression import prose
 from tests.app.test_attention_fidelity import direct_attentions
 
@@ -74,9 +78,14 @@ def long_text(app):
     return prose(app.state.manager.get(SMOLLM2_ID).tokenizer, 700)
 
 
+@pytest.fixture(scope="module")
+def long_text_maps(app, long_text):
+    """transformers' own eager maps of the long text, (layers, heads, seq, seq)."""
+    return direct_attentions(app, SMOLLM2_ID, long_text)
+
+
 def test_routes_that_read_every_map_refuse_a_long_text_saying_where_to_go(client, long_text):
     for route, extra in [
-        ("/api/attention/heads", {}),
         ("/api/attention/token", {"token": 0}),
         ("/api/attention/detail", {"layer": 0, "head": 0}),
     ]:
@@ -87,14 +96,14 @@ def test_routes_that_read_every_map_refuse_a_long_text_saying_where_to_go(client
         assert f"at most {FULL_MAPS_MAX_TOKENS} tokens" in detail and "tiles" in detail
 
 
-def test_a_long_text_is_read_a_layer_or_a_window_at_a_time(client, app, long_text):
+def test_a_long_text_is_read_a_layer_or_a_window_at_a_time(client, long_text, long_text_maps):
     body = {"model": SMOLLM2_ID, "text": long_text, "layers": [3], "heads": [2], "format": "json"}
     response = client.post("/api/attention", json=body)
     assert response.status_code == 200, response.text
     weights = torch.tensor(response.json()["attentions"])[0, 0]  # (T, T)
     seq = weights.shape[-1]
     assert seq > FULL_MAPS_MAX_TOKENS
-    expected = direct_attentions(app, SMOLLM2_ID, long_text)[3, 2]
+    expected = long_text_maps[3, 2]
     assert (weights - expected).abs().max() <= REPLAY_MAX_ABS_DIFF["float32"]
     window = {"model": SMOLLM2_ID, "text": long_text, "layer": 3, "heads": [2]}
     tile = client.post("/api/attention/tiles", json={**window, "rows": [600, 640], "cols": [0, 64]})
@@ -102,6 +111,59 @@ def test_a_long_text_is_read_a_layer_or_a_window_at_a_time(client, app, long_tex
     torch.testing.assert_close(
         torch.tensor(tile.json()["values"][0]), weights[600:640, :64], atol=1e-5, rtol=0
     )
+
+
+def test_head_statistics_of_a_long_text_are_those_of_the_models_own_maps(
+    app, client, long_text, long_text_maps, monkeypatch
+):
+    """Over the whole-map limit, statistics are computed a block of query rows at a time from
+    the replayed queries and keys (blocks made small here so the text takes many): the same
+    numbers as attention_core's statistics of transformers' eager maps, a layer at a time or
+    all at once, and search by role, rank and pair agrees with them."""
+    monkeypatch.setattr(statistics_service, "BLOCK_BYTES", 4 * 2**20)
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    result = run_forward(loaded, long_text)
+    expected = head_statistics(long_text_maps, token_facts(loaded, result), causal=True)
+    assert result.seq_len > 4 * rows_per_block(loaded.arch.num_heads, result.seq_len)
+    body = {"model": SMOLLM2_ID, "text": long_text}
+    whole = client.post("/api/attention/heads", json=body)
+    assert whole.status_code == 200, whole.text
+    answer = whole.json()
+    assert answer["layers"] == list(range(loaded.arch.num_layers))
+    for name, grid in answer["statistics"].items():
+        got = torch.tensor([[math.nan if v is None else v for v in row] for row in grid])
+        torch.testing.assert_close(
+            got, expected.values[name], rtol=1e-4, atol=2e-5, equal_nan=True, msg=name
+        )
+    one = client.post("/api/attention/heads", json={**body, "layers": [18, 2]}).json()
+    assert one["layers"] == [18, 2]
+    for name in ("induction", "previous", "entropy"):
+        assert one["statistics"][name] == [answer["statistics"][name][i] for i in (18, 2)]
+    assert one["roles"] == [answer["roles"][i] for i in (18, 2)]
+
+    ranked = client.post(
+        "/api/attention/search",
+        json={**body, "query": {"kind": "rank", "statistic": "first"}, "limit": 3},
+    ).json()["heads"]
+    best = expected.values["first"].flatten().topk(3).indices.tolist()
+    heads = loaded.arch.num_heads
+    assert [(h["layer"], h["head"]) for h in ranked] == [divmod(i, heads) for i in best]
+    counts = {
+        role: int((expected.values[name] >= threshold).sum())
+        for role, (name, threshold) in ROLES.items()
+    }
+    role = max(counts, key=counts.get)  # the commonest role on this text
+    having = client.post(
+        "/api/attention/search", json={**body, "query": {"kind": "role", "role": role}}
+    ).json()
+    assert having["matches"] == counts[role] > 0
+    want = long_text_maps[:, :, 650, 0]  # what token 650 gives the first token
+    fifth, sixth = want.flatten().topk(6).values[-2:].tolist()
+    pair = {"kind": "pair", "source": 650, "target": 0, "above": (fifth + sixth) / 2}
+    found = client.post("/api/attention/search", json={**body, "query": pair}).json()
+    assert found["matches"] == 5
+    for head in found["heads"]:
+        assert head["value"] == pytest.approx(float(want[head["layer"], head["head"]]), abs=1e-5)
 
 
 def test_a_layer_too_large_to_compute_is_refused_before_the_forward_pass(client, app, monkeypatch):

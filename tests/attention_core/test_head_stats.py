@@ -5,7 +5,14 @@ import math
 import pytest
 import torch
 
-from attention_core.head_stats import ROLES, STATISTICS, TokenFacts, head_statistics
+from attention_core.head_stats import (
+    ROLES,
+    STATISTICS,
+    TokenFacts,
+    head_statistics,
+    layer_statistics,
+    layer_statistics_by_rows,
+)
 
 # A random token sequence repeated: the standard input for induction heads.
 IDS = torch.tensor([5, 17, 9, 23, 11, 30, 5, 17, 9, 23, 11, 30])
@@ -117,3 +124,46 @@ def test_shapes_are_checked():
         head_statistics(torch.zeros(2, 3, 4), facts(), causal=True)
     with pytest.raises(ValueError, match=r"facts\.word"):
         head_statistics(torch.zeros(1, 1, T, T), facts(word=torch.zeros(3)), causal=True)
+
+
+def random_maps(heads: int, seq: int, causal: bool, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(heads, seq, seq, generator=g) * 3
+    if causal:
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
+    return scores.softmax(dim=-1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block", [1, 7, 16, 40])
+def test_statistics_a_block_of_rows_at_a_time_equal_the_whole_maps(causal, block):
+    """How statistics of a text too long to hold its maps are computed: block by block of
+    query rows (causal blocks stop their keys after their last row), in any order, the sums
+    and counts of each block added up. A text with repeats, words of several pieces and
+    special tokens, so every statistic has rows that count and rows that do not."""
+    seq = 40
+    g = torch.Generator().manual_seed(block)
+    ids = torch.randint(0, 12, (seq,), generator=g)
+    word = torch.arange(seq) // 3
+    word[0] = word[-1] = -1
+    token_facts = TokenFacts(special=(word < 0), separator=(ids % 5 == 0), word=word, ids=ids)
+    maps = random_maps(4, seq, causal, seed=block)
+    whole = layer_statistics(maps, token_facts, causal)
+    starts = list(range(0, seq, block))[::-1]  # the order does not matter
+    blocks = [
+        (r0, maps[:, r0 : min(r0 + block, seq), : (min(r0 + block, seq) if causal else seq)])
+        for r0 in starts
+    ]
+    by_rows = layer_statistics_by_rows(blocks, token_facts, causal)
+    for name in STATISTICS:
+        torch.testing.assert_close(by_rows[name], whole[name], rtol=1e-5, atol=1e-6, msg=name)
+        assert not whole[name].isnan().any(), name
+    assert whole["entropy"].shape == (4,)
+
+
+def test_blocks_that_do_not_cover_the_text_once_are_refused():
+    maps = random_maps(2, T, True, seed=0)
+    with pytest.raises(ValueError, match="cover 6 rows"):
+        layer_statistics_by_rows([(0, maps[:, :6, :6])], facts(), causal=True)
+    with pytest.raises(ValueError, match="within 12 rows"):
+        layer_statistics_by_rows([(8, maps[:, :6])], facts(), causal=True)

@@ -5,7 +5,13 @@ import pytest
 import torch
 
 from attention_core import causal_mask, masked_softmax
-from attention_core.tiles import overview, row_logsumexp, weight_tile, window_logsumexp
+from attention_core.tiles import (
+    overview,
+    row_logsumexp,
+    row_weights,
+    weight_tile,
+    window_logsumexp,
+)
 from tests.support.pooling import block_pool
 
 
@@ -77,3 +83,19 @@ def test_a_windows_log_sum_exp_is_those_rows_of_the_whole(causal, rows, block):
     whole = row_logsumexp(q, k, causal=causal, factor=0.4)
     window = window_logsumexp(q, k, rows, causal=causal, factor=0.4, block=block)
     torch.testing.assert_close(window, whole[:, rows[0] : rows[1]], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("rows", [(0, 1), (0, 40), (17, 29), (39, 40)])
+def test_whole_rows_are_those_rows_of_the_softmax(causal, rows):
+    """A block of whole rows, as head statistics walk a long map: equal to the full softmax's
+    rows, and for causal maps stopped after the block's last row (every later weight is 0)."""
+    g = torch.Generator().manual_seed(rows[1])
+    q = torch.randn(3, 40, 8, generator=g, dtype=torch.float64) * 3
+    k = torch.randn(3, 40, 8, generator=g, dtype=torch.float64) * 3
+    full = full_weights(q, k, causal, 0.3)
+    block = row_weights(q, k, rows, causal=causal, factor=0.3)
+    keys = rows[1] if causal else 40
+    assert block.shape == (3, rows[1] - rows[0], keys)
+    torch.testing.assert_close(block, full[:, rows[0] : rows[1], :keys], rtol=0, atol=1e-12)
+    assert not full[:, rows[0] : rows[1], keys:].any()

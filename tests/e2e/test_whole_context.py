@@ -78,6 +78,52 @@ def test_a_long_text_zooms_from_blocks_to_tokens_and_the_url_keeps_the_window(
     assert page.inner_text("#zoom-error") == ""
 
 
+def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
+    page, live_server, long_text
+):
+    """Over the whole-map limit, the head finder asks /heads a layer at a time: the map it
+    fills equals the API's statistics of the whole text, the strongest head opens its map,
+    and the statistic in the URL brings the finder back on reload."""
+    page.add_init_script(LONG_TASKS)
+    query = urlencode({"model": SMOLLM2_ID, "layer": 0, "head": 0})
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
+    drawn_window(page)
+    page.evaluate("window.__long = []")
+    page.click("#zoom-heads-run")
+    finished = "document.querySelector('#zoom-heads-status').textContent.startsWith('Every head')"
+    wait_js(page, finished, 240)
+    assert "30 layers over 800 tokens" in page.inner_text("#zoom-heads-status")
+    assert max(page.evaluate("window.__long"), default=0) <= 200
+    page.select_option("#zoom-stat", "previous")
+    wait_js(page, "location.search.includes('stat=previous')")
+    wait_js(
+        page, "document.querySelector('#zoom-heads-describe').textContent.startsWith('previous')"
+    )
+
+    body = {"model": SMOLLM2_ID, "text": long_text}
+    expected = page.request.post(f"{live_server}/api/attention/heads", data=body).json()
+    drawn = page.evaluate("document.querySelector('#zoom-heads-grid').data[0].z")
+    assert drawn == expected["statistics"]["previous"]
+    flat = [(v, layer, h) for layer, row in enumerate(drawn) for h, v in enumerate(row)]
+    _, layer, head = max(flat)
+    first = page.locator("#zoom-heads-top li button").first
+    assert first.inner_text().startswith(f"Layer {layer}, head {head}: previous")
+    first.click()
+    wait_js(
+        page,
+        f"document.querySelector('#zoom-window').textContent.startsWith('Layer {layer}, head {head}:')",
+        60,
+    )
+    assert f"layer={layer}&head={head}" in page.url
+    assert page.evaluate("document.activeElement.id") == "zoom-map"
+
+    page.reload()
+    wait_js(page, finished, 240)  # the statistic in the URL runs the finder again
+    assert page.input_value("#zoom-stat") == "previous"
+    assert page.evaluate("document.querySelector('#zoom-heads-grid').data[0].z") == drawn
+    assert page.inner_text("#zoom-error") == ""
+
+
 def test_the_forward_pass_shows_progress_and_can_be_stopped(page, live_server, long_text):
     page.goto(f"{live_server}/zoom?{urlencode({'model': SMOLLM2_ID})}")
     wait_js(page, "document.querySelector('#zoom-model').options.length > 0")

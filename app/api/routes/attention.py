@@ -200,7 +200,12 @@ async def post_detail(
     "itself, other pieces of its word, separators, a local window, earlier copies of itself "
     "(duplicate) and the tokens after them (induction), and the largest weight; and the roles "
     "these imply, each with the score that decided it. Computed from the cached forward pass. "
-    "Induction and duplicate-token scores need a repeated token (null otherwise).",
+    "Induction and duplicate-token scores need a repeated token (null otherwise). Where the "
+    "model's maps are replayed (`/api/models`: a known family in float32) the text may be as "
+    "long as the model takes: the statistics are computed a block of query rows at a time from "
+    "the replayed queries and keys, within the replay's bound of the model's own maps. That "
+    "takes a while on a long text (seconds a layer at 8,192 tokens on a CPU): ask for `layers` "
+    "one at a time to show each as it comes. Other models take up to `full_map_tokens`.",
     responses=ERRORS,
 )
 async def post_heads(
@@ -444,7 +449,8 @@ async def post_tiles(
     description="`query` is one of: `{kind: 'pair', source, target, above}` (heads where token "
     "source gives token target more than `above`), `{kind: 'role', role}` (heads with that "
     "role), `{kind: 'rank', statistic, order}` (every head ranked by a statistic of "
-    "/api/attention/heads). Each result names a layer and head to open.",
+    "/api/attention/heads). Each result names a layer and head to open. Texts as long as "
+    "/api/attention/heads takes.",
     responses=ERRORS,
 )
 async def post_search(

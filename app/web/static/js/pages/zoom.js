@@ -6,6 +6,7 @@
 import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
 import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, nextTask, plotlyReady } from "../views/plot.js";
+import { headFinder } from "./zoom-heads.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
 const LABEL_PIXELS = 14; // room a token label needs across
@@ -23,6 +24,7 @@ const state = {
   head: 0,
   reduce: "max",
   window: null, // [r0, r1, c0, c1]: rows and columns shown, null for the whole map
+  stat: null, // the head finder's statistic, once it has been run
   pass: null, // the forward pass's "done" line: tokens, seq_len, num_layers, num_heads...
 };
 
@@ -44,6 +46,22 @@ let running = null; // AbortController of the forward pass under way
 let drawing = null; // AbortController of the window being fetched
 let relayoutTimer = 0;
 
+/** Opens one head's map, keeping the window in view (to compare heads at one place);
+ * from the head finder, the map is brought into view and focused. */
+function openHead(layer, head, { focus = true } = {}) {
+  state.layer = layer;
+  state.head = head;
+  layerSelect.value = String(layer);
+  headSelect.value = String(head);
+  finder.show();
+  draw();
+  if (!focus) return;
+  plot.scrollIntoView({ block: "nearest" });
+  plot.focus({ preventScroll: true });
+}
+
+const finder = headFinder(state, { open: openHead, writeUrl });
+
 function writeUrl() {
   const query = new URLSearchParams();
   query.set("model", state.model);
@@ -52,6 +70,7 @@ function writeUrl() {
     query.set("head", String(state.head));
     if (state.reduce !== "max") query.set("reduce", state.reduce);
     if (state.window) query.set("win", state.window.join(","));
+    if (state.stat && finder.ready) query.set("stat", state.stat);
   }
   const fragment = state.text ? `#${new URLSearchParams({ text: state.text })}` : "";
   window.history.replaceState(null, "", `${window.location.pathname}?${query}${fragment}`);
@@ -65,6 +84,7 @@ function readUrl() {
   state.layer = int("layer") ?? 0;
   state.head = int("head") ?? 0;
   if (query.get("reduce") === "mean") state.reduce = "mean";
+  if (/^[a-z_]+$/.test(query.get("stat") || "")) state.stat = query.get("stat");
   const win = (query.get("win") || "").split(",").map(Number);
   if (win.length === 4 && win.every((v) => Number.isInteger(v) && v >= 0)) state.window = win;
   state.text = fragment.get("text") || "";
@@ -81,12 +101,13 @@ async function loadModels() {
 }
 
 /** Runs the forward pass over the state's text, showing its progress; then draws. */
-async function runPass({ keepView = false } = {}) {
+async function runPass({ keepView = false, findHeads = false } = {}) {
   running?.abort();
   drawing?.abort();
   const controller = new AbortController();
   running = controller;
   showError(errorBox, "");
+  finder.reset();
   state.pass = null;
   if (!keepView) state.window = null;
   writeUrl();
@@ -115,6 +136,7 @@ async function runPass({ keepView = false } = {}) {
     state.window = clampWindow(state.window);
     result.hidden = false;
     await draw();
+    if (findHeads) finder.run();
   } catch (err) {
     if (err.name === "AbortError") {
       status.textContent = "Stopped.";
@@ -320,12 +342,12 @@ async function main() {
   });
   stopButton.addEventListener("click", () => running?.abort());
   $("#zoom-example").addEventListener("click", useExample);
-  layerSelect.addEventListener("change", () => { state.layer = Number(layerSelect.value); draw(); });
-  headSelect.addEventListener("change", () => { state.head = Number(headSelect.value); draw(); });
+  layerSelect.addEventListener("change", () => openHead(Number(layerSelect.value), state.head, { focus: false }));
+  headSelect.addEventListener("change", () => openHead(state.layer, Number(headSelect.value), { focus: false }));
   reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
   $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
   plot.addEventListener("keydown", onMapKey);
-  if (state.text.trim()) await runPass({ keepView: true });
+  if (state.text.trim()) await runPass({ keepView: true, findHeads: Boolean(state.stat) });
   else writeUrl();
 }
 

@@ -1,0 +1,135 @@
+"""Every head's statistics on a forward pass (attention_core.head_stats), from the maps it
+kept or, where maps are replayed, a block of query rows at a time from the replayed queries
+and keys, so a text of any length the model takes needs no (seq, seq) matrix."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import Tensor
+
+from app.errors import RequestCancelled
+from app.inference.forward import ForwardResult
+from app.inference.replay import replayed_qk
+from app.models.families import Architecture
+from app.models.loader import LoadedModel
+from attention_core.head_stats import (
+    HeadStatistics,
+    TokenFacts,
+    layer_statistics,
+    layer_statistics_by_rows,
+)
+from attention_core.tiles import row_weights
+
+ShouldStop = Callable[[], bool] | None
+
+BLOCK_BYTES = 48 * 2**20
+"""What one block of query rows may hold while its statistics are computed: its scores and
+weights for every head, and the key sets of its rows (see _bytes_per_row)."""
+
+
+def _bytes_per_row(heads: int, seq: int) -> int:
+    """Bytes one query row of a block holds at most: for every head its scores, masked scores,
+    weights and entropy terms (4 x heads float32 a key), and its five float32 key sets and
+    their boolean parts (about 8 float32 a key)."""
+    return 4 * seq * (4 * heads + 8)
+
+
+def rows_per_block(heads: int, seq: int) -> int:
+    """How many query rows a block takes within BLOCK_BYTES (at least one)."""
+    return max(1, BLOCK_BYTES // _bytes_per_row(heads, seq))
+
+
+def working_bytes(arch: Architecture, seq: int) -> int:
+    """What computing statistics block by block holds besides the forward pass: one layer's
+    replay inputs, queries and keys (hidden states, q and k per query head) and one block."""
+    replay = 4 * seq * (arch.d_model + 2 * arch.num_heads * arch.head_dim)
+    return replay + rows_per_block(arch.num_heads, seq) * _bytes_per_row(arch.num_heads, seq)
+
+
+def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
+    """What the statistics need to know of each token, from the forward pass."""
+    separators = {loaded.tokenizer.sep_token_id, loaded.tokenizer.eos_token_id} - {None}
+    separator = [
+        token_id in separators
+        or (
+            bool(label.strip("␣↵⇥"))
+            and all(unicodedata.category(c).startswith("P") for c in label.strip("␣↵⇥"))
+        )
+        for token_id, label in zip(result.token_ids, result.tokens, strict=True)
+    ]
+    return TokenFacts(
+        special=torch.tensor(result.special, dtype=torch.bool),
+        separator=torch.tensor(separator, dtype=torch.bool),
+        word=torch.tensor(result.words, dtype=torch.int64),
+        ids=torch.tensor(result.token_ids, dtype=torch.int64),
+    )
+
+
+def _row_blocks(
+    loaded: LoadedModel, result: ForwardResult, layer: int, should_stop: ShouldStop
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """(first row, whole rows of every head (heads, rows, keys)) of one replayed layer."""
+    heads = list(range(loaded.arch.num_heads))
+    pair = replayed_qk(
+        loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer, heads
+    )
+    seq = result.seq_len
+    step = rows_per_block(len(heads), seq)
+    for r0 in range(0, seq, step):
+        if should_stop is not None and should_stop():
+            raise RequestCancelled("the client went away before the statistics were done")
+        rows = (r0, min(r0 + step, seq))
+        with torch.inference_mode():
+            yield r0, row_weights(pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor)
+
+
+def statistics_of(
+    loaded: LoadedModel,
+    result: ForwardResult,
+    layers: list[int] | None = None,
+    should_stop: ShouldStop = None,
+) -> HeadStatistics:
+    """The statistics of every head of these layers (all by default): values[name] is
+    (len(layers), heads). From the kept maps a layer at a time, or from the replay a block of
+    rows at a time (within the replay's bound of the model's own maps). Each layer's numbers are
+    kept with the forward pass (a few hundred bytes), so a search after /heads, or a layer asked
+    again, costs nothing."""
+    chosen = list(range(loaded.arch.num_layers)) if layers is None else layers
+    facts = token_facts(loaded, result)
+    per_layer = []
+    for layer in chosen:
+        stats = result.statistics.get(layer)  # a layer once computed is kept with the pass
+        if stats is None:
+            if result.stored_maps is not None:
+                stats = layer_statistics(result.layer_maps(layer), facts, loaded.causal)
+            else:
+                blocks = _row_blocks(loaded, result, layer, should_stop)
+                stats = layer_statistics_by_rows(blocks, facts, loaded.causal)
+            result.statistics[layer] = stats
+        per_layer.append(stats)
+    return HeadStatistics(
+        values={name: torch.stack([s[name] for s in per_layer]) for name in per_layer[0]}
+    )
+
+
+def pair_weights(loaded: LoadedModel, result: ForwardResult, source: int, target: int) -> Tensor:
+    """(layers, heads): the weight query `source` gives key `target` in every head, from the
+    kept maps or from one replayed row per layer."""
+    if result.stored_maps is not None:
+        return result.stored_maps[:, :, source, target]
+    heads = list(range(loaded.arch.num_heads))
+    out = torch.zeros(loaded.arch.num_layers, len(heads))
+    for layer in range(loaded.arch.num_layers):
+        pair = replayed_qk(
+            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer, heads
+        )
+        with torch.inference_mode():
+            row = row_weights(
+                pair.q, pair.k, (source, source + 1), causal=loaded.causal, factor=pair.factor
+            )  # (heads, 1, keys)
+        if target < row.shape[-1]:  # a causal row gives later keys nothing
+            out[layer] = row[:, 0, target].to("cpu", torch.float32)
+    return out

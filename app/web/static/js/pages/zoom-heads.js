@@ -1,0 +1,132 @@
+// Deep zoom's head finder: every head's statistics over the whole text, asked of
+// POST /api/attention/heads a layer at a time (a long text's statistics take seconds a layer),
+// drawn as a layers x heads map that fills in as each layer arrives, with the strongest heads
+// listed as buttons. Reads and writes the page's state object through the functions it is given.
+
+import { api } from "../api.js";
+import { $ } from "../dom.js";
+import { headLabels } from "../views/heads.js";
+import { drawHeatmap, formatNumber, onCellClick } from "../views/plot.js";
+
+const LISTED = 8; // strongest heads listed under the map
+
+/**
+ * Wires the panel. state: the page's state object (model, text, pass, stat, layer, head);
+ * open(layer, head): shows that head's map; writeUrl(): mirrors the state in the URL.
+ * Returns {reset(), run()}: reset when a new forward pass starts, run to compute.
+ */
+export function headFinder(state, { open, writeUrl }) {
+  const statSelect = $("#zoom-stat");
+  const runButton = $("#zoom-heads-run");
+  const stopButton = $("#zoom-heads-stop");
+  const progress = $("#zoom-heads-progress");
+  const status = $("#zoom-heads-status");
+  const describe = $("#zoom-heads-describe");
+  const grid = $("#zoom-heads-grid");
+  const list = $("#zoom-heads-top");
+  let found = null; // {statistics: {name: [layer][head]}, roles: [layer][head], descriptions}
+  let running = null;
+
+  function reset() {
+    running?.abort();
+    found = null;
+    grid.hidden = true;
+    list.replaceChildren();
+    describe.textContent = "";
+    status.textContent = "";
+  }
+
+  async function run() {
+    const pass = state.pass;
+    if (!pass) return;
+    running?.abort();
+    const controller = new AbortController();
+    running = controller;
+    const layers = pass.num_layers;
+    const empty = () => Array.from({ length: layers }, () => Array(pass.num_heads).fill(null));
+    found = { statistics: {}, roles: Array.from({ length: layers }, () => null), descriptions: {} };
+    grid.hidden = false;
+    runButton.disabled = true;
+    stopButton.hidden = false;
+    progress.hidden = false;
+    progress.value = 0;
+    const started = performance.now();
+    try {
+      for (let layer = 0; layer < layers; layer++) {
+        status.textContent = `Layer ${layer + 1} of ${layers}…`;
+        const answer = await api.heads(
+          { model: state.model, text: state.text, layers: [layer] }, { signal: controller.signal },
+        );
+        if (running !== controller) return;
+        for (const [name, rows] of Object.entries(answer.statistics)) {
+          found.statistics[name] ??= empty();
+          found.statistics[name][layer] = rows[0];
+        }
+        found.roles[layer] = answer.roles[0];
+        found.descriptions = answer.descriptions;
+        progress.value = (layer + 1) / layers;
+        if (statSelect.options.length !== Object.keys(answer.statistics).length) {
+          statSelect.replaceChildren(...Object.keys(answer.statistics).map((n) => new Option(n.replace("_", " "), n)));
+        }
+        await show();
+      }
+      const seconds = ((performance.now() - started) / 1000).toFixed(1);
+      status.textContent = `Every head of ${layers} layers over ${pass.seq_len.toLocaleString("en")} tokens, in ${seconds} s.`;
+    } catch (err) {
+      if (running !== controller) return;
+      status.textContent = err.name === "AbortError" ? "Stopped: the layers so far are shown." : err.message;
+    } finally {
+      if (running === controller) running = null;
+      runButton.disabled = false;
+      stopButton.hidden = true;
+      progress.hidden = true;
+    }
+  }
+
+  /** Draws the chosen statistic of the layers found so far, and lists its strongest heads. */
+  async function show() {
+    if (!found || !Object.keys(found.statistics).length) return;
+    const names = Object.keys(found.statistics);
+    const stat = names.includes(state.stat) ? state.stat : "induction";
+    state.stat = stat;
+    statSelect.value = stat;
+    writeUrl();
+    const values = found.statistics[stat];
+    describe.textContent = `${stat.replace("_", " ")}: ${found.descriptions[stat]}.`;
+    const info = { num_layers: state.pass.num_layers, num_heads: state.pass.num_heads, num_kv_heads: state.pass.num_kv_heads };
+    const labels = headLabels(info);
+    const top = stat === "distance" ? Math.max(1e-9, ...values.flat().filter((v) => v !== null)) : 1;
+    const shapes = [{
+      type: "rect", x0: state.head - 0.5, x1: state.head + 0.5, y0: state.layer - 0.5, y1: state.layer + 0.5,
+      line: { color: "#e4572e", width: 2 },
+    }];
+    await drawHeatmap(grid, values, labels.layers, labels.heads, {
+      title: `${stat.replace("_", " ")} of every head · rows: layers, columns: heads · click a cell to open it`,
+      zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: true, digits: stat === "distance" ? 1 : 2,
+      height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
+    });
+    onCellClick(grid, (layer, head) => open(layer, head));
+    listStrongest(values, stat);
+  }
+
+  function listStrongest(values, stat) {
+    const heads = values.flatMap((row, l) => row.map((v, h) => [v, l, h])).filter(([v]) => v !== null);
+    heads.sort((a, b) => b[0] - a[0]);
+    list.replaceChildren(...heads.slice(0, LISTED).map(([v, l, h]) => {
+      const roles = (found.roles[l]?.[h] || []).map((r) => r.role).join(", ");
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "link";
+      button.textContent = `Layer ${l}, head ${h}: ${stat.replace("_", " ")} ${formatNumber(v, stat === "distance" ? 1 : 3)}${roles ? ` (${roles})` : ""}`;
+      button.addEventListener("click", () => open(l, h));
+      const item = document.createElement("li");
+      item.append(button);
+      return item;
+    }));
+  }
+
+  statSelect.addEventListener("change", () => { state.stat = statSelect.value; show(); });
+  runButton.addEventListener("click", run);
+  stopButton.addEventListener("click", () => running?.abort());
+  return { reset, run, show, get ready() { return found !== null; } };
+}
