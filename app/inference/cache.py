@@ -1,4 +1,5 @@
-"""A bounded cache of forward passes, in entries and in bytes, computing each key once."""
+"""A bounded cache of forward passes, in entries and in bytes, computing each key once; and in
+the bytes the passes leave free, a memo of recently replayed layers' maps."""
 
 from __future__ import annotations
 
@@ -6,23 +7,33 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 
+from torch import Tensor
+
 from app.inference.forward import ForwardResult
 
 
 class ForwardCache:
-    """LRU over (model, text, text_pair). Concurrent misses on one key run one computation."""
+    """LRU over (model, text, text_pair). Concurrent misses on one key run one computation.
+
+    Passes come first: the memo of replayed layers only uses bytes the passes leave free, and
+    is emptied (oldest first) to make room for a new pass. Together they stay within max_bytes.
+    """
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._items: OrderedDict[Hashable, ForwardResult] = OrderedDict()
+        self._sizes: dict[Hashable, int] = {}  # as counted when stored (a pass's memos grow)
         self._bytes = 0
+        self._layers: OrderedDict[tuple[Hashable, int], Tensor] = OrderedDict()  # memo, LRU
+        self._layer_bytes = 0
         self._guard = threading.Lock()
         self._inflight: dict[Hashable, threading.Lock] = {}
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        """Bytes held: the passes and the memo of replayed layers."""
+        return self._bytes + self._layer_bytes
 
     def __len__(self) -> int:
         return len(self._items)
@@ -55,12 +66,42 @@ class ForwardCache:
         if self.max_entries == 0 or size > self.max_bytes:
             return  # too big to keep: served once, never cached
         self._items[key] = result
+        self._sizes[key] = size
         self._bytes += size
+        while self._layers and self.nbytes > self.max_bytes:
+            self._forget_oldest_layer()
         while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
-            _, evicted = self._items.popitem(last=False)
-            self._bytes -= evicted.nbytes
+            evicted, _ = self._items.popitem(last=False)
+            self._bytes -= self._sizes.pop(evicted)
+
+    def _forget_oldest_layer(self) -> None:
+        _, maps = self._layers.popitem(last=False)
+        self._layer_bytes -= maps.nbytes
+
+    def replayed_layer(self, key: Hashable, layer: int) -> Tensor | None:
+        """The memo's maps (heads, seq, seq) of one layer of the pass under `key`, or None.
+        Shared between answers: read them, never change them."""
+        with self._guard:
+            maps = self._layers.get((key, layer))
+            if maps is not None:
+                self._layers.move_to_end((key, layer))
+            return maps
+
+    def keep_layer(self, key: Hashable, layer: int, maps: Tensor) -> None:
+        """Memoise a replayed layer if it fits in what the passes leave free (making room by
+        forgetting the oldest layers); otherwise keep nothing."""
+        with self._guard:
+            if (key, layer) in self._layers or self._bytes + maps.nbytes > self.max_bytes:
+                return
+            while self._layers and self.nbytes + maps.nbytes > self.max_bytes:
+                self._forget_oldest_layer()
+            self._layers[(key, layer)] = maps
+            self._layer_bytes += maps.nbytes
 
     def clear_model(self, model_id: str) -> None:
         with self._guard:
             for key in [k for k in self._items if k[0] == model_id]:
-                self._bytes -= self._items.pop(key).nbytes
+                del self._items[key]
+                self._bytes -= self._sizes.pop(key)
+            for key in [k for k in self._layers if k[0][0] == model_id]:
+                self._layer_bytes -= self._layers.pop(key).nbytes

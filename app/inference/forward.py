@@ -3,9 +3,13 @@ themselves only where they cannot be replayed from those."""
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,6 +63,8 @@ class ForwardResult:
     last_hidden: Tensor | None = None  # (seq, d_model) float32 on the host: what the LM head
     # reads; kept only for a model with a head, so predictions cost nothing until asked for
     replay: Replay | None = field(default=None, compare=False, repr=False)
+    memo_bytes: int = 0  # what the memos below may grow to, counted in nbytes from the start
+    # (so a cache's count of a pass never changes): the top-k table and the head statistics
     _top: dict = field(default_factory=dict, compare=False, repr=False)  # memo of top_k()
     statistics: dict = field(default_factory=dict, compare=False, repr=False)  # memo: layer ->
     # that layer's head statistics {name: (heads,)}, filled by app.services.head_statistics
@@ -67,9 +73,7 @@ class ForwardResult:
     def nbytes(self) -> int:
         maps = 0 if self.stored_maps is None else self.stored_maps.nbytes
         last = 0 if self.last_hidden is None else self.last_hidden.nbytes
-        table = 12 * self.seq_len * MAX_TOP_K if self._top else 0
-        stats = sum(v.nbytes for layer in self.statistics.values() for v in layer.values())
-        return maps + self.hidden_inputs.nbytes + last + table + stats
+        return maps + self.hidden_inputs.nbytes + last + self.memo_bytes
 
     @property
     def num_layers(self) -> int:
@@ -114,13 +118,17 @@ class ForwardResult:
         return self._top["ids"], self._top["probs"]
 
     @staticmethod
+    def memo_bytes_for(arch: Architecture, seq_len: int) -> int:
+        """The most the memos of a pass hold: its top-k table and every head's statistics."""
+        return 12 * seq_len * MAX_TOP_K + 4 * arch.num_layers * arch.num_heads * len(STATISTICS)
+
+    @staticmethod
     def nbytes_for(arch: Architecture, seq_len: int, replayed: bool) -> int:
         """What a forward pass over seq_len tokens will hold, known before it runs."""
         maps = 0 if replayed else arch.num_layers * arch.num_heads * seq_len * seq_len
         hidden = arch.num_layers * seq_len * arch.d_model
         last = seq_len * arch.d_model  # an upper bound: only models with an LM head keep it
-        statistics = arch.num_layers * arch.num_heads * len(STATISTICS)  # the memo, when filled
-        return 4 * (maps + hidden + last + statistics) + 12 * seq_len * MAX_TOP_K
+        return 4 * (maps + hidden + last) + ForwardResult.memo_bytes_for(arch, seq_len)
 
     @property
     def seq_len(self) -> int:
@@ -140,6 +148,13 @@ def tokenize(
         )
     encoding = loaded.tokenizer(text, text_pair, return_tensors="pt", truncation=False)
     n = encoding["input_ids"].shape[1]
+    check_token_count(loaded, n, limit)
+    accepted = inspect.signature(loaded.model.forward).parameters
+    return {k: v for k, v in encoding.items() if k in accepted}, _word_numbers(encoding, n)
+
+
+def check_token_count(loaded: LoadedModel, n: int, limit: int | None) -> None:
+    """Refuse a text of n tokens: none, over the model's max_tokens, or over `limit`."""
     if n == 0:
         raise InvalidInput("the text produced no tokens; send some words")
     if n > loaded.max_tokens:
@@ -154,15 +169,35 @@ def tokenize(
             "are read a window at a time (POST /api/attention/tiles, the Deep zoom page) or a "
             "layer at a time (POST /api/attention)."
         )
-    accepted = inspect.signature(loaded.model.forward).parameters
-    return {k: v for k, v in encoding.items() if k in accepted}, _word_numbers(encoding, n)
+
+
+COUNT_MEMO_ENTRIES = 1024
+_counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()  # (model, text digest) -> tokens
+_counts_lock = threading.Lock()
 
 
 def count_tokens(
     loaded: LoadedModel, text: str, text_pair: str | None, limit: int | None = None
 ) -> int:
-    """Tokens the text will have (the same checks as a forward pass, without running one)."""
-    return int(tokenize(loaded, text, text_pair, limit)[0]["input_ids"].shape[1])
+    """Tokens the text will have (the same checks as a forward pass, without running one).
+    Counts are remembered by a digest of the text (the last COUNT_MEMO_ENTRIES, 32 bytes of
+    key each), so a request for a text already seen is sized without tokenising it again."""
+    digest = hashlib.sha256(
+        json.dumps([text, text_pair], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    ).digest()
+    key = (loaded.id, digest)
+    with _counts_lock:
+        n = _counts.get(key)
+        if n is not None:
+            _counts.move_to_end(key)
+    if n is None:
+        n = int(tokenize(loaded, text, text_pair, None)[0]["input_ids"].shape[1])
+        with _counts_lock:
+            _counts[key] = n
+            while len(_counts) > COUNT_MEMO_ENTRIES:
+                _counts.popitem(last=False)
+    check_token_count(loaded, n, limit)
+    return n
 
 
 Progress = Callable[[int, int], None]
@@ -268,6 +303,7 @@ def run_forward(
         replay=partial(replayed_maps, loaded.model, loaded.family, loaded.causal)
         if replayed
         else None,
+        memo_bytes=ForwardResult.memo_bytes_for(loaded.arch, len(ids)),
     )
 
 

@@ -240,7 +240,18 @@ def attention_maps(
     chosen = None if heads == list(range(loaded.arch.num_heads)) else heads
 
     def layer_maps(i: int) -> torch.Tensor:
-        return result.layer_maps(layers[i], chosen)  # (h, T, T), a view or a replay
+        """(h, T, T): a view of kept maps, the memo of a replayed layer, or a new replay (of
+        every head, memoised, or of the heads asked for only)."""
+        if result.stored_maps is not None:
+            return result.layer_maps(layers[i], chosen)
+        key = (loaded.id, req.text, req.text_pair)
+        maps = cache.replayed_layer(key, layers[i])
+        if maps is None:
+            maps = result.layer_maps(layers[i], chosen)
+            if chosen is None:
+                cache.keep_layer(key, layers[i], maps)
+            return maps
+        return maps if chosen is None else maps[chosen]
 
     meta = maps_meta(loaded, result, cached, layers, heads)
     answer = MapsAnswer(meta, req.format, (len(layers), len(heads), seq, seq), layer_maps)

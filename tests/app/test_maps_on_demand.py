@@ -29,8 +29,11 @@ def test_a_pass_keeps_hidden_states_not_maps(app):
     arch, seq = loaded.arch, result.seq_len
     assert result.stored_maps is None
     hidden = 4 * arch.num_layers * seq * arch.d_model
-    assert result.nbytes == hidden + 4 * seq * arch.d_model  # and the LM head's input
-    assert result.nbytes <= ForwardResult.nbytes_for(arch, seq, replayed=True)
+    memos = ForwardResult.memo_bytes_for(arch, seq)  # top-k table and statistics, when filled
+    assert result.nbytes == hidden + 4 * seq * arch.d_model + memos  # and the LM head's input
+    assert result.nbytes == ForwardResult.nbytes_for(arch, seq, replayed=True)
+    result.top_k(loaded.predictor)
+    assert result.nbytes == ForwardResult.nbytes_for(arch, seq, replayed=True)  # counted before
     maps = 4 * arch.num_layers * arch.num_heads * seq * seq
     assert maps > 7 * result.nbytes  # what a pass held before: 283 MB against 37 MB here
 
