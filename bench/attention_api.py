@@ -2,8 +2,11 @@
 
     .venv/bin/python -m bench.attention_api [--repeats N]
 
-For each model and length: the model's own forward pass (direct, no app code), the API's
-answer on a new text (tokenize + forward + serialise) and on a cached text, for JSON and u8.
+For each model and length: the model's own forward pass with attention output (direct, no app
+code), the API's answer on a new text (tokenize + forward + replay + serialise) and on a cached
+text, for JSON and u8 (every layer and head), and one layer of every head in u8 asked again.
+Answers are asked for uncompressed (accept-encoding: identity), through FastAPI's test client,
+which adds a few milliseconds a megabyte of its own.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def median_ms(samples: list[float]) -> float:
 
 def timed_post(client, body) -> tuple[float, bytes]:
     start = time.perf_counter()
-    response = client.post("/api/attention", json=body)
+    response = client.post("/api/attention", json=body, headers={"accept-encoding": "identity"})
     elapsed = time.perf_counter() - start
     assert response.status_code == 200, response.text
     return elapsed, response.content
@@ -49,7 +52,8 @@ def run(repeats: int) -> None:
         )
         print(
             f"{'model':<38} {'tokens':>6} {'forward':>9} {'JSON new':>9} {'JSON hit':>9} "
-            f"{'u8 new':>9} {'u8 hit':>8} {'JSON/fwd':>8} {'JSON MB':>8} {'u8 MB':>7} {'size':>6}"
+            f"{'u8 new':>9} {'u8/fwd':>6} {'u8 hit':>8} {'layer hit':>9} {'JSON/fwd':>8} "
+            f"{'JSON MB':>8} {'u8 MB':>7} {'size':>6}"
         )
         for model_id in (MINILM_ID, SMOLLM2_ID):
             loaded = app.state.manager.get(model_id)
@@ -68,7 +72,7 @@ def run(repeats: int) -> None:
                         forward.append(time.perf_counter() - start)
                 weights = loaded.arch.num_layers * loaded.arch.num_heads * seq * seq
                 with_json = weights <= MAX_JSON_WEIGHTS
-                rows = {"json_new": [], "json_hit": [], "u8_new": [], "u8_hit": []}
+                rows = {"json_new": [], "json_hit": [], "u8_new": [], "u8_hit": [], "layer": []}
                 json_size = u8_size = 0
                 for r in range(repeats):
                     for fmt in ("json", "u8") if with_json else ("u8",):
@@ -81,6 +85,9 @@ def run(repeats: int) -> None:
                         rows[f"{fmt}_new"].append(elapsed)
                         elapsed, content = timed_post(client, body)
                         rows[f"{fmt}_hit"].append(elapsed)
+                        if fmt == "u8":  # one layer, asked again (replayed once, then memoised)
+                            timed_post(client, {**body, "layers": [1]})
+                            rows["layer"].append(timed_post(client, {**body, "layers": [1]})[0])
                         if fmt == "json":
                             json_size = len(content)
                         else:
@@ -102,7 +109,9 @@ def run(repeats: int) -> None:
                 size_ratio = f"{json_size / u8_size:>5.1f}x" if with_json else f"{'—':>6}"
                 print(
                     f"{model_id:<38} {seq:>6} {median_ms(forward):>7.1f}ms {cell('json_new', 9)} "
-                    f"{cell('json_hit', 9)} {cell('u8_new', 9)} {cell('u8_hit', 8)} {ratio} "
+                    f"{cell('json_hit', 9)} {cell('u8_new', 9)} "
+                    f"{median_ms(rows['u8_new']) / median_ms(forward):>5.2f}x {cell('u8_hit', 8)} "
+                    f"{cell('layer', 9)} {ratio} "
                     f"{json_mb} {u8_size / 1e6:>7.2f} {size_ratio}"
                 )
 

@@ -12,7 +12,7 @@ import * as heads from "../views/heads.js";
 import * as heatmap from "../views/heatmap.js";
 import * as lines from "../views/lines.js";
 import * as mask from "../views/mask.js";
-import { plotlyReady } from "../views/plot.js";
+import { plotlyReady, warmPlotly } from "../views/plot.js";
 import * as qk from "../views/qk.js";
 import * as value from "../views/value.js";
 import * as ablation from "../views/ablation.js";
@@ -428,6 +428,7 @@ state.subscribe((_, changed) => {
   }
 });
 
+plotlyReady().then(() => setTimeout(warmPlotly, 0)); // while the models are listed
 loadModels()
   .then(() => {
     modelsListed = true;

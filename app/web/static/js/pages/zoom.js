@@ -5,7 +5,7 @@
 
 import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
-import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, nextTask, plotlyReady } from "../views/plot.js";
+import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, nextTask, plotlyReady, warmPlotly } from "../views/plot.js";
 import { headFinder } from "./zoom-heads.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
@@ -305,18 +305,6 @@ async function useExample() {
     status.textContent = "";
     showError(errorBox, err.message);
   }
-}
-
-/** Plotly's first heatmap costs about 130 ms more than later ones (compiling its drawing code):
- * pay it while the page is idle, on a tiny map off screen, so the first real one stays short. */
-async function warmPlotly() {
-  const scratch = document.createElement("div");
-  scratch.setAttribute("aria-hidden", "true");
-  scratch.style.cssText = "position:absolute;left:-10000px;top:0;width:300px;height:200px";
-  document.body.append(scratch);
-  await window.Plotly.react(scratch, [{ type: "heatmap", z: [[0, 1], [1, 0]], zsmooth: "fast" }], { height: 200 }, PLOT_CONFIG);
-  window.Plotly.purge(scratch);
-  scratch.remove();
 }
 
 async function main() {
