@@ -114,3 +114,24 @@ def test_search_refuses_what_it_cannot_answer(client, query, status):
         "/api/attention/search", json={"model": MINILM_ID, "text": TEXT, "query": query}
     )
     assert response.status_code == status, response.text[:200]
+
+
+def test_statistics_stop_between_blocks_when_the_client_has_gone(app):
+    """A long text's statistics take seconds a layer: a client that leaves stops them at the
+    next block of rows, and nothing half-done is kept with the pass."""
+    from app.errors import RequestCancelled
+    from app.inference.forward import run_forward
+    from app.services.head_statistics import statistics_of
+
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    result = run_forward(loaded, TEXT)
+    asked = []
+
+    def gone() -> bool:
+        asked.append(1)
+        return len(asked) > 3  # the client leaves during the fourth block
+
+    with pytest.raises(RequestCancelled):
+        statistics_of(loaded, result, should_stop=gone)
+    assert len(result.statistics) == 3  # the three layers finished before it left
+    assert statistics_of(loaded, result, [0, 1, 2]).values["entropy"].shape == (3, 9)
