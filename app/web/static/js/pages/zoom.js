@@ -183,8 +183,6 @@ async function draw() {
   }
   if (drawing !== controller) return;
   await nextTask();
-  const what = cell === 1 ? "each cell one weight" : `each cell the ${state.reduce === "max" ? "largest" : "mean"} weight of ${cell} × ${cell} tokens`;
-  windowLine.textContent = `Layer ${state.layer}, head ${state.head}: queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}; ${what} (within ${answer.error_bound} of the model's own weights).`;
   const width = plot.clientWidth || 600;
   const height = Math.max(320, Math.min(760, width));
   const trace = {
@@ -202,21 +200,34 @@ async function draw() {
   const layout = {
     height,
     margin: { t: 80, r: 10, b: 10, l: 80 },
-    xaxis: { range: [c0 - 0.5, c1 - 0.5], side: "top", tickangle: -45, ...ticks(c0, c1, width - 90), title: { text: "" } },
-    yaxis: { range: [r1 - 0.5, r0 - 0.5], ...ticks(r0, r1, height - 90) },
+    xaxis: { range: [c0 - 0.5, c1 - 0.5], side: "top", tickangle: -45, ...ticks(), title: { text: "" } },
+    yaxis: { range: [r1 - 0.5, r0 - 0.5], ...ticks() },
     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, sans-serif" },
     dragmode: "zoom",
   };
   plot._cell = { cell, r0, c0, values: answer.values[0] };
   await window.Plotly.react(plot, [trace], layout, PLOT_CONFIG);
+  // Token labels, where they fit, each axis in a task of its own: measuring dozens of new
+  // labels costs Plotly about as much as the map itself.
+  for (const [axis, span, pixels] of [["xaxis", [c0, c1], width - 90], ["yaxis", [r0, r1], height - 90]]) {
+    const labels = ticks(...span, pixels);
+    if (labels.tickmode !== "array") continue;
+    await nextTask();
+    if (drawing !== controller) return;
+    await window.Plotly.relayout(plot, Object.fromEntries(Object.entries(labels).map(([k, v]) => [`${axis}.${k}`, v])));
+  }
   if (!plot._zoomWired) wirePlot();
+  // Said once the map and its labels are drawn (tests wait for it).
+  const what = cell === 1 ? "each cell one weight" : `each cell the ${state.reduce === "max" ? "largest" : "mean"} weight of ${cell} × ${cell} tokens`;
+  windowLine.textContent = `Layer ${state.layer}, head ${state.head}: queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}; ${what} (within ${answer.error_bound} of the model's own weights).`;
 }
 
-/** Token labels where every token in the span gets room; positions otherwise. */
+/** Token labels where every token in the span gets room; positions otherwise (and with no
+ * span). */
 function ticks(start, stop, pixels) {
   const span = stop - start;
-  if (span * LABEL_PIXELS > pixels) return { tickmode: "auto", ticktext: undefined, tickvals: undefined };
+  if (!(span * LABEL_PIXELS <= pixels)) return { tickmode: "auto", ticktext: undefined, tickvals: undefined };
   const tickvals = Array.from({ length: span }, (_, i) => start + i);
   const ticktext = tickvals.map((i) => escapeLabel(state.pass.tokens[i]));
   return { tickmode: "array", tickvals, ticktext };
