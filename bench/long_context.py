@@ -10,7 +10,8 @@ an overview of one head and of all 9 heads of a layer at about 340 cells across,
 window of single weights at the end of the text; and one layer of maps in u8 where the API
 computes one (up to 2,181 tokens); and every head statistic of one layer (POST
 /api/attention/heads, computed a block of query rows at a time). The process's RSS after each
-length and its peak are the server's memory: the bench runs the app in process.
+length and its peak are the server's memory: the bench runs the app in process. Last, the
+fitted exponent of each against the tokens (bench.scaling's least-squares slope).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.inference.forward import EAGER_LAYER_BYTES, _attention_kernel
+from app.inference.forward import EAGER_LAYER_BYTES, ForwardResult, _attention_kernel
 from app.main import create_app
 from app.models.registry import SMOLLM2_ID
 from bench.compression import prose
+from bench.scaling import slope
 
 
 def rss_mb() -> float:
@@ -65,6 +67,10 @@ def run(lengths: list[int]) -> None:
             f"{'1 head':>8} {'9 heads':>8} {'64x64':>7} {'layer u8':>9} {'hit':>7} {'stats':>8} "
             f"{'pass MB':>7} {'RSS MB':>7} {'peak MB':>7}"
         )
+        fits: dict[str, list[float]] = {
+            "tokens": [], "API pass": [], "bare pass": [], "pass bytes": [], "overview": [],
+            "statistics of a layer": [],
+        }  # fmt: skip
         for n in lengths:
             text = prose(loaded.tokenizer, n + 2)  # SmolLM2 adds no special tokens
             ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"]
@@ -101,6 +107,12 @@ def run(lengths: list[int]) -> None:
             )
             assert answer.status_code == 200, answer.text
             kept = app.state.forward_cache.nbytes / 2**20
+            for name, value in (
+                ("tokens", seq), ("API pass", api), ("bare pass", bare), ("overview", one),
+                ("pass bytes", ForwardResult.nbytes_for(loaded.arch, seq, replayed=True)),
+                ("statistics of a layer", statistics),
+            ):  # fmt: skip
+                fits[name].append(value)
             print(
                 f"{seq:>6} {kernel:>6} {bare:>7,.0f}ms {api:>7,.0f}ms {api / bare:>5.2f} "
                 f"{one:>6,.0f}ms {nine:>6,.0f}ms {small:>5,.0f}ms {layer:>7,.0f}ms {hit:>5,.0f}ms "
@@ -112,6 +124,11 @@ def run(lengths: list[int]) -> None:
             "cached by /forward); 'hit': the same again; nan where the API refuses a whole layer; "
             "'stats': every head statistic of one layer (/heads, a block of query rows at a time)."
         )
+        if len(fits["tokens"]) > 1:
+            print("Fitted exponents (slope of log against log tokens; 1 linear, 2 quadratic):")
+            for name, values in fits.items():
+                if name != "tokens":
+                    print(f"  {name}: n^{slope(fits['tokens'], values):.2f}")
 
 
 def main() -> None:
