@@ -135,3 +135,21 @@ def test_statistics_stop_between_blocks_when_the_client_has_gone(app):
         statistics_of(loaded, result, should_stop=gone)
     assert len(result.statistics) == 3  # the three layers finished before it left
     assert statistics_of(loaded, result, [0, 1, 2]).values["entropy"].shape == (3, 9)
+
+
+def test_bad_layers_are_refused_before_any_work(client, monkeypatch):
+    def never(*_args, **_kwargs):
+        raise AssertionError("a forward pass ran for a bad request")
+
+    monkeypatch.setattr("app.services.attention.run_forward", never)
+    text = "A sentence nobody has sent, so that only a forward pass could answer it."
+    for layers, words in [([6], "out of range"), ([], "at least 1"), ([1, 1], "repeats")]:
+        body = {"model": MINILM_ID, "text": text, "layers": layers}
+        response = client.post("/api/attention/heads", json=body)
+        assert response.status_code == 422, response.text
+        assert words in response.text, response.text
+    monkeypatch.undo()
+    good = client.post(
+        "/api/attention/heads", json={"model": MINILM_ID, "text": TEXT, "layers": [5, 0]}
+    )
+    assert good.status_code == 200 and good.json()["layers"] == [5, 0]

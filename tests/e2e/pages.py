@@ -12,7 +12,8 @@ EXPLORER_TABS = (
 )  # fmt: skip
 LAB_TOPICS = tuple(t for t in ALL_LAB_TOPICS if t not in TOPICS_WITH_OWN_ROUTE)  # issue 11's
 LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))
-ZOOM_PAGE = f"/zoom?model={MINILM}#text=" + SENTENCE.replace(" ", "+")  # runs and draws
+# Runs, draws, and (stat= in the URL) fills the head finder, so every check sees it too.
+ZOOM_PAGE = f"/zoom?model={MINILM}&stat=previous#text=" + SENTENCE.replace(" ", "+")
 ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, ZOOM_PAGE, "/docs")
 
 
@@ -35,6 +36,8 @@ def open_view(page, base: str, view: str, model: str = MINILM, text: str = SENTE
             wait_js(page, "document.querySelectorAll('.opblock').length > 0")
         if view == ZOOM_PAGE:
             wait_js(page, "document.querySelector('#zoom-window').textContent.startsWith('Layer')")
+            finder = "document.querySelector('#zoom-heads-status').textContent"
+            wait_js(page, f"{finder}.startsWith('Every head')", 60)
         settle(page)
         return
     tab = view.split(":", 1)[1]
