@@ -23,7 +23,6 @@ class ForwardCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._items: OrderedDict[Hashable, ForwardResult] = OrderedDict()
-        self._sizes: dict[Hashable, int] = {}  # as counted when stored (a pass's memos grow)
         self._bytes = 0
         self._layers: OrderedDict[tuple[Hashable, int], Tensor] = OrderedDict()  # memo, LRU
         self._layer_bytes = 0
@@ -66,13 +65,12 @@ class ForwardCache:
         if self.max_entries == 0 or size > self.max_bytes:
             return  # too big to keep: served once, never cached
         self._items[key] = result
-        self._sizes[key] = size
         self._bytes += size
         while self._layers and self.nbytes > self.max_bytes:
             self._forget_oldest_layer()
         while len(self._items) > self.max_entries or self._bytes > self.max_bytes:
-            evicted, _ = self._items.popitem(last=False)
-            self._bytes -= self._sizes.pop(evicted)
+            _, evicted = self._items.popitem(last=False)
+            self._bytes -= evicted.nbytes
 
     def _forget_oldest_layer(self) -> None:
         _, maps = self._layers.popitem(last=False)
@@ -101,7 +99,6 @@ class ForwardCache:
     def clear_model(self, model_id: str) -> None:
         with self._guard:
             for key in [k for k in self._items if k[0] == model_id]:
-                del self._items[key]
-                self._bytes -= self._sizes.pop(key)
+                self._bytes -= self._items.pop(key).nbytes
             for key in [k for k in self._layers if k[0][0] == model_id]:
                 self._layer_bytes -= self._layers.pop(key).nbytes

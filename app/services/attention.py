@@ -35,7 +35,12 @@ from attention_core import causal_mask, masked_softmax, replay_layer, value_weig
 from attention_core.trace import resolve_scale
 
 ShouldStop = Callable[[], bool] | None
-_answers = itertools.count()  # a key per answer for its own reservation
+_answers = itertools.count()
+
+
+def answer_key(kind: str) -> tuple[str, int]:
+    """A budget key of one answer's own (never shared) reservation."""
+    return (kind, next(_answers))
 
 
 def forward_for(
@@ -75,7 +80,7 @@ def reserved_forward(
         if whole_maps and loaded.maps_replayed:
             arch = loaded.arch
             maps = 4 * arch.num_layers * arch.num_heads * seq * seq
-            parts.append(budget.reserve(("maps", next(_answers)), maps))
+            parts.append(budget.reserve(answer_key("maps"), maps))
         parts.append(
             budget.reserve(
                 (loaded.id, text, text_pair),
@@ -228,7 +233,7 @@ def attention_maps(
     check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes)
     check_layer_bytes(len(heads), seq)
     # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time.
-    working = budget.reserve(("answer", next(_answers)), 4 * len(heads) * seq * seq)
+    working = budget.reserve(answer_key("answer"), 4 * len(heads) * seq * seq)
     try:
         result, cached, reservation = reserved_forward(
             loaded, cache, budget, req.text, req.text_pair, should_stop, whole_maps=False

@@ -98,11 +98,13 @@ def statistics_of(
     kept with the forward pass (a few hundred bytes), so a search after /heads, or a layer asked
     again, costs nothing."""
     chosen = list(range(loaded.arch.num_layers)) if layers is None else layers
-    facts = token_facts(loaded, result)
+    facts = None  # read from the tokens only if a layer is not kept yet
     per_layer = []
     for layer in chosen:
         stats = result.statistics.get(layer)  # a layer once computed is kept with the pass
         if stats is None:
+            if facts is None:
+                facts = token_facts(loaded, result)
             if result.stored_maps is not None:
                 stats = layer_statistics(result.layer_maps(layer), facts, loaded.causal)
             else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Iterator
@@ -20,12 +19,10 @@ from app.schemas.attention import TextRequest
 from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
 from app.schemas.search import FoundHead, PairQuery, RoleQuery, SearchRequest, SearchResponse
-from app.services.attention import ShouldStop, held_forward, indices
+from app.services.attention import ShouldStop, answer_key, held_forward, indices
 from app.services.head_statistics import pair_weights, statistics_of, working_bytes
 from attention_core.aggregate import follow_token
 from attention_core.head_stats import ROLES, STATISTICS
-
-_answers = itertools.count()  # a key per answer for its own reservation
 
 DESCRIPTIONS = {
     "entropy": "normalised entropy of each row: 0 = all on one key, 1 = uniform over the keys "
@@ -62,7 +59,7 @@ def held_for_statistics(
             yield result
         return
     seq = count_tokens(loaded, req.text, req.text_pair)
-    working = budget.reserve(("statistics", next(_answers)), working_bytes(loaded.arch, seq))
+    working = budget.reserve(answer_key("statistics"), working_bytes(loaded.arch, seq))
     try:
         with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
             yield result
