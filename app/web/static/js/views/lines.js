@@ -2,11 +2,13 @@
 
 import { headColour } from "../colors.js";
 import { el as make } from "../dom.js";
+import { nextTask } from "./plot.js";
 import { settle } from "./settle.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const ROW = 20;
 const CHAR = 7.3; // pixels a character of the 12 px monospace labels takes
+const LONG_TEXT = 128; // tokens past which the drawing is built over two tasks
 
 /** Width of the drawing and where the two label columns end/start: the labels' own width,
  * the rest for the lines, fitting the container (a phone included). */
@@ -54,6 +56,43 @@ function showHeadPicks(fieldset, heads, count) {
   for (const box of fieldset.querySelectorAll("input")) box.checked = heads.includes(Number(box.value));
 }
 
+/** The lines of the heads drawn, strongest last (drawn on top): {q, k, w, colour} each. */
+function linesAbove(maps, heads, n, threshold, numHeads) {
+  const found = [];
+  for (const h of heads) {
+    const flat = maps.map(0, h);
+    const colour = headColour(h, numHeads);
+    for (let i = 0; i < flat.length; i++) {
+      const w = flat[i];
+      if (w >= threshold && w > 0) found.push({ q: Math.floor(i / n), k: i % n, w, colour });
+    }
+  }
+  return found;
+}
+
+/** Hovering or focusing a label shows only its lines and dims the other labels; leaving shows all.
+ * One listener per kind on the drawing (not four per label: a long text has a thousand labels). */
+function bindFocus(root, lineNodes, labelNodes) {
+  function focus(side, index) {
+    for (const line of lineNodes) line.style.display = index === null || Number(line.dataset[side]) === index ? "" : "none";
+    for (const label of labelNodes) {
+      label.classList.toggle("dim", index !== null && !(label.dataset.side === side && Number(label.dataset.index) === index));
+    }
+  }
+  const labelOf = (event) => (event.target instanceof SVGTextElement && event.target.dataset.side ? event.target : null);
+  const enter = (event) => {
+    const label = labelOf(event);
+    if (label) focus(label.dataset.side, Number(label.dataset.index));
+  };
+  const leave = (event) => {
+    if (labelOf(event)) focus(null, null);
+  };
+  root.addEventListener("mouseover", enter);
+  root.addEventListener("focusin", enter);
+  root.addEventListener("mouseout", leave);
+  root.addEventListener("focusout", leave);
+}
+
 export async function render({ session, state, parts, info, isStale }) {
   const heads = overlayHeads(state, info);
   showHeadPicks(parts.heads, heads, info.num_heads);
@@ -73,60 +112,44 @@ export async function render({ session, state, parts, info, isStale }) {
   root.lastChild.textContent = "key";
   const lineLayer = svg("g", {});
   root.append(lineLayer);
-  const lines = [];
-  for (const h of heads) {
-    const flat = maps.map(0, h);
-    const colour = headColour(h, info.num_heads);
-    for (let q = 0; q < n; q++) {
-      for (let k = 0; k < n; k++) {
-        const w = flat[q * n + k];
-        if (w < threshold || w <= 0) continue;
-        const line = svg("line", {
-          x1: LEFT_X + 6, y1: 30 + q * ROW - 4, x2: RIGHT_X - 6, y2: 30 + k * ROW - 4,
-          stroke: colour, "stroke-width": 1 + 3 * w, "stroke-opacity": Math.min(1, 0.1 + w),
-        });
-        line.dataset.q = q;
-        line.dataset.k = k;
-        lines.push(line);
-        lineLayer.append(line);
-      }
-    }
+  const lineNodes = linesAbove(maps, heads, n, threshold, info.num_heads).map(({ q, k, w, colour }) => {
+    const line = svg("line", {
+      x1: LEFT_X + 6, y1: 30 + q * ROW - 4, x2: RIGHT_X - 6, y2: 30 + k * ROW - 4,
+      stroke: colour, "stroke-width": 1 + 3 * w, "stroke-opacity": Math.min(1, 0.1 + w),
+    });
+    line.dataset.q = q;
+    line.dataset.k = k;
+    return line;
+  });
+  lineLayer.append(...lineNodes);
+  if (n > LONG_TEXT) {
+    await nextTask(); // a long text: building and laying out the drawing are two tasks, not one
+    if (isStale()) return null;
   }
-  const labels = [];
+  const labelNodes = [];
   tokens.forEach((token, i) => {
     for (const [x, side, anchor] of [[LEFT_X, "q", "end"], [RIGHT_X, "k", "start"]]) {
       const text = svg("text", { x, y: 30 + i * ROW, "text-anchor": anchor, tabindex: "0" });
       text.textContent = token; // user text: never parsed as markup
       text.dataset.side = side;
       text.dataset.index = i;
-      labels.push(text);
-      root.append(text);
+      labelNodes.push(text);
     }
   });
-  function focus(side, index) {
-    for (const line of lines) {
-      const show = index === null || Number(line.dataset[side]) === index;
-      line.style.display = show ? "" : "none";
-    }
-    for (const label of labels) {
-      label.classList.toggle("dim", index !== null && !(label.dataset.side === side && Number(label.dataset.index) === index));
-    }
-  }
-  for (const label of labels) {
-    const activate = () => focus(label.dataset.side, Number(label.dataset.index));
-    label.addEventListener("mouseenter", activate);
-    label.addEventListener("focus", activate);
-    label.addEventListener("mouseleave", () => focus(null, null));
-    label.addEventListener("blur", () => focus(null, null));
-  }
+  root.append(...labelNodes);
+  bindFocus(root, lineNodes, labelNodes);
   parts.lines.replaceChildren(root);
+  // The numbers behind the drawing, for export: built when an export asks for them (a 512-token
+  // map as nested arrays is a quarter of a million numbers).
   const matrixOf = (h) => Array.from({ length: n }, (_, q) => Array.from(maps.map(0, h).subarray(q * n, (q + 1) * n)));
   const main = heads.includes(state.head) ? state.head : heads[0];
   return {
-    kind: "svg", element: root, layer: state.layer, head: main, tokens, matrix: matrixOf(main), suffix: "-lines",
-    payload: {
-      overlaid_heads: heads, threshold,
-      weights_by_head: Object.fromEntries(heads.map((h) => [h, matrixOf(h)])),
+    kind: "svg", element: root, layer: state.layer, head: main, tokens, suffix: "-lines",
+    get matrix() {
+      return matrixOf(main);
+    },
+    get payload() {
+      return { overlaid_heads: heads, threshold, weights_by_head: Object.fromEntries(heads.map((h) => [h, matrixOf(h)])) };
     },
   };
 }
