@@ -58,7 +58,7 @@ def widget_css() -> str:
 
 @lru_cache
 def plotly_js() -> str:
-    """The plotly.js bundle shipped inside the `plotly` package (the one the web app serves)."""
+    """The plotly.js bundle the web app serves (app/web/vendor)."""
     return PLOTLY_JS.read_text(encoding="utf-8")
 
 

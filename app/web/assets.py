@@ -1,4 +1,5 @@
-"""Static assets: our own ES modules and the plotly.js bundle shipped inside `plotly`."""
+"""Static assets: our own ES modules and plotly.js's cartesian bundle (vendored: see
+app/web/vendor/README.md)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,19 @@ from functools import lru_cache
 from importlib.metadata import version
 from pathlib import Path
 
-import plotly
-from plotly.offline import get_plotlyjs_version
-
 WEB_DIR = Path(__file__).resolve().parent  # package data: a wheel carries them (pyproject)
 STATIC_DIR = WEB_DIR / "static"
 TEMPLATES_DIR = WEB_DIR / "templates"
-PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# npm's plotly.js-cartesian-dist-min: every trace type Atlas draws (heatmap, scatter, bar) in a
+# third of the full bundle, which the browser evaluates in half the time (0.75 s, not 1.6 s here).
+PLOTLY_JS_VERSION = "4.1.1"
+PLOTLY_JS = WEB_DIR / "vendor" / f"plotly-cartesian-{PLOTLY_JS_VERSION}.min.js"
+PLOTLY_JS_SHA256 = "79542150855a52c567260e3137095dbe2b744e6d702a5cabe67da246942fba7a"
 
 
-@lru_cache
 def plotly_js_name() -> str:
-    """plotly-<version>.min.js, the name the bundle is served under."""
-    return f"plotly-{get_plotlyjs_version()}.min.js"
+    """plotly-cartesian-<version>.min.js, the name the bundle is served under."""
+    return PLOTLY_JS.name
 
 
 @lru_cache

@@ -1,0 +1,47 @@
+"""The vendored plotly.js bundle: the pinned file, holding every trace type the pages draw."""
+
+import hashlib
+import re
+
+from fastapi.testclient import TestClient
+
+from app.web.assets import PLOTLY_JS, PLOTLY_JS_SHA256, PLOTLY_JS_VERSION, STATIC_DIR
+
+# `type: "..."` values in the front end that are not trace types: axes, shapes, inputs.
+NOT_TRACE_TYPES = {"button", "category", "checkbox", "date", "line", "linear", "log", "rect"}
+
+
+def bundled_trace_types() -> set[str]:
+    return set(re.findall(r'moduleType:"trace",name:"(\w+)"', PLOTLY_JS.read_text("utf-8")))
+
+
+def drawn_trace_types() -> set[str]:
+    named = set()
+    for module in STATIC_DIR.rglob("*.js"):
+        named |= set(re.findall(r'\btype: "(\w+)"', module.read_text("utf-8")))
+    return named - NOT_TRACE_TYPES
+
+
+def test_the_bundle_is_the_pinned_file_of_its_version():
+    assert hashlib.sha256(PLOTLY_JS.read_bytes()).hexdigest() == PLOTLY_JS_SHA256
+    assert (
+        f"plotly.js (cartesian - minified) v{PLOTLY_JS_VERSION}"
+        in PLOTLY_JS.read_text("utf-8")[:300]
+    )
+
+
+def test_every_trace_type_the_pages_draw_is_in_the_bundle():
+    drawn = drawn_trace_types()
+    assert {"heatmap", "scatter", "bar"} <= drawn  # the scan finds them
+    assert drawn <= bundled_trace_types(), drawn - bundled_trace_types()
+
+
+def test_the_bundle_is_served_under_its_versioned_name_and_cached_for_good(client: TestClient):
+    page = client.get("/")
+    name = f"plotly-cartesian-{PLOTLY_JS_VERSION}.min.js"
+    assert f"/static/vendor/{name}" in page.text
+    answer = client.get(f"/static/vendor/{name}")
+    assert answer.status_code == 200
+    assert answer.content == PLOTLY_JS.read_bytes()
+    assert answer.headers["content-type"].startswith("text/javascript")
+    assert "immutable" in answer.headers["cache-control"]
