@@ -56,6 +56,11 @@ class GeneratedToken(BaseModel):
 
     event: Literal["token"]
     index: int = Field(description="0 for the first new token")
+    prompt_tokens: int = Field(
+        ge=1,
+        description="Tokens of the prompt, the same on every line: a client that stops the "
+        "stream early still knows which positions of its text are new",
+    )
     token_id: int
     token: str = Field(description="As displayed (␣ marks a leading space)")
     probability: float = Field(ge=0, le=1, description="The model's probability of this token")

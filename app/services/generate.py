@@ -84,6 +84,7 @@ def _lines(loaded: LoadedModel, req: GenerateRequest, prompt: list[int]) -> Iter
         line = GeneratedToken(
             event="token",
             index=len(new_ids) - 1,
+            prompt_tokens=len(prompt),
             token_id=step.token_id,
             token=display_tokens(loaded.tokenizer, [step.token_id])[0][0],
             probability=min(step.probability, 1.0),

@@ -35,6 +35,7 @@ def test_greedy_is_transformers_greedy_and_the_maps_are_the_generations_own(clie
     expected = out.sequences[0, prompt.shape[1] :].tolist()
     assert [t["token_id"] for t in tokens] == expected
     assert done["prompt_tokens"] == prompt.shape[1] and done["generated"] == 12
+    assert {t["prompt_tokens"] for t in tokens} == {prompt.shape[1]}
     assert done["stopped"] == "length" and done["exact"]
     assert done["text"] == PROMPT + tokens[-1]["continuation"]
     ids = out.sequences[:, :-1]  # the last token was chosen, never read

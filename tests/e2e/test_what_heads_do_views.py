@@ -108,3 +108,30 @@ def test_generation_streams_then_marks_the_generated_tokens_in_every_view(page, 
     page.reload()  # the link alone brings the marks back
     wait_js(page, "document.querySelectorAll('#tokens .token.generated').length === 8", 120)
     assert page.errors == []
+
+
+def test_stopping_a_generation_keeps_and_marks_what_came_so_far(page, live_server):
+    prompt = "Once upon a time, in a small village by the sea,"
+    page.goto(f"{live_server}/?{urlencode({'model': SMOLLM2})}")
+    wait_js(page, "!document.querySelector('#generate').hidden", 60)
+    page.fill("#text", prompt)
+    page.fill("#generate-count", "100")
+    page.click("#generate-run")
+    wait_js(
+        page, "/Generating: [2-9]/.test(document.querySelector('#run-status').textContent)", 120
+    )
+    page.click("#generate-run")  # Stop
+    wait_js(page, "new URL(location).searchParams.has('gen')", 60)
+    page.wait_for_selector("#result:not([hidden])", timeout=120_000)
+    notice = page.text_content("#run-notice")
+    kept = int(notice.split("Stopped after ")[1].split(" ")[0])
+    assert 2 <= kept < 100 and "they are kept" in notice
+    state = url_state(page)
+    assert state["text"].startswith(prompt) and len(state["text"]) > len(prompt)
+    assert page.input_value("#text") == state["text"]
+    chips = page.locator("#tokens .token")
+    wait_js(page, f"document.querySelectorAll('#tokens .token').length > {int(state['gen'])}", 60)
+    # The kept text tokenises back into the prompt and the kept tokens (or within one of them).
+    assert abs(chips.count() - (int(state["gen"]) + kept)) <= 1
+    assert page.locator("#tokens .token.generated").count() == chips.count() - int(state["gen"])
+    assert page.inner_text("#run-error") == "" and page.errors == []

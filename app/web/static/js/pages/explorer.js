@@ -289,6 +289,7 @@ async function generate() {
   const body = { model, text: prompt, max_new_tokens: count, strategy: el.genStrategy.value };
   if (body.strategy === "sample") Object.assign(body, { temperature: Number(el.genTemperature.value), seed: Number(el.genSeed.value) });
   generation = new AbortController();
+  let last = null; // the latest token line: what a Stop keeps
   el.genRun.textContent = "Stop";
   el.run.disabled = true;
   showError(el.error, "");
@@ -299,6 +300,7 @@ async function generate() {
     setStatus(`Generating ${count} tokens…`, 0);
     const done = await api.generate(body, (line) => {
       if (line.event !== "token") return;
+      last = line;
       el.text.value = prompt + line.continuation;
       setStatus(`Generating: ${line.index + 1} of ${count} · “${line.token}” at ${(100 * line.probability).toFixed(1)}%`, (line.index + 1) / count);
     }, { signal: generation.signal });
@@ -309,9 +311,16 @@ async function generate() {
     ].filter(Boolean).join(" "));
     state.set({ model, text: done.text, textPair: "", generated: done.prompt_tokens, query: null });
   } catch (err) {
-    el.text.value = prompt;
-    if (err.name === "AbortError") setStatus("Generation stopped; the text is as it was.");
-    else {
+    if (err.name === "AbortError" && last) {
+      // Stopped by the user: keep what was generated and explore it, new tokens marked.
+      const kept = last.index + 1;
+      notice(`Stopped after ${kept} of ${count} tokens; they are kept.`);
+      state.set({ model, text: prompt + last.continuation, textPair: "", generated: last.prompt_tokens, query: null });
+    } else if (err.name === "AbortError") {
+      el.text.value = prompt;
+      setStatus("Generation stopped before its first token; the text is as it was.");
+    } else {
+      el.text.value = prompt;
       setStatus("");
       showError(el.error, err.message);
     }

@@ -56,7 +56,7 @@ function showHeadPicks(fieldset, heads, count) {
   for (const box of fieldset.querySelectorAll("input")) box.checked = heads.includes(Number(box.value));
 }
 
-/** The lines of the heads drawn, strongest last (drawn on top): {q, k, w, colour} each. */
+/** The lines of the heads drawn (head by head, query by query): {q, k, w, colour} each. */
 function linesAbove(maps, heads, n, threshold, numHeads) {
   const found = [];
   for (const h of heads) {
