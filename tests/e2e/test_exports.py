@@ -39,6 +39,8 @@ def test_token_to_token_exports_png_json_and_csv(page, live_server):
     assert data["overlaid_heads"] == [0] and len(data["weights_by_head"]["0"]) == len(
         data["tokens"]
     )
+    assert data["weights"] == data["weights_by_head"]["0"]  # the open head's rows, built on export
+    assert all(sum(row) == pytest.approx(1, abs=1e-5) for row in data["weights"])
     name, body = export(page, "csv")
     assert body.decode().startswith("query \\ key,[CLS]")
     name, body = export(page, "svg")

@@ -61,3 +61,30 @@ def test_every_head_of_a_layer_has_its_own_readable_colour(page, live_server):
         return 1.05 / (0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2] + 0.05)
 
     assert min(contrast(c) for c in colours) >= 4.5
+
+
+SHOWN_LINES = """side => [...document.querySelectorAll('#lines line')]
+  .filter(l => l.style.display !== 'none').map(l => +l.dataset[side])"""
+
+
+def test_hovering_or_focusing_a_token_of_the_lines_view_shows_only_its_lines(page, live_server):
+    open_view(page, live_server, "explorer:lines")
+    every = page.evaluate(SHOWN_LINES, "q")
+    assert len(set(every)) > 3  # lines from many queries
+    query = page.locator("#lines text[data-side='q'][data-index='3']")
+    query.hover()
+    assert set(page.evaluate(SHOWN_LINES, "q")) == {3}
+    dimmed = page.locator("#lines text.dim").count()
+    assert dimmed == page.locator("#lines text[data-side]").count() - 1
+    page.mouse.move(1, 1)  # leaving the label shows every line again
+    assert page.evaluate(SHOWN_LINES, "q") == every
+    assert page.locator("#lines text.dim").count() == 0
+    page.focus("#lines text[data-side='k'][data-index='0']")  # the keyboard does the same
+    assert set(page.evaluate(SHOWN_LINES, "k")) == {0}
+    page.keyboard.press("Tab")  # the next label (row by row): query 1
+    active = page.evaluate(
+        "[document.activeElement.dataset.side, document.activeElement.dataset.index]"
+    )
+    assert active == ["q", "1"]
+    assert set(page.evaluate(SHOWN_LINES, "q")) == {1}
+    assert not page.errors

@@ -141,7 +141,11 @@ export async function render({ session, state, parts, info, isStale }) {
   parts.lines.replaceChildren(root);
   // The numbers behind the drawing, for export: built when an export asks for them (a 512-token
   // map as nested arrays is a quarter of a million numbers).
-  const matrixOf = (h) => Array.from({ length: n }, (_, q) => Array.from(maps.map(0, h).subarray(q * n, (q + 1) * n)));
+  const built = new Map(); // head -> its rows, built once an export reads them
+  const matrixOf = (h) => {
+    if (!built.has(h)) built.set(h, Array.from({ length: n }, (_, q) => Array.from(maps.map(0, h).subarray(q * n, (q + 1) * n))));
+    return built.get(h);
+  };
   const main = heads.includes(state.head) ? state.head : heads[0];
   return {
     kind: "svg", element: root, layer: state.layer, head: main, tokens, suffix: "-lines",
