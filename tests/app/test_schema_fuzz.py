@@ -15,7 +15,7 @@ from tests.support.live import REPO, start_server
 pytestmark = pytest.mark.slow
 
 PHASES = "examples,coverage,fuzzing,stateful"
-MAX_EXAMPLES = 30  # per operation and phase; 34 operations: about 2.5 minutes
+MAX_EXAMPLES = 30  # per operation and phase; 34 operations: about 3.3 minutes here
 ROUTES = (
     "POST /api/attention",
     "POST /api/attention/detail",

@@ -290,6 +290,8 @@ async function generate() {
   if (body.strategy === "sample") Object.assign(body, { temperature: Number(el.genTemperature.value), seed: Number(el.genSeed.value) });
   generation = new AbortController();
   let last = null; // the latest token line: what a Stop keeps
+  // Every view opens the whole text, its tokens from promptTokens on marked as generated.
+  const explore = (text, promptTokens) => state.set({ model, text, textPair: "", generated: promptTokens, query: null });
   el.genRun.textContent = "Stop";
   el.run.disabled = true;
   showError(el.error, "");
@@ -309,20 +311,19 @@ async function generate() {
       why ? `Stopped after ${done.generated} tokens: ${why}.` : "",
       done.exact ? "" : "The continuation tokenises a little differently as text than as it was generated; the views show the text as it tokenises.",
     ].filter(Boolean).join(" "));
-    state.set({ model, text: done.text, textPair: "", generated: done.prompt_tokens, query: null });
+    explore(done.text, done.prompt_tokens);
   } catch (err) {
     if (err.name === "AbortError" && last) {
       // Stopped by the user: keep what was generated and explore it, new tokens marked.
-      const kept = last.index + 1;
-      notice(`Stopped after ${kept} of ${count} tokens; they are kept.`);
-      state.set({ model, text: prompt + last.continuation, textPair: "", generated: last.prompt_tokens, query: null });
-    } else if (err.name === "AbortError") {
-      el.text.value = prompt;
-      setStatus("Generation stopped before its first token; the text is as it was.");
+      notice(`Stopped after ${last.index + 1} of ${count} tokens; they are kept.`);
+      explore(prompt + last.continuation, last.prompt_tokens);
     } else {
       el.text.value = prompt;
-      setStatus("");
-      showError(el.error, err.message);
+      if (err.name === "AbortError") setStatus("Generation stopped before its first token; the text is as it was.");
+      else {
+        setStatus("");
+        showError(el.error, err.message);
+      }
     }
   } finally {
     generation = null;

@@ -10,6 +10,7 @@ import { headFinder } from "./zoom-heads.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
 const LABEL_PIXELS = 14; // room a token label needs across
+const POSITION_TICKS = { tickmode: "auto", ticktext: undefined, tickvals: undefined }; // Plotly's own
 // "Autoscale" would redraw the coarse image at full size; double-click asks for the whole map.
 const PLOT_CONFIG = {
   ...BASE_CONFIG,
@@ -200,8 +201,8 @@ async function draw() {
   const layout = {
     height,
     margin: { t: 80, r: 10, b: 10, l: 80 },
-    xaxis: { range: [c0 - 0.5, c1 - 0.5], side: "top", tickangle: -45, ...ticks(), title: { text: "" } },
-    yaxis: { range: [r1 - 0.5, r0 - 0.5], ...ticks() },
+    xaxis: { range: [c0 - 0.5, c1 - 0.5], side: "top", tickangle: -45, ...POSITION_TICKS, title: { text: "" } },
+    yaxis: { range: [r1 - 0.5, r0 - 0.5], ...POSITION_TICKS },
     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, sans-serif" },
     dragmode: "zoom",
@@ -223,11 +224,10 @@ async function draw() {
   windowLine.textContent = `Layer ${state.layer}, head ${state.head}: queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}; ${what} (within ${answer.error_bound} of the model's own weights).`;
 }
 
-/** Token labels where every token in the span gets room; positions otherwise (and with no
- * span). */
+/** Token labels where every token in the span gets room; positions otherwise. */
 function ticks(start, stop, pixels) {
   const span = stop - start;
-  if (!(span * LABEL_PIXELS <= pixels)) return { tickmode: "auto", ticktext: undefined, tickvals: undefined };
+  if (span * LABEL_PIXELS > pixels) return POSITION_TICKS;
   const tickvals = Array.from({ length: span }, (_, i) => start + i);
   const ticktext = tickvals.map((i) => escapeLabel(state.pass.tokens[i]));
   return { tickmode: "array", tickvals, ticktext };
