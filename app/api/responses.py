@@ -3,6 +3,8 @@ one body shape all errors share (ErrorDetail)."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from app.schemas.common import ErrorDetail
 
 _DESCRIPTIONS = {
@@ -35,3 +37,24 @@ def errors(*statuses: int, **descriptions: str) -> dict:
 
 BODY_ROUTE = (400, 408, 413, 422, 429)
 """Every route that reads a JSON body can answer these."""
+
+
+def ndjson_lines(description: str, *line_models: type[BaseModel]) -> dict:
+    """OpenAPI for a 200 answer streamed as NDJSON, one JSON object a line. OpenAPI 3.1 can only
+    call such a body a string, so the schema of a line (one of line_models, told apart by their
+    `event`) is given beside it in `x-line-schema`, as OpenAPI 3.2's `itemSchema` states it."""
+    lines = []
+    for model in line_models:
+        schema = model.model_json_schema()
+        if "$defs" in schema:  # its $refs would point at the document's root, not at itself
+            raise ValueError(f"a line model must not nest models: {model.__name__}")
+        lines.append(schema)
+    return {
+        "description": description,
+        "content": {
+            "application/x-ndjson": {
+                "schema": {"type": "string"},
+                "x-line-schema": {"oneOf": lines},
+            }
+        },
+    }

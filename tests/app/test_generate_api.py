@@ -2,12 +2,11 @@
 greedy generate(); each token's probability is the full model's; the maps of the answer's text
 are the attention the generation computed step by step with its key/value cache."""
 
-import json
-
 import pytest
 import torch
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
+from tests.support.ndjson import checked_lines
 
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is Paris. The capital of Italy is"
@@ -17,7 +16,7 @@ def generate(client, **body) -> tuple[list[dict], dict]:
     response = client.post("/api/attention/generate", json={"text": PROMPT, **body})
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/x-ndjson")
-    lines = [json.loads(line) for line in response.text.splitlines()]
+    lines = checked_lines(client, "/api/attention/generate", response)
     assert [line["event"] for line in lines] == ["token"] * (len(lines) - 1) + ["done"]
     return lines[:-1], lines[-1]
 

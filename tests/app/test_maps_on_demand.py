@@ -18,6 +18,7 @@ from app.services.head_statistics import rows_per_block, token_facts
 from attention_core.head_stats import ROLES, head_statistics
 from bench.compression import prose
 from tests.app.test_attention_fidelity import direct_attentions
+from tests.support.ndjson import checked_lines
 
 pytestmark = pytest.mark.slow
 
@@ -193,7 +194,7 @@ def test_the_forward_route_streams_each_layer_then_the_tokens(client, long_text)
     response = client.post("/api/attention/forward", json=body)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/x-ndjson")
-    lines = ndjson(response)
+    lines = checked_lines(client, "/api/attention/forward", response)
     progress, done = lines[:-1], lines[-1]
     assert [line["layer"] for line in progress] == list(range(31))  # 30 layers, then all done
     assert {line["layers"] for line in progress} == {30}

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app.api.responses import BODY_ROUTE, errors
+from app.api.responses import BODY_ROUTE, errors, ndjson_lines
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
 from app.errors import AtlasError
 from app.inference.inflight import Reservation
@@ -30,8 +30,8 @@ from app.schemas.attention import (
 )
 from app.schemas.compare import CompareRequest, CompareResponse
 from app.schemas.follow import FollowRequest, FollowResponse
-from app.schemas.forward import ForwardFailed, ForwardProgress
-from app.schemas.generate import GenerateRequest
+from app.schemas.forward import ForwardDone, ForwardFailed, ForwardProgress
+from app.schemas.generate import GeneratedToken, GenerateRequest, GenerationDone
 from app.schemas.heads import HeadsRequest, HeadsResponse
 from app.schemas.predictions import PredictionsRequest, PredictionsResponse
 from app.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
@@ -290,10 +290,11 @@ async def post_ablate(
     response_class=StreamingResponse,
     responses={
         **ERRORS,
-        200: {
-            "description": "One JSON object per line: GeneratedToken lines, then GenerationDone",
-            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
-        },
+        200: ndjson_lines(
+            "One JSON object per line: GeneratedToken lines, then GenerationDone",
+            GeneratedToken,
+            GenerationDone,
+        ),
     },
 )
 async def post_generate(
@@ -367,11 +368,12 @@ async def post_qkspace(
     response_class=StreamingResponse,
     responses={
         **ERRORS,
-        200: {
-            "description": "One JSON object per line: ForwardProgress lines, then ForwardDone "
-            "or ForwardFailed",
-            "content": {"application/x-ndjson": {"schema": {"type": "string"}}},
-        },
+        200: ndjson_lines(
+            "One JSON object per line: ForwardProgress lines, then ForwardDone or ForwardFailed",
+            ForwardProgress,
+            ForwardDone,
+            ForwardFailed,
+        ),
     },
 )
 async def post_forward(
