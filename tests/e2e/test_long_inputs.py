@@ -1,5 +1,6 @@
 """Issue 9.8: 512-token inputs stay responsive and readable in every tab."""
 
+import time
 from urllib.parse import urlencode
 
 import pytest
@@ -79,15 +80,25 @@ def test_long_maps_hover_with_text_and_label_density_follows_the_zoom(page, live
     assert after[0] >= 100 and after[-1] <= 130 and len(after) >= 25
 
 
+def _answer_late(route) -> None:
+    """Passes a request on after a second: longer than the explorer's BUSY_AFTER_MS (300)."""
+    time.sleep(1.0)
+    route.continue_()
+
+
 def test_a_slow_view_says_it_is_working(page, live_server):
     page.goto(f"{live_server}/?{urlencode({'model': MODELS[1], 'text': LONG_TEXT})}")
     page.wait_for_selector("#result:not([hidden])", timeout=120_000)
+    wait_js(page, "document.querySelector('#view-busy').hidden", 60)  # the first view is drawn
     page.evaluate(
         """() => { window.__busy = false; const busy = document.querySelector('#view-busy');
         new MutationObserver(() => { if (!busy.hidden) window.__busy = true; })
           .observe(busy, { attributes: true }); }"""
     )
-    page.select_option("#layer", "17")  # a new layer: its maps and replay take a while
+    # A new layer's maps and replay take a while on a slow machine; a fast one (CI) answers
+    # within BUSY_AFTER_MS, so the server's answers are held back to make every machine slow.
+    page.route("**/api/**", _answer_late)
+    page.select_option("#layer", "17")
     page.click("#tab-steps")
     wait_js(page, "document.querySelector('#steps-grid .js-plotly-plot') !== null", 60)
     wait_js(page, "document.querySelector('#view-busy').hidden", 60)
