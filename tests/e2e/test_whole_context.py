@@ -1,6 +1,8 @@
 """Issue 14.2: the Deep zoom page over a long text: the forward pass's progress, an overview of
 blocks, zooming in down to single weights with their tokens, the window kept in the URL."""
 
+import time
+from decimal import ROUND_HALF_UP, Decimal
 from urllib.parse import urlencode
 
 import pytest
@@ -122,6 +124,40 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     assert page.input_value("#zoom-stat") == "previous"
     assert page.evaluate("document.querySelector('#zoom-heads-grid').data[0].z") == drawn
     assert page.inner_text("#zoom-error") == ""
+
+
+def test_the_head_finder_writes_its_numbers_once_the_layers_are_in_and_can_be_stopped(
+    page, live_server, long_text
+):
+    """While layers arrive, the finder's map is colour only (a draw a layer stays short); once
+    they stop coming, finished or stopped, every value is written in its cell, and a layer not
+    computed is blank (not "−∞")."""
+    query = urlencode({"model": SMOLLM2_ID, "layer": 0, "head": 0})
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
+    drawn_window(page)
+    page.route("**/api/attention/heads", _answer_late)  # time to look between layers
+    page.click("#zoom-heads-run")
+    grid = "document.querySelector('#zoom-heads-grid')"
+    wait_js(page, f"{grid}.data && {grid}.data[0].z.filter((row) => row[0] !== null).length >= 2")
+    assert page.evaluate(f"{grid}.data[0].text") is None
+    page.click("#zoom-heads-stop")
+    wait_js(page, "document.querySelector('#zoom-heads-status').textContent.startsWith('Stopped')")
+    z, text = page.evaluate(f"[{grid}.data[0].z, {grid}.data[0].text]")
+    done = [layer for layer, row in enumerate(z) if row[0] is not None]
+    assert 2 <= len(done) < len(z)
+    for row, written in zip(z, text, strict=True):
+        assert written == ["" if v is None else _to_fixed(v, 2) for v in row]
+    assert page.is_enabled("#zoom-heads-run") and page.is_hidden("#zoom-heads-stop")
+
+
+def _to_fixed(value: float, digits: int) -> str:
+    """JavaScript's Number.toFixed: the exact double rounded, a tie away from zero."""
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def _answer_late(route) -> None:
+    time.sleep(0.4)
+    route.continue_()
 
 
 def test_the_forward_pass_shows_progress_and_can_be_stopped(page, live_server, long_text):

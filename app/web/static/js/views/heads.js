@@ -75,7 +75,7 @@ export async function render({ session, state, parts, info, set, open, isStale }
   }
   const title = `${stat.replace("_", " ")} of every head · rows: layers, columns: heads · click a cell to open it`;
   await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
-    title, zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: true, digits: stat === "distance" ? 1 : 2,
+    title, zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: true, digits: stat === "distance" ? 1 : 2, missingText: "",
     height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
   });
   onCellClick(parts.map, (layer, head) => open(layer, head));

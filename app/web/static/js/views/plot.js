@@ -83,7 +83,8 @@ export function titleLayout(title, width, height, font = 13, above = 0) {
  * Draw (or redraw in place) a heatmap of z[row][col].
  * rows/cols: label arrays (raw user text); options: {title, zmin, zmax, showText, colorscale,
  * xTitle, yTitle, hoverName, height, shapes (Plotly shapes drawn over the map), numbered
- * (false: the labels are unique already, e.g. "L3", and are shown as they are)}.
+ * (false: the labels are unique already, e.g. "L3", and are shown as they are), missingText
+ * (written in a null cell when showText: "−∞", a masked score, unless told otherwise)}.
  */
 export async function drawHeatmap(el, z, rows, cols, options = {}) {
   // Each chart in a task of its own: drawing a 512 x 512 map takes ~100-180 ms, and views that
@@ -114,7 +115,8 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
   const cellWidth = (width - 140) / cols.length;
   const cellHeight = (height - 150) / rows.length;
   if (options.showText && cellWidth >= 34 && cellHeight >= 16) {
-    trace.text = z.map((row) => row.map((v) => formatNumber(v, options.digits ?? 3)));
+    const missing = options.missingText ?? formatNumber(null);
+    trace.text = z.map((row) => row.map((v) => (v === null ? missing : formatNumber(v, options.digits ?? 3))));
     trace.texttemplate = "%{text}";
     trace.textfont = { size: 12 };
   }
