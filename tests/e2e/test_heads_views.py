@@ -56,6 +56,25 @@ def click_cell(page, selector, row, col):
     page.mouse.click(*box)
 
 
+def test_a_statistic_no_head_has_on_this_text_hides_the_map_and_says_why(page, live_server):
+    """Without a repeated token no head has an induction score: the map is not drawn (Plotly
+    would drop every layer and head from an all-null map's axes), the summary says why and
+    the table reads "–"; a statistic every head has brings the map back."""
+    text = "The cat sat on a mat."
+    open_view(page, live_server, "explorer:heads", text=text)
+    page.select_option("#heads-stat", "induction")
+    wait_js(
+        page, "document.querySelector('#heads-summary').textContent.includes('No token repeats')"
+    )
+    assert page.is_hidden("#heads-map")
+    cells = page.locator("#heads-table tbody td:last-child").all_inner_texts()
+    assert len(cells) == 6 * 12 and set(cells) == {"–"}
+    page.select_option("#heads-stat", "previous")
+    wait_js(page, "!document.querySelector('#heads-map').hidden")
+    api = post(live_server, "/api/attention/heads", model=MINILM, text=text)
+    assert plotted(page, "#heads-map") == api["statistics"]["previous"]
+
+
 def test_head_roles_show_the_api_statistics_and_open_a_head(page, live_server):
     open_view(page, live_server, "explorer:heads", model=SMOLLM2)
     api = post(live_server, "/api/attention/heads", model=SMOLLM2, text=SENTENCE)

@@ -131,7 +131,7 @@ def test_the_head_finder_writes_its_numbers_once_the_layers_are_in_and_can_be_st
 ):
     """While layers arrive, the finder's map is colour only (a draw a layer stays short); once
     they stop coming, finished or stopped, every value is written in its cell, and a layer not
-    computed is blank (not "−∞")."""
+    computed reads "–" (not "−∞", which is a masked score)."""
     query = urlencode({"model": SMOLLM2_ID, "layer": 0, "head": 0})
     page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
     drawn_window(page)
@@ -146,7 +146,7 @@ def test_the_head_finder_writes_its_numbers_once_the_layers_are_in_and_can_be_st
     done = [layer for layer, row in enumerate(z) if row[0] is not None]
     assert 2 <= len(done) < len(z)
     for row, written in zip(z, text, strict=True):
-        assert written == ["" if v is None else _to_fixed(v, 2) for v in row]
+        assert written == ["–" if v is None else _to_fixed(v, 2) for v in row]
     assert page.is_enabled("#zoom-heads-run") and page.is_hidden("#zoom-heads-stop")
 
 

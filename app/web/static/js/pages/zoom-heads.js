@@ -5,7 +5,7 @@
 
 import { api } from "../api.js";
 import { $ } from "../dom.js";
-import { headLabels } from "../views/heads.js";
+import { anyValue, headLabels, NO_VALUE } from "../views/heads.js";
 import { drawHeatmap, formatNumber, onCellClick } from "../views/plot.js";
 
 const LISTED = 8; // strongest heads listed under the map
@@ -51,7 +51,6 @@ export function headFinder(state, { open, writeUrl }) {
     const layers = pass.num_layers;
     const empty = () => Array.from({ length: layers }, () => Array(pass.num_heads).fill(null));
     found = { statistics: {}, roles: Array.from({ length: layers }, () => null), descriptions: {} };
-    grid.hidden = false;
     runButton.disabled = true;
     stopButton.hidden = false;
     progress.hidden = false;
@@ -105,7 +104,12 @@ export function headFinder(state, { open, writeUrl }) {
     statSelect.value = stat;
     writeUrl();
     const values = found.statistics[stat];
-    describe.textContent = `${stat.replace("_", " ")}: ${found.descriptions[stat]}.`;
+    const scored = anyValue(values);
+    const none = scored ? "" : " No query row of this text qualifies, in the layers computed so far.";
+    describe.textContent = `${stat.replace("_", " ")}: ${found.descriptions[stat]}.${none}`;
+    grid.hidden = !scored;
+    listStrongest(values, stat);
+    if (!scored) return;
     const info = { num_layers: state.pass.num_layers, num_heads: state.pass.num_heads, num_kv_heads: state.pass.num_kv_heads };
     const labels = headLabels(info);
     const top = stat === "distance" ? Math.max(1e-9, ...values.flat().filter((v) => v !== null)) : 1;
@@ -117,11 +121,10 @@ export function headFinder(state, { open, writeUrl }) {
       title: `${stat.replace("_", " ")} of every head · rows: layers, columns: heads · click a cell to open it`,
       // Numbers in 270 cells double a draw (to ~100 ms here): written once, when the layers
       // are all in, so that a draw a layer stays a short task.
-      zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: !filling, digits: stat === "distance" ? 1 : 2, missingText: "",
+      zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: !filling, digits: stat === "distance" ? 1 : 2, missingText: NO_VALUE,
       height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
     });
     onCellClick(grid, (layer, head) => open(layer, head));
-    listStrongest(values, stat);
   }
 
   function listStrongest(values, stat) {

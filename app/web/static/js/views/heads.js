@@ -18,13 +18,22 @@ export function headLabels(info) {
   };
 }
 
+/** Whether a (layers x heads) grid with nulls has any value: an all-null grid is not drawn
+ * (there is nothing to colour, and Plotly would drop every layer and head from its axes). */
+export function anyValue(grid) {
+  return grid.some((row) => row?.some((v) => v !== null));
+}
+
+/** A statistic's value written in its cell or table row; "–" where no query row qualifies. */
+export const NO_VALUE = "–";
+
 /** The largest value of a (layers x heads) grid with nulls: the colour scale's top. */
 function gridMax(grid) {
   return Math.max(1e-9, ...grid.flat().filter((v) => v !== null));
 }
 
 function format(statistic, value) {
-  if (value === null) return "–";
+  if (value === null) return NO_VALUE;
   return statistic === "distance" ? value.toFixed(1) : value.toFixed(3);
 }
 
@@ -74,15 +83,19 @@ export async function render({ session, state, parts, info, set, open, isStale }
     shapes.push({ type: "line", x0: g * kvGroup - 0.5, x1: g * kvGroup - 0.5, y0: -0.5, y1: info.num_layers - 0.5, line: { color: "#fff", width: 2 } });
   }
   const title = `${stat.replace("_", " ")} of every head · rows: layers, columns: heads · click a cell to open it`;
-  await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
-    title, zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: true, digits: stat === "distance" ? 1 : 2, missingText: "",
-    height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
-  });
-  onCellClick(parts.map, (layer, head) => open(layer, head));
+  const scored = anyValue(grid);
+  parts.map.hidden = !scored; // the summary below says why
+  if (scored) {
+    await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
+      title, zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: true, digits: stat === "distance" ? 1 : 2, missingText: NO_VALUE,
+      height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
+    });
+    onCellClick(parts.map, (layer, head) => open(layer, head));
+  }
   parts.summary.textContent = summarise(data, stat, grid);
   showTable(parts.table, data, info, parseSort(state.sort), open);
   return {
-    kind: "head", element: parts.map, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
+    kind: "head", element: scored ? parts.map : null, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
     matrix: grid, matrixName: stat, blank: "", corner: "layer \\ head", title, colour: (v) => viridis(v / top),
     payload: {
       what: "statistics[name][layer][head] of every head on this text (null: no query row qualifies); roles[layer][head] strongest first",
