@@ -11,6 +11,9 @@ from app.schemas.common import Seed, json_int
 
 MAX_NEW_TOKENS = 128
 MAX_SAMPLE_TOP_K = 1000
+# Below this logits / temperature can overflow to infinity, and softmax gives NaN (a temperature
+# of 2e-313 broke the stream); at it, sampling is all but greedy.
+MIN_SAMPLE_TEMPERATURE = 1e-6
 
 
 class GenerateRequest(TextRequest):
@@ -43,7 +46,11 @@ class GenerateRequest(TextRequest):
         "greedy", description="greedy: the most likely token; sample: drawn at `temperature`."
     )
     temperature: float = Field(
-        1.0, gt=0, le=100, allow_inf_nan=False, description="sample only: logits divided by it"
+        1.0,
+        ge=MIN_SAMPLE_TEMPERATURE,
+        le=100,
+        allow_inf_nan=False,
+        description="sample only: logits divided by it, in [1e-6, 100]",
     )
     top_k: json_int(ge=1, le=MAX_SAMPLE_TOP_K) | None = Field(
         None, description="sample only: draw from this many most likely tokens (null: all)"

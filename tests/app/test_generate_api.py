@@ -5,7 +5,9 @@ are the attention the generation computed step by step with its key/value cache.
 import pytest
 import torch
 
+from app.inference.generate import next_token
 from app.models.registry import MINILM_ID, SMOLLM2_ID
+from app.schemas.generate import MIN_SAMPLE_TEMPERATURE
 from tests.support.ndjson import checked_lines
 
 pytestmark = pytest.mark.slow
@@ -69,6 +71,18 @@ def test_sampling_is_seeded_and_top_k_one_is_greedy(client):
     assert ids(narrow) == ids(greedy)
 
 
+def test_the_smallest_temperature_samples_the_greedy_token():
+    """At the schema's lowest temperature logits / temperature stay finite and the draw is the
+    most likely token, top-k or not. A temperature of 2e-313 (accepted before) made them
+    infinite, softmax NaN, and broke the stream."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.tensor([3.0e4, -2.0e4, 2.99e4, 0.0])  # float32, as the model's
+    assert torch.isnan((logits / 2.2250738585e-313).softmax(-1)).all()
+    for top_k in (None, 2):
+        chosen = next_token(logits, "sample", MIN_SAMPLE_TEMPERATURE, top_k, generator)
+        assert chosen == 0
+
+
 def test_refusals_say_why(client):
     response = client.post("/api/attention/generate", json={"model": MINILM_ID, "text": PROMPT})
     assert response.status_code == 422 and "not a causal decoder" in response.text
@@ -78,3 +92,7 @@ def test_refusals_say_why(client):
         json={"model": SMOLLM2_ID, "text": long, "max_new_tokens": 100},
     )
     assert response.status_code == 422 and "new tokens fit" in response.text
+    for temperature in (2.2250738585e-313, MIN_SAMPLE_TEMPERATURE / 10, 0, 101):
+        body = {"model": SMOLLM2_ID, "text": PROMPT, "strategy": "sample"}
+        response = client.post("/api/attention/generate", json=body | {"temperature": temperature})
+        assert response.status_code == 422 and "temperature" in response.text

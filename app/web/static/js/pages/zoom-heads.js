@@ -105,7 +105,7 @@ export function headFinder(state, { open, writeUrl }) {
     writeUrl();
     const values = found.statistics[stat];
     const scored = anyValue(values);
-    const none = scored ? "" : " No query row of this text qualifies, in the layers computed so far.";
+    const none = scored ? "" : ` No query row of this text qualifies${filling ? " in the layers computed so far" : ""}.`;
     describe.textContent = `${stat.replace("_", " ")}: ${found.descriptions[stat]}.${none}`;
     grid.hidden = !scored;
     listStrongest(values, stat);
