@@ -11,8 +11,8 @@ from app.schemas.common import Seed, json_int
 
 MAX_NEW_TOKENS = 128
 MAX_SAMPLE_TOP_K = 1000
-# Below this logits / temperature can overflow to infinity, and softmax gives NaN (a temperature
-# of 2e-313 broke the stream); at it, sampling is all but greedy.
+# A floor on the temperature: near 0, logits / temperature overflow to infinity and softmax
+# gives NaN (a temperature of 2e-313 broke the stream); at 1e-6 sampling is all but greedy.
 MIN_SAMPLE_TEMPERATURE = 1e-6
 
 
