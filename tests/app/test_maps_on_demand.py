@@ -2,7 +2,6 @@
 not the maps; long texts run with PyTorch's fused attention (no maps at all) and are read a layer
 or a window at a time, every route sized before it computes anything."""
 
-import json
 import math
 
 import pytest
@@ -21,6 +20,7 @@ from tests.app.test_attention_fidelity import direct_attentions
 from tests.support.ndjson import checked_lines
 
 pytestmark = pytest.mark.slow
+FORWARD = "/api/attention/forward"
 
 
 def test_a_pass_keeps_hidden_states_not_maps(app):
@@ -185,33 +185,27 @@ def test_a_layer_too_large_to_compute_is_refused_before_the_forward_pass(client,
     )
 
 
-def ndjson(response) -> list[dict]:
-    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
-
-
 def test_the_forward_route_streams_each_layer_then_the_tokens(client, long_text):
     body = {"model": SMOLLM2_ID, "text": long_text + " A pass of its own."}
-    response = client.post("/api/attention/forward", json=body)
+    response = client.post(FORWARD, json=body)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("application/x-ndjson")
-    lines = checked_lines(client, "/api/attention/forward", response)
+    lines = checked_lines(client, FORWARD, response)
     progress, done = lines[:-1], lines[-1]
     assert [line["layer"] for line in progress] == list(range(31))  # 30 layers, then all done
     assert {line["layers"] for line in progress} == {30}
     assert done["event"] == "done" and done["cached"] is False
     assert done["seq_len"] == len(done["tokens"]) > FULL_MAPS_MAX_TOKENS
     assert done["full_map_tokens"] == FULL_MAPS_MAX_TOKENS and done["causal"] is True
-    again = ndjson(client.post("/api/attention/forward", json=body))
+    again = checked_lines(client, FORWARD, client.post(FORWARD, json=body))
     assert len(again) == 1 and again[0]["cached"] is True  # windows now cost no forward pass
 
 
 def test_the_forward_route_refuses_before_streaming(client):
     too_long = {"model": MINILM_ID, "text": "word " * 600}
-    response = client.post("/api/attention/forward", json=too_long)
+    response = client.post(FORWARD, json=too_long)
     assert response.status_code == 422 and "at most 512" in response.json()["detail"]
-    maps_only = client.post(
-        "/api/attention/forward", json={"model": "local/neox-tiny", "text": "hi"}
-    )
+    maps_only = client.post(FORWARD, json={"model": "local/neox-tiny", "text": "hi"})
     assert maps_only.status_code == 422 and "replay adapter" in maps_only.json()["detail"]
 
 
@@ -224,7 +218,7 @@ def test_a_whole_context_of_8192_tokens(client, app):
     loaded = app.state.manager.get(model)
     text = prose(loaded.tokenizer, 8194)  # 8,192 tokens: no special tokens added
     body = {"model": model, "text": text}
-    done = ndjson(client.post("/api/attention/forward", json=body))[-1]
+    done = checked_lines(client, FORWARD, client.post(FORWARD, json=body))[-1]
     assert done["event"] == "done" and done["seq_len"] == 8192 == loaded.max_tokens
     rows = {**body, "layer": 1, "heads": [0, 3], "rows": [8180, 8192], "cols": [0, 8192]}
     answer = client.post("/api/attention/tiles", json=rows)

@@ -19,3 +19,14 @@ def wait_js(page, expression: str, timeout: float = 30.0):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for: {expression}")
         time.sleep(0.1)
+
+
+def answer_late(seconds: float):
+    """A page.route handler that passes each request on after `seconds`: a slow server, made
+    so on any machine (a fast one answers before a page's timers would show anything)."""
+
+    def handler(route) -> None:
+        time.sleep(seconds)
+        route.continue_()
+
+    return handler

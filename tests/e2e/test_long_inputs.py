@@ -1,11 +1,10 @@
 """Issue 9.8: 512-token inputs stay responsive and readable in every tab."""
 
-import time
 from urllib.parse import urlencode
 
 import pytest
 
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import answer_late, wait_js
 from tests.e2e.pages import EXPLORER_TABS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -80,12 +79,6 @@ def test_long_maps_hover_with_text_and_label_density_follows_the_zoom(page, live
     assert after[0] >= 100 and after[-1] <= 130 and len(after) >= 25
 
 
-def _answer_late(route) -> None:
-    """Passes a request on after a second: longer than the explorer's BUSY_AFTER_MS (300)."""
-    time.sleep(1.0)
-    route.continue_()
-
-
 def test_a_slow_view_says_it_is_working(page, live_server):
     page.goto(f"{live_server}/?{urlencode({'model': MODELS[1], 'text': LONG_TEXT})}")
     page.wait_for_selector("#result:not([hidden])", timeout=120_000)
@@ -97,7 +90,7 @@ def test_a_slow_view_says_it_is_working(page, live_server):
     )
     # A new layer's maps and replay take a while on a slow machine; a fast one (CI) answers
     # within BUSY_AFTER_MS, so the server's answers are held back to make every machine slow.
-    page.route("**/api/**", _answer_late)
+    page.route("**/api/**", answer_late(1.0))  # longer than BUSY_AFTER_MS (300)
     page.select_option("#layer", "17")
     page.click("#tab-steps")
     wait_js(page, "document.querySelector('#steps-grid .js-plotly-plot') !== null", 60)

@@ -1,7 +1,6 @@
 """Issue 14.2: the Deep zoom page over a long text: the forward pass's progress, an overview of
 blocks, zooming in down to single weights with their tokens, the window kept in the URL."""
 
-import time
 from decimal import ROUND_HALF_UP, Decimal
 from urllib.parse import urlencode
 
@@ -9,7 +8,7 @@ import pytest
 
 from app.models.registry import SMOLLM2_ID
 from bench.compression import prose
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import answer_late, wait_js
 from tests.e2e.test_long_inputs import LONG_TASKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -135,7 +134,7 @@ def test_the_head_finder_writes_its_numbers_once_the_layers_are_in_and_can_be_st
     query = urlencode({"model": SMOLLM2_ID, "layer": 0, "head": 0})
     page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
     drawn_window(page)
-    page.route("**/api/attention/heads", _answer_late)  # time to look between layers
+    page.route("**/api/attention/heads", answer_late(0.4))  # time to look between layers
     page.click("#zoom-heads-run")
     grid = "document.querySelector('#zoom-heads-grid')"
     wait_js(page, f"{grid}.data && {grid}.data[0].z.filter((row) => row[0] !== null).length >= 2")
@@ -153,11 +152,6 @@ def test_the_head_finder_writes_its_numbers_once_the_layers_are_in_and_can_be_st
 def _to_fixed(value: float, digits: int) -> str:
     """JavaScript's Number.toFixed: the exact double rounded, a tie away from zero."""
     return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
-
-
-def _answer_late(route) -> None:
-    time.sleep(0.4)
-    route.continue_()
 
 
 def test_the_forward_pass_shows_progress_and_can_be_stopped(page, live_server, long_text):

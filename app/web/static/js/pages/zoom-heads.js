@@ -5,7 +5,7 @@
 
 import { api } from "../api.js";
 import { $ } from "../dom.js";
-import { anyValue, headLabels, NO_VALUE } from "../views/heads.js";
+import { anyValue, gridMax, headLabels, NO_VALUE } from "../views/heads.js";
 import { drawHeatmap, formatNumber, onCellClick } from "../views/plot.js";
 
 const LISTED = 8; // strongest heads listed under the map
@@ -112,7 +112,7 @@ export function headFinder(state, { open, writeUrl }) {
     if (!scored) return;
     const info = { num_layers: state.pass.num_layers, num_heads: state.pass.num_heads, num_kv_heads: state.pass.num_kv_heads };
     const labels = headLabels(info);
-    const top = stat === "distance" ? Math.max(1e-9, ...values.flat().filter((v) => v !== null)) : 1;
+    const top = stat === "distance" ? gridMax(values) : 1;
     const shapes = [{
       type: "rect", x0: state.head - 0.5, x1: state.head + 0.5, y0: state.layer - 0.5, y1: state.layer + 0.5,
       line: { color: "#e4572e", width: 2 },

@@ -28,7 +28,7 @@ export function anyValue(grid) {
 export const NO_VALUE = "–";
 
 /** The largest value of a (layers x heads) grid with nulls: the colour scale's top. */
-function gridMax(grid) {
+export function gridMax(grid) {
   return Math.max(1e-9, ...grid.flat().filter((v) => v !== null));
 }
 
