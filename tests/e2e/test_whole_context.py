@@ -25,6 +25,14 @@ def long_text():
     return prose(AutoTokenizer.from_pretrained(folder), 802)  # 800 SmolLM2 tokens
 
 
+# The finder's table read back exactly: each cell's data-value is JavaScript's String(number).
+FINDER_VALUES = """[...document.querySelectorAll('#zoom-heads-grid tbody tr')].map((line) =>
+  [...line.querySelectorAll('button')].map((b) => b.dataset.value === '' ? null : Number(b.dataset.value)))"""
+FINDER_TEXTS = """[...document.querySelectorAll('#zoom-heads-grid tbody tr')].map((line) =>
+  [...line.querySelectorAll('button')].map((b) => b.textContent))"""
+FINDER_BOTH = f"[{FINDER_VALUES}, {FINDER_TEXTS}]"  # in one call: a layer may arrive between two
+
+
 def drawn_window(page) -> str:
     wait_js(page, "document.querySelector('#zoom-window').textContent.startsWith('Layer')", 120)
     return page.inner_text("#zoom-window")
@@ -103,7 +111,7 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
 
     body = {"model": SMOLLM2_ID, "text": long_text}
     expected = page.request.post(f"{live_server}/api/attention/heads", data=body).json()
-    drawn = page.evaluate("document.querySelector('#zoom-heads-grid').data[0].z")
+    drawn = page.evaluate(FINDER_VALUES)
     assert drawn == expected["statistics"]["previous"]
     flat = [(v, layer, h) for layer, row in enumerate(drawn) for h, v in enumerate(row)]
     _, layer, head = max(flat)
@@ -121,32 +129,50 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     page.reload()
     wait_js(page, finished, 240)  # the statistic in the URL runs the finder again
     assert page.input_value("#zoom-stat") == "previous"
-    assert page.evaluate("document.querySelector('#zoom-heads-grid').data[0].z") == drawn
+    assert page.evaluate(FINDER_VALUES) == drawn
     assert page.inner_text("#zoom-error") == ""
 
 
-def test_the_head_finder_writes_its_numbers_once_the_layers_are_in_and_can_be_stopped(
+def test_the_head_finder_writes_each_layer_as_it_arrives_and_can_be_stopped(
     page, live_server, long_text
 ):
-    """While layers arrive, the finder's map is colour only (a draw a layer stays short); once
-    they stop coming, finished or stopped, every value is written in its cell, and a layer not
-    computed reads "–" (not "−∞", which is a masked score)."""
+    """Each layer's values are written in their cells as the layer arrives (2 decimals, as
+    JavaScript's toFixed rounds), a layer not computed reads "–" (not "−∞", a masked score); Stop
+    keeps what came. The arrow keys move between cells and Enter opens a head's map."""
     query = urlencode({"model": SMOLLM2_ID, "layer": 0, "head": 0})
     page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
     drawn_window(page)
     page.route("**/api/attention/heads", answer_late(0.4))  # time to look between layers
     page.click("#zoom-heads-run")
-    grid = "document.querySelector('#zoom-heads-grid')"
-    wait_js(page, f"{grid}.data && {grid}.data[0].z.filter((row) => row[0] !== null).length >= 2")
-    assert page.evaluate(f"{grid}.data[0].text") is None
+    wait_js(page, f"{FINDER_VALUES}.filter((row) => row[0] !== null).length >= 2")
+    assert page.is_visible("#zoom-heads-stop")
+    _assert_written(*page.evaluate(FINDER_BOTH))
     page.click("#zoom-heads-stop")
     wait_js(page, "document.querySelector('#zoom-heads-status').textContent.startsWith('Stopped')")
-    z, text = page.evaluate(f"[{grid}.data[0].z, {grid}.data[0].text]")
-    done = [layer for layer, row in enumerate(z) if row[0] is not None]
-    assert 2 <= len(done) < len(z)
-    for row, written in zip(z, text, strict=True):
-        assert written == ["–" if v is None else _to_fixed(v, 2) for v in row]
+    values, texts = page.evaluate(FINDER_BOTH)
+    done = [layer for layer, row in enumerate(values) if row[0] is not None]
+    assert 2 <= len(done) < len(values)
+    _assert_written(values, texts)
     assert page.is_enabled("#zoom-heads-run") and page.is_hidden("#zoom-heads-stop")
+
+    current = "#zoom-heads-grid button[aria-current='true']"
+    assert page.get_attribute(current, "data-row") == "0"  # the open head, outlined
+    assert page.get_attribute(current, "data-col") == "0"
+    page.focus(current)
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("Enter")
+    wait_js(
+        page, "document.querySelector('#zoom-window').textContent.startsWith('Layer 1, head 1:')"
+    )
+    assert "layer=1&head=1" in page.url
+    assert page.evaluate("document.activeElement.id") == "zoom-map"
+    assert page.get_attribute(current, "data-row") == "1"
+
+
+def _assert_written(values: list, texts: list) -> None:
+    for row, written in zip(values, texts, strict=True):
+        assert written == ["–" if v is None else _to_fixed(v, 2) for v in row]
 
 
 def _to_fixed(value: float, digits: int) -> str:

@@ -1,12 +1,13 @@
 // Deep zoom's head finder: every head's statistics over the whole text, asked of
 // POST /api/attention/heads a layer at a time (a long text's statistics take seconds a layer),
-// drawn as a layers x heads map that fills in as each layer arrives, with the strongest heads
-// listed as buttons. Reads and writes the page's state object through the functions it is given.
+// drawn as a layers x heads table of coloured numbers that fills in as each layer arrives, with
+// the strongest heads listed as buttons. Reads and writes the page's state object through the functions it is given.
 
 import { api } from "../api.js";
 import { $ } from "../dom.js";
 import { anyValue, gridMax, headLabels, NO_VALUE } from "../views/heads.js";
-import { drawHeatmap, formatNumber, onCellClick } from "../views/plot.js";
+import { drawHeatTable } from "../views/heat-table.js";
+import { formatNumber } from "../views/plot.js";
 
 const LISTED = 8; // strongest heads listed under the map
 
@@ -26,12 +27,10 @@ export function headFinder(state, { open, writeUrl }) {
   const list = $("#zoom-heads-top");
   let found = null; // {statistics: {name: [layer][head]}, roles: [layer][head], descriptions}
   let running = null;
-  let filling = false; // layers still arriving: the map is drawn without numbers in its cells
 
   function reset() {
     running?.abort();
     running = null; // the aborted run leaves the panel to this
-    filling = false;
     runButton.disabled = false;
     stopButton.hidden = true;
     progress.hidden = true;
@@ -56,7 +55,6 @@ export function headFinder(state, { open, writeUrl }) {
     progress.hidden = false;
     progress.value = 0;
     const started = performance.now();
-    filling = true;
     let outcome = "";
     try {
       for (let layer = 0; layer < layers; layer++) {
@@ -75,7 +73,7 @@ export function headFinder(state, { open, writeUrl }) {
         if (statSelect.options.length !== Object.keys(answer.statistics).length) {
           statSelect.replaceChildren(...Object.keys(answer.statistics).map((n) => new Option(n.replace("_", " "), n)));
         }
-        await show();
+        show();
       }
       const seconds = ((performance.now() - started) / 1000).toFixed(1);
       outcome = `Every head of ${layers} layers over ${pass.seq_len.toLocaleString("en")} tokens, in ${seconds} s.`;
@@ -85,8 +83,7 @@ export function headFinder(state, { open, writeUrl }) {
     } finally {
       if (running === controller) { // not replaced by a newer run or reset
         running = null;
-        filling = false;
-        await show(); // now with every value written in its cell
+        show(); // "so far" no longer
         status.textContent = outcome;
         runButton.disabled = false;
         stopButton.hidden = true;
@@ -96,35 +93,28 @@ export function headFinder(state, { open, writeUrl }) {
   }
 
   /** Draws the chosen statistic of the layers found so far, and lists its strongest heads. */
-  async function show() {
+  function show() {
     if (!found || !Object.keys(found.statistics).length) return;
     const names = Object.keys(found.statistics);
     const stat = names.includes(state.stat) ? state.stat : "induction";
     state.stat = stat;
     statSelect.value = stat;
     writeUrl();
+    const name = stat.replace("_", " ");
     const values = found.statistics[stat];
     const scored = anyValue(values);
-    const none = scored ? "" : ` No query row of this text qualifies${filling ? " in the layers computed so far" : ""}.`;
-    describe.textContent = `${stat.replace("_", " ")}: ${found.descriptions[stat]}.${none}`;
+    const none = scored ? "" : ` No query row of this text qualifies${running ? " in the layers computed so far" : ""}.`;
+    describe.textContent = `${name}: ${found.descriptions[stat]}.${none}`;
     grid.hidden = !scored;
     listStrongest(values, stat);
     if (!scored) return;
-    const info = { num_layers: state.pass.num_layers, num_heads: state.pass.num_heads, num_kv_heads: state.pass.num_kv_heads };
-    const labels = headLabels(info);
-    const top = stat === "distance" ? gridMax(values) : 1;
-    const shapes = [{
-      type: "rect", x0: state.head - 0.5, x1: state.head + 0.5, y0: state.layer - 0.5, y1: state.layer + 0.5,
-      line: { color: "#e4572e", width: 2 },
-    }];
-    await drawHeatmap(grid, values, labels.layers, labels.heads, {
-      title: `${stat.replace("_", " ")} of every head · rows: layers, columns: heads · click a cell to open it`,
-      // Numbers in 270 cells double a draw (to ~100 ms here): written once, when the layers
-      // are all in, so that a draw a layer stays a short task.
-      zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: !filling, digits: stat === "distance" ? 1 : 2, missingText: NO_VALUE,
-      height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
+    const labels = headLabels(state.pass);
+    drawHeatTable(grid, values, {
+      caption: `${name} of every head · rows: layers, columns: heads · select a cell to open its map`,
+      rows: labels.layers, cols: labels.heads, max: stat === "distance" ? gridMax(values) : 1,
+      digits: stat === "distance" ? 1 : 2, missingText: NO_VALUE, name,
+      open: [state.layer, state.head], onPick: open,
     });
-    onCellClick(grid, (layer, head) => open(layer, head));
   }
 
   function listStrongest(values, stat) {
