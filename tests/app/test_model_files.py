@@ -85,7 +85,7 @@ def test_error_messages_name_no_server_path(local_checkpoints, tmp_path):
 def test_a_changed_file_in_the_converted_copy_is_rebuilt(local_checkpoints, tmp_path, monkeypatch):
     """num_hidden_layers 31 in the converted SmolLM2 config used to load as ready with a fresh,
     random 31st layer. Every file is now in the manifest: the copy is rebuilt from the GGUF.
-    The GGUF's conversion itself (40 s) is the suite's first SmolLM2 load in a clean clone;
+    The GGUF's conversion itself (30 s) is the suite's first SmolLM2 load in a clean clone;
     here it writes the good copy's files, so the test checks the check, not transformers."""
     good = smollm2_converted_folder(CACHE_DIR)
     if not (good / CONVERTED_MANIFEST).is_file():  # made by the first SmolLM2 test otherwise

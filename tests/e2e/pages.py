@@ -14,7 +14,8 @@ LAB_TOPICS = tuple(t for t in ALL_LAB_TOPICS if t not in TOPICS_WITH_OWN_ROUTE) 
 LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))
 # Runs, draws, and (stat= in the URL) fills the head finder, so every check sees it too.
 ZOOM_PAGE = f"/zoom?model={MINILM}&stat=previous#text=" + SENTENCE.replace(" ", "+")
-ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *LAB_PAGES, ZOOM_PAGE, "/docs")
+PAGES = (*LAB_PAGES, ZOOM_PAGE, "/docs")  # every page but the explorer, whose tabs come apart
+ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *PAGES)
 
 
 def settle(page) -> None:
@@ -45,6 +46,16 @@ def open_view(page, base: str, view: str, model: str = MINILM, text: str = SENTE
 
     page.goto(f"{base}/?{urlencode({'model': model, 'text': text, 'view': tab})}")
     page.wait_for_selector("#result:not([hidden])", timeout=90_000)
+    _tab_drawn(page, tab)
+
+
+def open_tab(page, tab: str) -> None:
+    """On an explorer that has drawn its answer, switch to one tab (a click, as a user would)."""
+    page.click(f"#tab-{tab}")
+    _tab_drawn(page, tab)
+
+
+def _tab_drawn(page, tab: str) -> None:
     page.wait_for_selector(f"#view-{tab}:not([hidden])")
     if tab == "grid":
         wait_js(page, "document.querySelector('#grid-status').textContent.includes('shown')", 60)

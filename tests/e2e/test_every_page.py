@@ -1,29 +1,45 @@
 """Checks every page and explorer tab must pass (issue 9): nothing points off-origin, axe-core
-finds no critical or serious violation, and nothing is wider than a 390 px phone."""
+finds no critical or serious violation, and nothing is wider than a 390 px phone. The explorer
+is opened once a width and its tabs visited in turn, as a user does (a page load a tab cost the
+suite ~100 s)."""
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from tests.e2e.pages import ALL_VIEWS, open_view
+from tests.e2e.pages import EXPLORER_TABS, PAGES, open_tab, open_view
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 AXE = Axe()
 
 
-@pytest.mark.parametrize("view", ALL_VIEWS)
+@pytest.mark.parametrize("view", PAGES)
 def test_nothing_points_off_origin_and_axe_finds_nothing_serious(page, live_server, view):
-    """One page load per view for both desktop checks (the suite opens ~45 views)."""
+    """One page load per page for both desktop checks."""
     open_view(page, live_server, view)
+    assert desktop_problems(page) == []
+
+
+def test_no_explorer_tab_points_off_origin_or_has_serious_axe_findings(page, live_server):
+    open_view(page, live_server, f"explorer:{EXPLORER_TABS[0]}")
+    problems = {}
+    for tab in EXPLORER_TABS:
+        open_tab(page, tab)
+        problems[tab] = desktop_problems(page)
+    assert not any(problems.values()), {tab: found for tab, found in problems.items() if found}
+
+
+def desktop_problems(page) -> list[str]:
+    """Links or forms off the origin, a tool bar button that would send a chart away, and
+    axe-core's critical or serious violations, as lines of text."""
     links = page.evaluate(
         "[...document.querySelectorAll('a[href], form[action]')]"
         ".map(a => a.href || a.action).filter(h => !h.startsWith(location.origin))"
     )
-    assert links == []
     titles = page.evaluate(
         "[...document.querySelectorAll('.modebar-btn')].map(b => b.getAttribute('data-title'))"
     )
-    assert not [t for t in titles if any(w in t for w in ("Share", "Cloud", "Studio"))], titles
+    sharing = [t for t in titles if any(w in t for w in ("Share", "Cloud", "Studio"))]
     results = AXE.run(page)
     bad = [
         f"{v['id']} ({v['impact']}): {v['help']} — "
@@ -31,7 +47,7 @@ def test_nothing_points_off_origin_and_axe_finds_nothing_serious(page, live_serv
         for v in results.response["violations"]
         if v["impact"] in ("critical", "serious")
     ]
-    assert bad == [], "\n".join(bad)
+    return [f"off-origin: {link}" for link in links] + [f"tool bar: {t}" for t in sharing] + bad
 
 
 LAYOUT_PROBLEMS = """() => {
@@ -61,13 +77,30 @@ LAYOUT_PROBLEMS = """() => {
 }"""
 
 
-@pytest.mark.parametrize("view", ALL_VIEWS)
+def phone(browser):
+    return browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+
+
+@pytest.mark.parametrize("view", PAGES)
 def test_a_390_px_phone_sees_everything(browser, live_server, view):
-    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
-    phone = context.new_page()
+    context = phone(browser)
     try:
-        open_view(phone, live_server, view)
-        problems = phone.evaluate(LAYOUT_PROBLEMS)
-        assert problems == [], problems
+        page = context.new_page()
+        open_view(page, live_server, view)
+        assert page.evaluate(LAYOUT_PROBLEMS) == []
+    finally:
+        context.close()
+
+
+def test_a_390_px_phone_sees_every_explorer_tab(browser, live_server):
+    context = phone(browser)
+    try:
+        page = context.new_page()
+        open_view(page, live_server, f"explorer:{EXPLORER_TABS[0]}")
+        problems = {}
+        for tab in EXPLORER_TABS:
+            open_tab(page, tab)
+            problems[tab] = page.evaluate(LAYOUT_PROBLEMS)
+        assert not any(problems.values()), {tab: found for tab, found in problems.items() if found}
     finally:
         context.close()
