@@ -1,4 +1,7 @@
-"""Typed dependencies: routes get the model manager and the forward cache from here."""
+"""Typed dependencies: routes get the model manager and the forward cache from here.
+
+Each is `async def` although it only reads app.state: FastAPI runs a plain `def` dependency in
+its thread pool, a hop to another thread and back for every dependency of every request."""
 
 from __future__ import annotations
 
@@ -12,19 +15,19 @@ from app.inference.inflight import AnswerBudget
 from app.models.manager import ModelManager
 
 
-def get_settings_dep(request: Request) -> Settings:
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_manager(request: Request) -> ModelManager:
+async def get_manager(request: Request) -> ModelManager:
     return request.app.state.manager
 
 
-def get_cache(request: Request) -> ForwardCache:
+async def get_cache(request: Request) -> ForwardCache:
     return request.app.state.forward_cache
 
 
-def get_budget(request: Request) -> AnswerBudget:
+async def get_budget(request: Request) -> AnswerBudget:
     return request.app.state.answer_budget
 
 

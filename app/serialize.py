@@ -112,6 +112,13 @@ BYTES_PER_WEIGHT = {
 PIECE_BYTES = 1 << 20  # a streamed answer is produced about this much at a time
 
 
+U8_STEP = 1 << 16
+"""Weights coded to u8 at a time. Their float64 scratch (512 KiB) stays under glibc's mmap
+threshold (app.memory fixes it at 1 MiB), so one buffer is reused from the heap instead of a new
+mapping being faulted in for every piece: a 512-token MiniLM layer (3.1 million weights) took
+10.0 ms in one go and 3.9 ms this way."""
+
+
 def quantize(weights: Tensor, fmt: str) -> bytes:
     """Attention weights in [0, 1] as f32, f16 or u8 bytes, C order, little-endian."""
     if fmt == "f32":
@@ -122,9 +129,15 @@ def quantize(weights: Tensor, fmt: str) -> bytes:
     if fmt == "u8":
         # In float64, w * 255 is exact for every float32 w (24 + 8 bits < 53), so the rounding
         # is too: in float32 the product can land on k + 0.5 and round past the 1/510 bound.
-        scaled = weights.to(torch.float64, copy=True)  # its own: the steps below work in place
-        codes = scaled.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
-        return codes.contiguous().numpy().tobytes()
+        flat = weights.reshape(-1)
+        n = flat.numel()
+        codes = torch.empty(n, dtype=torch.uint8)
+        scratch = torch.empty(min(n, U8_STEP), dtype=torch.float64)
+        for start in range(0, n, U8_STEP):
+            stop = min(n, start + U8_STEP)
+            scaled = scratch[: stop - start].copy_(flat[start:stop]).mul_(255)
+            codes[start:stop] = scaled.round_().clamp_(0, 255)  # whole numbers: exact in u8
+        return codes.numpy().tobytes()
     raise ValueError(f"unknown binary format {fmt!r}")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attention_core.heads import repeat_kv, split_heads
@@ -71,13 +72,14 @@ class LayerReplay:
 def project_qk(
     hidden: Tensor, proj: QKProjection, rope: Rope | None = None
 ) -> tuple[Tensor, Tensor]:
-    """hidden (batch, seq, d_model) -> q (batch, n_heads, seq, hd), k (batch, n_kv_heads, seq, hd)."""
-    q = hidden @ proj.w_q.T
-    k = hidden @ proj.w_k.T
-    if proj.b_q is not None:
-        q = q + proj.b_q
-    if proj.b_k is not None:
-        k = k + proj.b_k
+    """hidden (batch, seq, d_model) -> q (batch, n_heads, seq, hd), k (batch, n_kv_heads, seq, hd).
+
+    Projected with F.linear, the call nn.Linear makes, so the bias is added inside the same
+    matrix product as in the model: `hidden @ w.T + b` rounds differently (MiniLM's maps came
+    out up to 1.5e-6 away from transformers' own; with F.linear they are equal bit for bit).
+    """
+    q = F.linear(hidden, proj.w_q, proj.b_q)  # (B, T, H * hd)
+    k = F.linear(hidden, proj.w_k, proj.b_k)  # (B, T, Hkv * hd)
     q = split_heads(q, proj.n_heads)  # (B, H, T, hd)
     k = split_heads(k, proj.n_kv_heads)  # (B, Hkv, T, hd)
     if rope is not None:
@@ -89,8 +91,8 @@ def project_v(hidden: Tensor, proj: QKProjection) -> Tensor:
     """hidden (batch, seq, d_model) -> v (batch, n_kv_heads, seq, head_dim); needs proj.w_v."""
     if proj.w_v is None:
         raise ValueError("this projection has no value weights (w_v)")
-    v = hidden @ proj.w_v.T
-    return split_heads(v if proj.b_v is None else v + proj.b_v, proj.n_kv_heads)  # (B, Hkv, T, hd)
+    v = F.linear(hidden, proj.w_v, proj.b_v)  # (B, T, Hkv * hd), as project_qk
+    return split_heads(v, proj.n_kv_heads)  # (B, Hkv, T, hd)
 
 
 def replay_layer(

@@ -1,122 +1,163 @@
-"""Forward time vs API time, and JSON vs binary sizes, measured side by side in one run.
+"""The API against the model's own forward pass, measured side by side in one run.
 
     .venv/bin/python -m bench.attention_api [--repeats N]
 
-For each model and length: the model's own forward pass with attention output (direct, no app
-code), the API's answer on a new text (tokenize + forward + replay + serialise) and on a cached
-text, for JSON and u8 (every layer and head), and one layer of every head in u8 asked again.
-Answers are asked for uncompressed (accept-encoding: identity), through FastAPI's test client,
-which adds a few milliseconds a megabyte of its own.
+For each model and length, on README prose: the model's own forward pass with attention output
+(transformers alone, eager attention, in this process), and a live server started as `make run`
+starts it, asked over HTTP on one keep-alive connection, uncompressed (`Accept-Encoding:
+identity`), the whole body read:
+- every layer and head of a new text (one never sent before) in u8, f32 and, where the JSON
+  limit allows, JSON; then the same request again (the forward pass cached);
+- one layer of every head in f32 on a new text (the explorer's first request), and again.
+Medians of N; each ratio is over the forward pass.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import itertools
+import json
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 import torch
-from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import MAX_JSON_WEIGHTS
+from app.serialize import answer_bytes_bound
+from bench.compression import prose
+from tests.support.live import start_server
 
-WORDS = "the quick brown fox jumps over a lazy dog while seven bright stars watch quietly".split()  # noqa: SIM905
-
-
-def text_of(n_tokens: int, salt: int) -> str:
-    """A text that MiniLM tokenizes to exactly n_tokens tokens (with [CLS] and [SEP])."""
-    words = [WORDS[(i + salt) % len(WORDS)] for i in range(n_tokens - 2)]
-    return " ".join(words)
-
-
-def median_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1000
+MAX_ANSWER_BYTES = 128 * 2**20  # the server's default ATLAS_MAX_ANSWER_BYTES
+LENGTHS = {MINILM_ID: (16, 128, 512), SMOLLM2_ID: (16, 128, 512)}
+_starts = itertools.count(1)
 
 
-def timed_post(client, body) -> tuple[float, bytes]:
-    start = time.perf_counter()
-    response = client.post("/api/attention", json=body, headers={"accept-encoding": "identity"})
-    elapsed = time.perf_counter() - start
-    assert response.status_code == 200, response.text
-    return elapsed, response.content
+class Client:
+    """POST /api/attention on one keep-alive HTTP connection; times the whole answer."""
+
+    def __init__(self, base: str) -> None:
+        host, port = base.removeprefix("http://").split(":")
+        self.connection = http.client.HTTPConnection(host, int(port), timeout=600)
+        self.idle_since: float | None = None
+
+    def post(self, body: dict) -> tuple[float, bytes]:
+        """(milliseconds from sending the request to the answer's last byte, the body)."""
+        data = json.dumps(body).encode("utf-8")
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}
+        if self.idle_since is not None and time.monotonic() - self.idle_since > 3:
+            self.connection.close()  # uvicorn closes a connection idle for 5 s: open a new one
+            self.connection.connect()
+        start = time.perf_counter()
+        self.connection.request("POST", "/api/attention", body=data, headers=headers)
+        response = self.connection.getresponse()
+        content = response.read()
+        elapsed = (time.perf_counter() - start) * 1000
+        self.idle_since = time.monotonic()
+        assert response.status == 200, content[:300]
+        return elapsed, content
+
+
+def forward_ms(loaded, text: str, repeats: int) -> tuple[float, int]:
+    """(median milliseconds of the model's own forward pass with attention output, tokens)."""
+    encoding = loaded.tokenizer(text, return_tensors="pt")
+    if loaded.causal:
+        encoding.pop("token_type_ids", None)
+    samples = []
+    with torch.inference_mode():
+        loaded.model(**encoding, output_attentions=True)  # warm-up
+        for _ in range(repeats):
+            start = time.perf_counter()
+            loaded.model(**encoding, output_attentions=True)
+            samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples), encoding["input_ids"].shape[1]
+
+
+def measure(client: Client, loaded, n: int, repeats: int) -> dict[str, float]:
+    """Median milliseconds of each kind of request, each on texts of n MiniLM-length tokens."""
+    arch = loaded.arch
+    seq = 0
+    rows: dict[str, list[float]] = {}
+
+    def text() -> str:
+        extra = 2 if loaded.causal else 0  # a decoder adds no [CLS] and [SEP]
+        return prose(loaded.tokenizer, n + extra, start=97 * next(_starts))
+
+    for _ in range(repeats):
+        for fmt in ("u8", "f32", "json"):
+            body = {"model": loaded.id, "text": text(), "format": fmt}
+            seq = seq or len(loaded.tokenizer(body["text"])["input_ids"])
+            weights = arch.num_layers * arch.num_heads * seq * seq
+            too_big = (
+                weights > MAX_JSON_WEIGHTS
+                if fmt == "json"
+                else answer_bytes_bound(fmt, weights, seq) > MAX_ANSWER_BYTES
+            )
+            if too_big:
+                continue
+            rows.setdefault(f"{fmt} new", []).append(client.post(body)[0])
+            elapsed, content = client.post(body)
+            rows.setdefault(f"{fmt} cached", []).append(elapsed)
+            rows[f"{fmt} MB"] = [len(content) / 1e6]
+        layer = {
+            "model": loaded.id,
+            "text": text(),
+            "format": "f32",
+            "layers": [arch.num_layers // 2],
+        }
+        rows.setdefault("layer new", []).append(client.post(layer)[0])
+        rows.setdefault("layer cached", []).append(client.post(layer)[0])
+    return {key: statistics.median(values) for key, values in rows.items()}
+
+
+def cell(values: dict, key: str, forward: float | None = None) -> str:
+    if key not in values:
+        return f"{'limit':>9}" + ("" if forward is None else f"{'':>7}")
+    text = f"{values[key]:>7,.1f}ms"
+    return text if forward is None else f"{text} {values[key] / forward:>5.2f}x"
 
 
 def run(repeats: int) -> None:
     app = create_app(Settings(preload=[]))
-    with TestClient(app) as client:
-        print(
-            "Medians over", repeats, "runs; 'new' = a text not seen before, all layers and heads."
+    with tempfile.TemporaryDirectory() as tmp:
+        server = start_server(
+            Path(tmp) / "server.log", {"ATLAS_PRELOAD": json.dumps([MINILM_ID, SMOLLM2_ID])}
         )
-        print(
-            f"{'model':<38} {'tokens':>6} {'forward':>9} {'JSON new':>9} {'JSON hit':>9} "
-            f"{'u8 new':>9} {'u8/fwd':>6} {'u8 hit':>8} {'layer hit':>9} {'JSON/fwd':>8} "
-            f"{'JSON MB':>8} {'u8 MB':>7} {'size':>6}"
-        )
-        for model_id in (MINILM_ID, SMOLLM2_ID):
-            loaded = app.state.manager.get(model_id)
-            for n in (16, 128, 512):
-                text = text_of(n, 0)
-                enc = loaded.tokenizer(text, return_tensors="pt")
-                seq = enc["input_ids"].shape[1]
-                if loaded.causal:
-                    enc.pop("token_type_ids", None)
-                forward = []
-                with torch.inference_mode():
-                    loaded.model(**enc, output_attentions=True)  # warm-up
-                    for _ in range(repeats):
-                        start = time.perf_counter()
-                        loaded.model(**enc, output_attentions=True)
-                        forward.append(time.perf_counter() - start)
-                weights = loaded.arch.num_layers * loaded.arch.num_heads * seq * seq
-                with_json = weights <= MAX_JSON_WEIGHTS
-                rows = {"json_new": [], "json_hit": [], "u8_new": [], "u8_hit": [], "layer": []}
-                json_size = u8_size = 0
-                for r in range(repeats):
-                    for fmt in ("json", "u8") if with_json else ("u8",):
-                        body = {
-                            "model": model_id,
-                            "text": text_of(n, 100 * r + len(fmt)),
-                            "format": fmt,
-                        }
-                        elapsed, content = timed_post(client, body)
-                        rows[f"{fmt}_new"].append(elapsed)
-                        elapsed, content = timed_post(client, body)
-                        rows[f"{fmt}_hit"].append(elapsed)
-                        if fmt == "u8":  # one layer, asked again (replayed once, then memoised)
-                            timed_post(client, {**body, "layers": [1]})
-                            rows["layer"].append(timed_post(client, {**body, "layers": [1]})[0])
-                        if fmt == "json":
-                            json_size = len(content)
-                        else:
-                            u8_size = len(content)
-
-                def cell(key: str, width: int, rows=rows) -> str:
-                    return (
-                        f"{median_ms(rows[key]):>{width - 2}.1f}ms"
-                        if rows[key]
-                        else f"{'—':>{width}}"
+        try:
+            client = Client(server.base)
+            print(f"Medians of {repeats}; 'new' is a text the server has not seen.")
+            print(
+                f"{'model':<8} {'tokens':>6} {'forward':>9} {'u8 new':>16} {'u8 cached':>9} "
+                f"{'f32 new':>16} {'f32 cached':>10} {'layer new':>16} {'layer cached':>12} "
+                f"{'JSON new':>16} {'u8 MB':>7}"
+            )
+            for model_id in LENGTHS:  # both loaded before anything is timed
+                app.state.manager.get(model_id)
+                client.post({"model": model_id, "text": "warm up", "format": "u8"})
+            for model_id, lengths in LENGTHS.items():
+                loaded = app.state.manager.get(model_id)
+                for n in lengths:
+                    text = prose(loaded.tokenizer, n + (2 if loaded.causal else 0))
+                    forward, seq = forward_ms(loaded, text, repeats)
+                    time.sleep(0.5)  # this process's idle OpenMP threads stop spinning first
+                    values = measure(client, loaded, n, repeats)
+                    print(
+                        f"{model_id.split('/')[-1][:8]:<8} {seq:>6} {forward:>7,.1f}ms "
+                        f"{cell(values, 'u8 new', forward)} {cell(values, 'u8 cached')} "
+                        f"{cell(values, 'f32 new', forward)} {cell(values, 'f32 cached'):>10} "
+                        f"{cell(values, 'layer new', forward)} {cell(values, 'layer cached'):>12} "
+                        f"{cell(values, 'json new', forward)} {values['u8 MB']:>7.2f}"
                     )
-
-                ratio = (
-                    f"{median_ms(rows['json_new']) / median_ms(forward):>7.1f}x"
-                    if with_json
-                    else f"{'—':>8}"
-                )
-                json_mb = f"{json_size / 1e6:>8.2f}" if with_json else f"{'limit':>8}"
-                size_ratio = f"{json_size / u8_size:>5.1f}x" if with_json else f"{'—':>6}"
-                print(
-                    f"{model_id:<38} {seq:>6} {median_ms(forward):>7.1f}ms {cell('json_new', 9)} "
-                    f"{cell('json_hit', 9)} {cell('u8_new', 9)} "
-                    f"{median_ms(rows['u8_new']) / median_ms(forward):>5.2f}x {cell('u8_hit', 8)} "
-                    f"{cell('layer', 9)} {ratio} "
-                    f"{json_mb} {u8_size / 1e6:>7.2f} {size_ratio}"
-                )
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     run(parser.parse_args().repeats)

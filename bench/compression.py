@@ -38,16 +38,22 @@ ENCODINGS = {
 }
 
 
-def prose(tokenizer, n_tokens: int) -> str:
-    """The project's own prose (README, then docs/) cut so that MiniLM reads exactly n_tokens
-    tokens (with [CLS] and [SEP]); read again from the start if it is shorter than that."""
+def prose(tokenizer, n_tokens: int, start: int = 0) -> str:
+    """The project's own prose (README, then docs/) from its `start`-th token on, cut so that
+    MiniLM reads exactly n_tokens tokens (with [CLS] and [SEP]); read again from the start if it
+    is shorter than that. Another start gives another text of the same length."""
     root = Path(__file__).resolve().parents[1]
     sources = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
     text = "\n".join(path.read_text() for path in sources)
     words = " ".join(line for line in text.splitlines() if line[:1].isalpha())
     ids = tokenizer(words, add_special_tokens=False)["input_ids"]
-    ids = (ids * (1 + (n_tokens - 2) // len(ids)))[: n_tokens - 2]
-    return tokenizer.decode(ids)
+    for shift in range(64):  # a cut inside a word may read back as other pieces: move on
+        at = (start + shift) % len(ids)
+        window = ((ids[at:] + ids[:at]) * (1 + (n_tokens - 2) // len(ids)))[: n_tokens - 2]
+        text = tokenizer.decode(window)
+        if start == 0 or len(tokenizer(text, add_special_tokens=False)["input_ids"]) == len(window):
+            return text
+    raise ValueError(f"no text of {n_tokens} tokens starts near token {start}")
 
 
 def main() -> None:

@@ -77,7 +77,7 @@ class ForwardCache:
         self._layer_bytes -= maps.nbytes
 
     def replayed_layer(self, key: Hashable, layer: int) -> Tensor | None:
-        """The memo's maps (heads, seq, seq) of one layer of the pass under `key`, or None.
+        """The memo's maps (heads, seq, seq) of one layer of the text under `key`, or None.
         Shared between answers: read them, never change them."""
         with self._guard:
             maps = self._layers.get((key, layer))
@@ -85,11 +85,14 @@ class ForwardCache:
                 self._layers.move_to_end((key, layer))
             return maps
 
-    def keep_layer(self, key: Hashable, layer: int, maps: Tensor) -> None:
-        """Memoise a replayed layer if it fits in what the passes leave free (making room by
-        forgetting the oldest layers); otherwise keep nothing."""
+    def keep_layer(self, key: Hashable, layer: int, maps: Tensor, make_room: bool = True) -> None:
+        """Memoise a layer's maps (replayed, or the model's own from its pass) if they fit in
+        what the passes leave free, making room by forgetting the oldest layers unless
+        make_room is False (a layer nobody has asked for yet); otherwise keep nothing."""
         with self._guard:
             if (key, layer) in self._layers or self._bytes + maps.nbytes > self.max_bytes:
+                return
+            if not make_room and self.nbytes + maps.nbytes > self.max_bytes:
                 return
             while self._layers and self.nbytes + maps.nbytes > self.max_bytes:
                 self._forget_oldest_layer()

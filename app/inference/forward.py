@@ -172,8 +172,17 @@ def check_token_count(loaded: LoadedModel, n: int, limit: int | None) -> None:
 
 
 COUNT_MEMO_ENTRIES = 1024
+ENCODINGS_KEPT = 8
 _counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()  # (model, text digest) -> tokens
+_encodings: OrderedDict[tuple[str, bytes], tuple[dict[str, Tensor], list[int]]] = OrderedDict()
 _counts_lock = threading.Lock()
+
+
+def _text_key(loaded: LoadedModel, text: str, text_pair: str | None) -> tuple[str, bytes]:
+    digest = hashlib.sha256(
+        json.dumps([text, text_pair], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    ).digest()
+    return (loaded.id, digest)
 
 
 def count_tokens(
@@ -181,27 +190,43 @@ def count_tokens(
 ) -> int:
     """Tokens the text will have (the same checks as a forward pass, without running one).
     Counts are remembered by a digest of the text (the last COUNT_MEMO_ENTRIES, 32 bytes of
-    key each), so a request for a text already seen is sized without tokenising it again."""
-    digest = hashlib.sha256(
-        json.dumps([text, text_pair], ensure_ascii=False).encode("utf-8", "surrogatepass")
-    ).digest()
-    key = (loaded.id, digest)
+    key each), so a request for a text already seen is sized without tokenising it again; the
+    last ENCODINGS_KEPT texts tokenised here keep their encoding for the forward pass that
+    usually follows (tokenize_once)."""
+    key = _text_key(loaded, text, text_pair)
     with _counts_lock:
         n = _counts.get(key)
         if n is not None:
             _counts.move_to_end(key)
     if n is None:
-        n = int(tokenize(loaded, text, text_pair, None)[0]["input_ids"].shape[1])
+        encoded = tokenize(loaded, text, text_pair, None)
+        n = int(encoded[0]["input_ids"].shape[1])
         with _counts_lock:
             _counts[key] = n
             while len(_counts) > COUNT_MEMO_ENTRIES:
                 _counts.popitem(last=False)
+            _encodings[key] = encoded
+            while len(_encodings) > ENCODINGS_KEPT:
+                _encodings.popitem(last=False)
     check_token_count(loaded, n, limit)
     return n
 
 
+def tokenize_once(
+    loaded: LoadedModel, text: str, text_pair: str | None
+) -> tuple[dict[str, Tensor], list[int]]:
+    """tokenize(), or the encoding count_tokens just made of this text (taken, not shared)."""
+    with _counts_lock:
+        encoded = _encodings.pop(_text_key(loaded, text, text_pair), None)
+    return encoded if encoded is not None else tokenize(loaded, text, text_pair)
+
+
 Progress = Callable[[int, int], None]
 """progress(layers done, layers in all), called as the forward pass enters each layer."""
+
+MapsSink = Callable[[int, Tensor], None]
+"""sink(layer, maps (heads, seq, seq) float32 on the host): a layer's maps as the model computed
+them, offered as a pass with eager attention leaves each layer (see run_forward's keep_maps)."""
 
 
 @contextmanager
@@ -224,14 +249,18 @@ def run_forward(
     text_pair: str | None = None,
     should_stop: Callable[[], bool] | None = None,
     progress: Progress | None = None,
+    keep_maps: MapsSink | None = None,
 ) -> ForwardResult:
     """Run the model once, capturing each attention block's input; keep the model's maps only
     where they are not replayed on demand (maps_replayed).
 
     should_stop is polled before every layer; when it returns True the pass is abandoned
     (RequestCancelled), so a client that hung up stops costing CPU within one layer.
+    keep_maps: where maps are replayed and the pass runs eager attention (which computes every
+    layer's maps anyway), each layer's maps are handed to it as the layer finishes, so a caller
+    can keep the ones it wants (the forward cache's memo) instead of replaying them later.
     """
-    inputs, words = tokenize(loaded, text, text_pair)
+    inputs, words = tokenize_once(loaded, text, text_pair)
     seq = int(inputs["input_ids"].shape[1])
     device = model_device(loaded.model)
     replayed = loaded.maps_replayed
@@ -252,12 +281,22 @@ def run_forward(
 
         return hook
 
+    def offer(index: int):
+        def hook(_module, _args, output):
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if weights is not None:  # (1, H, T, T), the layer's softmax as the model used it
+                keep_maps(index, weights[0].detach().to("cpu", torch.float32))
+
+        return hook
+
     one_layer = 4 * loaded.arch.num_heads * seq * seq
     kernel = "sdpa" if replayed and one_layer > EAGER_LAYER_BYTES else "eager"
     with loaded.lock:  # hooks see every call on the module: one forward at a time per model
         handles = [
             m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in enumerate(modules)
         ]
+        if keep_maps is not None and replayed and kernel == "eager":
+            handles += [m.register_forward_hook(offer(i)) for i, m in enumerate(modules)]
         try:
             start = time.perf_counter()
             with torch.inference_mode(), _attention_kernel(loaded.model, kernel):

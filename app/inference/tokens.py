@@ -102,11 +102,20 @@ def display_tokens(
     return labels, raw, special
 
 
+_PIECE_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _text(tokenizer: PreTrainedTokenizerBase, piece: str) -> str:
-    text = tokenizer.convert_tokens_to_string([piece])
-    if piece.startswith("▁") and not text.startswith(" "):
-        text = " " + text  # SentencePiece word start, dropped by convert_tokens_to_string
-    return visible(text) if text else piece
+    """A whole-character piece's label, remembered per tokenizer (at most its vocabulary):
+    asking the tokenizer's decoder costs microseconds a token, a dictionary nanoseconds."""
+    known = _PIECE_TEXT.setdefault(tokenizer, {})
+    label = known.get(piece)
+    if label is None:
+        text = tokenizer.convert_tokens_to_string([piece])
+        if piece.startswith("▁") and not text.startswith(" "):
+            text = " " + text  # SentencePiece word start, dropped by convert_tokens_to_string
+        label = known[piece] = visible(text) if text else piece
+    return label
 
 
 def visible(text: str) -> str:

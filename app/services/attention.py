@@ -11,7 +11,13 @@ import torch
 
 from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
-from app.inference.forward import ForwardResult, Progress, count_tokens, run_forward
+from app.inference.forward import (
+    ForwardResult,
+    MapsSink,
+    Progress,
+    count_tokens,
+    run_forward,
+)
 from app.inference.inflight import AnswerBudget, Reservations
 from app.inference.replay import layer_inputs
 from app.models.loader import LoadedModel, predicts_of
@@ -50,11 +56,13 @@ def forward_for(
     text_pair: str | None,
     should_stop: ShouldStop = None,
     progress: Progress | None = None,
+    keep_maps: MapsSink | None = None,
 ) -> tuple[ForwardResult, bool]:
-    """The forward pass over the text: from the cache, or one new forward pass."""
+    """The forward pass over the text: from the cache, or one new forward pass (handing the
+    maps it computes to keep_maps, as run_forward says)."""
     return cache.get_or_compute(
         (loaded.id, text, text_pair),
-        lambda: run_forward(loaded, text, text_pair, should_stop, progress),
+        lambda: run_forward(loaded, text, text_pair, should_stop, progress, keep_maps),
     )
 
 
@@ -67,6 +75,7 @@ def reserved_forward(
     should_stop: ShouldStop = None,
     whole_maps: bool = True,
     progress: Progress | None = None,
+    keep_maps: MapsSink | None = None,
 ) -> tuple[ForwardResult, bool, Reservations]:
     """The forward pass, with its bytes reserved in the in-flight budget before it is computed
     or looked up: (result, was_cached, reservation). Release the reservation when done with it.
@@ -87,7 +96,9 @@ def reserved_forward(
                 ForwardResult.nbytes_for(loaded.arch, seq, loaded.maps_replayed),
             )
         )
-        result, cached = forward_for(loaded, cache, text, text_pair, should_stop, progress)
+        result, cached = forward_for(
+            loaded, cache, text, text_pair, should_stop, progress, keep_maps
+        )
     except BaseException:
         Reservations(*parts).release()
         raise
@@ -234,9 +245,17 @@ def attention_maps(
     check_layer_bytes(len(heads), seq)
     # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time.
     working = budget.reserve(answer_key("answer"), 4 * len(heads) * seq * seq)
+    key = (loaded.id, req.text, req.text_pair)
+    asked = set(layers)
+
+    def keep(layer: int, maps: torch.Tensor) -> None:
+        """A new pass's own maps go to the memo: the layers asked for first (they are read
+        next), the others where the cache has room to spare (the explorer asks for them next)."""
+        cache.keep_layer(key, layer, maps, make_room=layer in asked)
+
     try:
         result, cached, reservation = reserved_forward(
-            loaded, cache, budget, req.text, req.text_pair, should_stop, whole_maps=False
+            loaded, cache, budget, req.text, req.text_pair, should_stop, False, keep_maps=keep
         )
     except BaseException:
         working.release()
@@ -245,11 +264,10 @@ def attention_maps(
     chosen = None if heads == list(range(loaded.arch.num_heads)) else heads
 
     def layer_maps(i: int) -> torch.Tensor:
-        """(h, T, T): a view of kept maps, the memo of a replayed layer, or a new replay (of
-        every head, memoised, or of the heads asked for only)."""
+        """(h, T, T): a view of kept maps, the memo (the pass's own maps, or a replay), or a
+        new replay (of every head, memoised, or of the heads asked for only)."""
         if result.stored_maps is not None:
             return result.layer_maps(layers[i], chosen)
-        key = (loaded.id, req.text, req.text_pair)
         maps = cache.replayed_layer(key, layers[i])
         if maps is None:
             maps = result.layer_maps(layers[i], chosen)

@@ -90,3 +90,41 @@ def test_a_token_count_is_remembered_and_the_limits_still_apply(app, monkeypatch
     with pytest.raises(Exception, match=f"the text is {n} tokens long"):
         count_tokens(loaded, text, None, limit=n - 1)
     assert len(calls) == 2
+
+
+def test_a_layer_nobody_asked_for_only_takes_room_nobody_uses():
+    cache = ForwardCache(max_entries=10, max_bytes=1000)
+    cache.get_or_compute("a", lambda: pass_of(400))
+    cache.keep_layer("a", 0, maps_of(400))
+    cache.keep_layer("a", 1, maps_of(400), make_room=False)  # would push layer 0 out: not kept
+    assert cache.replayed_layer("a", 1) is None and cache.replayed_layer("a", 0) is not None
+    cache.keep_layer("a", 2, maps_of(200), make_room=False)  # fits in the free bytes: kept
+    assert cache.replayed_layer("a", 2) is not None and cache.nbytes == 1000
+
+
+def test_a_new_pass_hands_its_own_maps_to_the_memo_so_no_layer_is_replayed(
+    app, client, monkeypatch
+):
+    """The first answer on a new text reads the maps the model computed in its eager pass,
+    and so do the next requests for the other layers (the explorer asks for them next)."""
+    text = "The model's own maps answer every layer of this new sentence without a replay."
+    replays = []
+    real = ForwardResult.layer_maps
+    monkeypatch.setattr(
+        ForwardResult, "layer_maps", lambda self, *a: replays.append(a) or real(self, *a)
+    )
+    body = {"model": MINILM_ID, "text": text, "format": "f32"}
+    first = client.post("/api/attention", json={**body, "layers": [3]})
+    rest = client.post("/api/attention", json=body)
+    assert first.status_code == rest.status_code == 200
+    assert replays == []
+    meta, weights = decode_atls(rest.content)  # (L, H, T, T)
+    assert meta["cached"] is True
+    assert np.array_equal(weights[3], decode_atls(first.content)[1][0])
+    loaded = app.state.manager.get(MINILM_ID)
+    with torch.inference_mode():
+        own = loaded.model(**loaded.tokenizer(text, return_tensors="pt"), output_attentions=True)
+    assert np.array_equal(weights, torch.stack([a[0] for a in own.attentions]).numpy())
+    monkeypatch.undo()  # a replay of the same pass gives the same numbers, bit for bit
+    result, _ = app.state.forward_cache.get_or_compute((MINILM_ID, text, None), None)
+    assert all(np.array_equal(result.layer_maps(i).numpy(), weights[i]) for i in range(6))

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from app.models.registry import MINILM_ID
-from app.serialize import U8_ERROR_BOUND, decode_binary, quantize
+from app.serialize import U8_ERROR_BOUND, U8_STEP, decode_binary, quantize
 
 TEXT = "The cat sat on the mat because it was tired."
 
@@ -103,6 +103,18 @@ def test_u8_bound_holds_for_every_float32_near_each_half_way_point():
     w = torch.cat(neighbours)
     codes = torch.frombuffer(bytearray(quantize(w, "u8")), dtype=torch.uint8).double()
     assert (codes / 255 - w.double()).abs().max().item() <= U8_ERROR_BOUND
+
+
+def test_u8_codes_are_the_same_across_the_pieces_they_are_computed_in():
+    # quantize works U8_STEP weights at a time; every code must be what one float64 pass gives,
+    # across every step boundary, for a layer-shaped tensor and for a non-contiguous view.
+    generator = torch.Generator().manual_seed(0)
+    maps = torch.softmax(torch.randn(3, 300, 300, generator=generator) * 4, dim=-1)
+    for weights in (maps, maps.transpose(1, 2)):
+        assert weights.numel() > 4 * U8_STEP
+        expected = (weights.double() * 255).round().to(torch.uint8).reshape(-1)
+        codes = torch.frombuffer(bytearray(quantize(weights, "u8")), dtype=torch.uint8)
+        assert torch.equal(codes, expected)
 
 
 def test_u8_answer_decodes_within_bound(client):

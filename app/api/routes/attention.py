@@ -1,16 +1,16 @@
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TypeVar
 
 from fastapi import APIRouter, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
+from app.compute import iterate_on_compute, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
 from app.errors import AtlasError
 from app.inference.inflight import Reservation
@@ -103,7 +103,8 @@ T = TypeVar("T")
 
 
 async def until_disconnect(request: Request, work: Callable[[Callable[[], bool]], T]) -> T:
-    """Run `work(should_stop)` in the thread pool; should_stop turns True if the client leaves."""
+    """Run `work(should_stop)` on the compute thread; should_stop turns True if the client
+    leaves (while the job waits its turn too, so it stops at its first check)."""
     gone = threading.Event()
     done = asyncio.Event()
 
@@ -116,20 +117,25 @@ async def until_disconnect(request: Request, work: Callable[[Callable[[], bool]]
 
     watcher = asyncio.create_task(watch())
     try:
-        return await run_in_threadpool(work, gone.is_set)
+        return await run_on_compute(work, gone.is_set)
     finally:
         done.set()
         watcher.cancel()
 
 
 class ReservedStream(StreamingResponse):
-    """An answer streamed piece by piece; its in-flight reservation is released when the
+    """An answer streamed piece by piece (pieces computed on the compute thread as they are
+    about to be sent: see iterate_on_compute); its in-flight reservation is released when the
     stream ends for any reason (sent, client gone, reader stalled)."""
 
     def __init__(
-        self, chunks, media_type: str, reservation: Reservation, headers: dict | None = None
+        self,
+        body: AsyncIterator[bytes],
+        media_type: str,
+        reservation: Reservation,
+        headers: dict | None = None,
     ) -> None:
-        super().__init__(chunks, media_type=media_type, headers=headers)
+        super().__init__(body, media_type=media_type, headers=headers)
         self.reservation = reservation
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -142,12 +148,38 @@ class ReservedStream(StreamingResponse):
 async def stream_maps(
     request: Request, build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]]
 ) -> ReservedStream:
-    """Build a maps answer in the thread pool (sized and reserved there), then stream it."""
-    answer, reservation = await until_disconnect(request, build)
+    """Build a maps answer on the compute thread (sized and reserved there) with its first
+    piece, then stream it: an answer of one piece (about 1 MB) needs no second trip to that
+    thread, and a failure in the first piece is still an error answer, not a broken stream."""
+
+    def build_and_begin(should_stop: Callable[[], bool]):
+        answer, reservation = build(should_stop)
+        pieces = answer.chunks()
+        try:
+            first = next(pieces, b"")
+        except BaseException:
+            reservation.release()
+            raise
+        return answer, reservation, pieces, first
+
+    answer, reservation, pieces, first = await until_disconnect(request, build_and_begin)
     headers = {}
     if answer.content_length is not None:
         headers["content-length"] = str(answer.content_length)
-    return ReservedStream(answer.chunks(), answer.media_type, reservation, headers)
+    whole = answer.content_length == len(first)
+    return ReservedStream(
+        _after_first(first, pieces, whole), answer.media_type, reservation, headers
+    )
+
+
+async def _after_first(first: bytes, rest: Iterator[bytes], whole: bool) -> AsyncIterator[bytes]:
+    """The first piece, then the rest, each made on the compute thread when it is wanted."""
+    yield first
+    if whole:
+        rest.close()
+        return
+    async for piece in iterate_on_compute(rest):
+        yield piece
 
 
 @router.post(
@@ -303,7 +335,7 @@ async def post_generate(
     lines, reservation = await until_disconnect(
         request, lambda stop: start_generation(manager, budget, body)
     )
-    return ReservedStream(lines, "application/x-ndjson", reservation)
+    return ReservedStream(iterate_on_compute(lines), "application/x-ndjson", reservation)
 
 
 @router.post(
@@ -379,7 +411,7 @@ async def post_qkspace(
 async def post_forward(
     body: TextRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> StreamingResponse:
-    loaded = await run_in_threadpool(checked_model, manager, body)
+    loaded = await run_on_compute(checked_model, manager, body)
     return StreamingResponse(
         progress_lines(
             lambda stop, progress: run_pass(loaded, cache, budget, body, stop, progress)
@@ -391,7 +423,7 @@ async def post_forward(
 async def progress_lines(
     work: Callable[[Callable[[], bool], Callable[[int, int], None]], BaseModel],
 ) -> AsyncIterator[bytes]:
-    """NDJSON lines of `work(should_stop, progress)` run in the thread pool: a progress line per
+    """NDJSON lines of `work(should_stop, progress)` run on the compute thread: a progress line per
     call of progress, then work's answer (or an error line). Leaving the stream (the client
     hung up) makes should_stop True, so the work stops at its next check."""
     loop = asyncio.get_running_loop()
@@ -405,7 +437,7 @@ async def progress_lines(
     async def run() -> None:
         answer: BaseModel | None = None
         try:
-            answer = await run_in_threadpool(work, gone.is_set, progress)
+            answer = await run_on_compute(work, gone.is_set, progress)
         except AtlasError as err:
             answer = ForwardFailed(event="error", status=err.status, detail=err.message)
         except Exception:  # the stream has started: say so in it rather than hang

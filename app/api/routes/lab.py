@@ -1,6 +1,7 @@
 from fastapi import APIRouter
 
 from app.api.responses import BODY_ROUTE, errors
+from app.compute import run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep
 from app.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
 from app.schemas.lab_matrices import (
@@ -41,10 +42,10 @@ MODEL_ERRORS = errors(*BODY_ROUTE, 404, 503)
 @router.post(
     "/masks", response_model=MasksResponse, responses=ERRORS, summary="Every mask on n tokens"
 )
-def masks(body: MasksRequest) -> MasksResponse:
+async def masks(body: MasksRequest) -> MasksResponse:
     """Causal, sliding window, dilated, global, random, BigBird and block-sparse masks from
     attention_core, each with its cost in computed (query, key) pairs against full attention."""
-    return all_masks(body)
+    return await run_on_compute(all_masks, body)
 
 
 @router.post(
@@ -53,57 +54,57 @@ def masks(body: MasksRequest) -> MasksResponse:
     responses=ERRORS,
     summary="Scaled vs unscaled softmax",
 )
-def scaling(body: ScalingRequest) -> ScalingResponse:
+async def scaling(body: ScalingRequest) -> ScalingResponse:
     """Random q and k with unit-variance components: the softmax of q·k with and without the
     1/sqrt(d_k) scale, with entropy, max weight, effective tokens and the Jacobian norm, the
     empirical variance of q·k, and mean entropy against d_k."""
-    return scaling_demo(body)
+    return await run_on_compute(scaling_demo, body)
 
 
 @router.post(
     "/scoring", response_model=ScoringResponse, responses=ERRORS, summary="Three score functions"
 )
-def scoring(body: ScoringRequest) -> ScoringResponse:
+async def scoring(body: ScoringRequest) -> ScoringResponse:
     """Scaled dot-product, general (Luong, q^T W k) and additive (Bahdanau, v·tanh(W_q q + W_k
     k)) attention on the same q, k, v, with parameter and multiply-accumulate counts."""
-    return lab_matrices.scoring(body)
+    return await run_on_compute(lab_matrices.scoring, body)
 
 
 @router.post(
     "/tiling", response_model=TilingResponse, responses=ERRORS, summary="FlashAttention's tiles"
 )
-def tiling(body: TilingRequest) -> TilingResponse:
+async def tiling(body: TilingRequest) -> TilingResponse:
     """The online softmax one tile at a time (running max, running sum, the rescaling factor,
     the partial output) and the tiled output against exact attention."""
-    return lab_matrices.tiling(body)
+    return await run_on_compute(lab_matrices.tiling, body)
 
 
 @router.post("/linear", response_model=LinearResponse, responses=ERRORS, summary="Linear attention")
-def linear(body: LinearRequest) -> LinearResponse:
+async def linear(body: LinearRequest) -> LinearResponse:
     """phi = elu + 1 features, the d x d state, both multiplication orders, the implied weights
     beside softmax's, and cost curves against n."""
-    return lab_matrices.linear(body)
+    return await run_on_compute(lab_matrices.linear, body)
 
 
 @router.post("/positions", response_model=PositionsResponse, responses=ERRORS, summary="Positions")
-def positions(body: PositionsRequest) -> PositionsResponse:
+async def positions(body: PositionsRequest) -> PositionsResponse:
     """The sinusoidal encoding with its shift matrix, and RoPE's q·k as a function of offset."""
-    return lab_matrices.positions(body)
+    return await run_on_compute(lab_matrices.positions, body)
 
 
 @router.post(
     "/cost", response_model=CostResponse, responses=ERRORS, summary="Pairs, MACs and memory"
 )
-def attention_cost(body: CostRequest) -> CostResponse:
+async def attention_cost(body: CostRequest) -> CostResponse:
     """Pairs, multiply-accumulates and score memory for every mask kind, linear and tiled
     attention, at up to a million tokens, from exact formulas (no mask is built)."""
-    return lab_matrices.attention_cost(body)
+    return await run_on_compute(lab_matrices.attention_cost, body)
 
 
 @router.post("/kv-cache", response_model=KvCacheResponse, responses=ERRORS, summary="KV cache")
-def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
+async def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
     """KV-cache bytes per token and in all, for MHA, the configuration given and MQA."""
-    return lab_matrices.kv_cache(body)
+    return await run_on_compute(lab_matrices.kv_cache, body)
 
 
 @router.post(
@@ -112,24 +113,24 @@ def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
     responses=MODEL_ERRORS,
     summary="Multi-head vs GQA vs MQA on a real layer",
 )
-def kv_sharing(
+async def kv_sharing(
     body: KvSharingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
 ) -> KvSharingResponse:
     """A real layer with its own K/V heads and with them mean-pooled into fewer (as GQA
     checkpoints are converted): which query head reads which K/V head, and how far maps move.
     Texts of at most 64 tokens."""
-    return lab_models.kv_sharing(manager, cache, budget, body)
+    return await run_on_compute(lab_models.kv_sharing, manager, cache, budget, body)
 
 
 @router.post(
     "/cross", response_model=CrossResponse, responses=MODEL_ERRORS, summary="Cross-attention"
 )
-def cross(
+async def cross(
     body: CrossRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
 ) -> CrossResponse:
     """Queries from sentence A, keys and values from sentence B, through one encoder layer's
     own projections. Texts of at most 64 tokens; decoders are refused with the reason."""
-    return lab_models.cross_attention(manager, cache, budget, body)
+    return await run_on_compute(lab_models.cross_attention, manager, cache, budget, body)
 
 
 @router.post(
@@ -138,12 +139,12 @@ def cross(
     responses=MODEL_ERRORS,
     summary="Sparse patterns on a real head",
 )
-def sparse(
+async def sparse(
     body: SparseRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
 ) -> SparseResponse:
     """A real head's q, k, v under seven sparse patterns: weights renormalised over the allowed
     keys, the attention mass each drops, the pairs scored and the change in output."""
-    return lab_models.sparse_weights(manager, cache, budget, body)
+    return await run_on_compute(lab_models.sparse_weights, manager, cache, budget, body)
 
 
 @router.post(
@@ -152,17 +153,17 @@ def sparse(
     responses=MODEL_ERRORS,
     summary="A head with and without RoPE",
 )
-def rope_head(
+async def rope_head(
     body: RopeHeadRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
 ) -> RopeHeadResponse:
     """A Llama-family head replayed with its rotary embedding and with it switched off."""
-    return lab_models.rope_head(manager, cache, budget, body)
+    return await run_on_compute(lab_models.rope_head, manager, cache, budget, body)
 
 
 @router.post("/padding", response_model=PaddingResponse, responses=MODEL_ERRORS, summary="Padding")
-def padding(
+async def padding(
     body: PaddingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
 ) -> PaddingResponse:
     """Two to four sentences as one padded batch through an encoder: the key-padding mask, the
     zero weight on padded keys, and each sentence against a run of it alone."""
-    return lab_models.padding(manager, cache, budget, body)
+    return await run_on_compute(lab_models.padding, manager, cache, budget, body)

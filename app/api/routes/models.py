@@ -1,6 +1,7 @@
 from fastapi import APIRouter, Path, Query
 
 from app.api.responses import errors
+from app.compute import run_on_compute
 from app.deps import ManagerDep
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.models import InductionText, LoadStatus, ModelList
@@ -66,7 +67,7 @@ def start_load(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
     responses=errors(404, 413, 422, 429, 503),
     summary="The standard test input for induction heads",
 )
-def get_induction_text(
+async def get_induction_text(
     manager: ManagerDep,
     model_id: str = ModelIdPath,
     length: int = Query(
@@ -77,7 +78,6 @@ def get_induction_text(
     """A random sequence of this model's tokens written twice. In the second copy an
     induction head attends to the token that followed the previous occurrence of the current
     one; POST the text to /api/attention/heads and look at the 'induction' statistic."""
-    loaded = manager.get(model_id)
-    return InductionText(
-        model=loaded.id, length=length, seed=seed, text=induction_text(loaded, length, seed)
-    )
+    loaded = await run_on_compute(manager.get, model_id)  # a first use loads the model
+    text = await run_on_compute(induction_text, loaded, length, seed)
+    return InductionText(model=loaded.id, length=length, seed=seed, text=text)
