@@ -50,6 +50,14 @@ async def run_on_compute(fn: Callable[..., T], *args: object) -> T:
     return await asyncio.wrap_future(_executor.submit(fn, *args))
 
 
+def call_on_compute(fn: Callable[..., T], *args: object) -> T:
+    """fn(*args) on the compute thread, waited for here: for code outside the event loop (a
+    benchmark timing the bare model beside the app) that must not start a team of its own."""
+    if on_compute_thread():
+        return fn(*args)
+    return _executor.submit(fn, *args).result()
+
+
 _DONE = object()
 
 

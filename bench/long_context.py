@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from fastapi.testclient import TestClient
 
+from app.compute import call_on_compute
 from app.config import Settings
 from app.inference.forward import EAGER_LAYER_BYTES, ForwardResult, _attention_kernel
 from app.main import create_app
@@ -54,10 +55,16 @@ def timed(fn, *args, **kwargs):
     return elapsed, value
 
 
+def bare_pass(loaded, ids, kernel: str):
+    """(milliseconds, output) of the model alone with the kernel the server picks."""
+    with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
+        return timed(loaded.model, input_ids=ids)
+
+
 def run(lengths: list[int]) -> None:
     app = create_app(Settings(preload=[]))
     with TestClient(app) as client:
-        loaded = app.state.manager.get(SMOLLM2_ID)
+        loaded = call_on_compute(app.state.manager.get, SMOLLM2_ID)  # loads on that thread
         heads = loaded.arch.num_heads
         print(
             f"SmolLM2-135M on {torch.get_num_threads()} threads; RSS with the model {rss_mb():,.0f} MB"
@@ -76,8 +83,7 @@ def run(lengths: list[int]) -> None:
             ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"]
             seq = ids.shape[1]
             kernel = "sdpa" if 4 * heads * seq * seq > EAGER_LAYER_BYTES else "eager"
-            with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
-                bare, _ = timed(loaded.model, input_ids=ids)
+            bare, _ = call_on_compute(bare_pass, loaded, ids, kernel)  # where the app's runs
             body = {"model": SMOLLM2_ID, "text": text}
             api, response = timed(client.post, "/api/attention/forward", json=body)
             done = [line for line in response.text.splitlines() if line][-1]
