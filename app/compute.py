@@ -1,4 +1,5 @@
-"""One thread runs all of the server's PyTorch work.
+"""Where the server's PyTorch work runs: two lanes of threads, so that no kernel pays for another
+thread's OpenMP team.
 
 PyTorch's CPU kernels run on OpenMP, and OpenMP (libgomp) gives every OS thread that starts a
 parallel region a team of helper threads of its own, kept for as long as that thread lives.
@@ -7,67 +8,184 @@ pays to wake its team. Starlette's thread pool hands each request to any of up t
 so a server that ran its tensors there slowed down as soon as two threads had served requests.
 Measured on 2 cores (bench/threads.py): a (16, 384) x (384, 384) product took 34 µs on the only
 thread to have used torch and 94 µs while a second one that had used it sat idle; replaying the
-6 layers of a 15-token MiniLM pass 1.6 against 11.2 ms. A new 16-token MiniLM answer through
-the test client took 25 ms before this module and 12 ms with it.
+6 layers of a 15-token MiniLM pass 1.6 against 11.2 ms.
 
-So routes send tensor work here, one job at a time, in the order it comes: on a CPU the
-kernels of one job already use every core, so running two at once only makes both slower. A job
-of a client that has left is dropped if it has not started; one that has started stops at its
-next check of should_stop (a layer of a forward pass, a block of head statistics).
+- The heavy lane is one thread with PyTorch's intra-op threads (one a core): forward passes,
+  generation, and whatever a request needs on a text whose pass is not cached yet or is long.
+  One job at a time (on a CPU one job's kernels already use every core), earliest deadline
+  first: a job's deadline is when it came plus PATIENCE times what it is estimated to cost (at
+  most a minute), so short passes go before long ones that wait, and no job waits for ever.
+- The quick lane is QUICK_THREADS threads, each running PyTorch on itself alone (one intra-op
+  thread, so no team): requests answered from a cached pass of a short text, the lab's small
+  computations and the pieces of their answers. They never wait behind a forward pass (under
+  20 clients, a cached answer's median went from 26 to 3 ms: docs/performance.md).
+
+A job of a client that has left is dropped if it has not started; one that has started stops at
+its next check of should_stop (a layer of a forward pass, a block of head statistics).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
+import heapq
+import itertools
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
+
+import torch
 
 T = TypeVar("T")
 
-_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="atlas-compute")
-_thread_ids: set[int] = set()  # the executor's one thread, once it has started
+
+def cpu_quota_cores(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """Whole cores the process's cgroup may use (a container's CPU limit), or None without a
+    limit. PyTorch counts the machine's cores, and a team of more threads than the quota
+    allows only takes turns on it."""
+    for quota_file, period_file in (
+        ("cpu.max", None),
+        ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us"),
+    ):
+        try:
+            fields = (root / quota_file).read_text().split()
+            quota = fields[0]
+            period = fields[1] if period_file is None else (root / period_file).read_text().strip()
+        except (OSError, IndexError):
+            continue
+        if quota in ("max", "-1"):
+            return None
+        return max(1, int(quota) // int(period))
+    return None
 
 
-def _mark_compute_thread() -> None:
-    _thread_ids.add(threading.get_ident())
+QUICK_THREADS = 2
+PATIENCE = 30
+"""How long a heavy job may be passed by shorter ones, in multiples of its own estimated cost
+(under 20 clients, new MiniLM answers waited a median 125 ms with 30 and 579 ms with 10)..."""
+MOST_PASSED_SECONDS = 60.0
+"""... and at most this long, however long it is estimated to run."""
+_DEFAULT_THREADS = min(torch.get_num_threads(), cpu_quota_cores() or torch.get_num_threads())
+"""The heavy lane's threads: PyTorch's own choice (one a core), within a container's CPU limit."""
+_threads_lock = threading.Lock()
+_lane_threads: set[int] = set()
 
 
-_executor.submit(_mark_compute_thread).result()
+def _start_heavy_thread() -> None:
+    """The heavy lane keeps PyTorch's intra-op threads (a thread reads the process-wide count
+    once, the first time it needs it, and keeps its own from then on)."""
+    with _threads_lock:
+        torch.get_num_threads()  # a thread reads the process-wide count at its first ask
+        torch.set_num_threads(_DEFAULT_THREADS)
+        _lane_threads.add(threading.get_ident())
+
+
+def _start_quick_thread() -> None:
+    """A quick-lane thread runs PyTorch on itself alone; the process-wide count that other
+    threads start from is put back at once (by a thread that runs no kernel)."""
+    with _threads_lock:
+        torch.get_num_threads()  # this thread reads the process-wide count now, then lowers it
+        torch.set_num_threads(1)
+        restore = threading.Thread(target=torch.set_num_threads, args=(_DEFAULT_THREADS,))
+        restore.start()
+        restore.join()
+        _lane_threads.add(threading.get_ident())
+
+
+class Lane(enum.Enum):
+    HEAVY = "heavy"
+    QUICK = "quick"
+
+
+class EarliestDeadlineFirst:
+    """One thread running submitted jobs one at a time, the earliest deadline first (deadline:
+    the time of submission plus PATIENCE times the job's estimated seconds, at most
+    MOST_PASSED_SECONDS; ties in submission order): shorter jobs first, and a long one is
+    passed for a bounded time."""
+
+    def __init__(self, name: str, initializer: Callable[[], None]) -> None:
+        self._name = name
+        self._initializer = initializer
+        self._jobs: list[tuple[float, int, Future, Callable, tuple]] = []
+        self._order = itertools.count()
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn: Callable[..., T], *args: object, seconds: float = 0.0) -> Future:
+        future: Future = Future()
+        with self._ready:
+            deadline = time.monotonic() + min(PATIENCE * seconds, MOST_PASSED_SECONDS)
+            heapq.heappush(self._jobs, (deadline, next(self._order), future, fn, args))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
+                self._thread.start()
+            self._ready.notify()
+        return future
+
+    def _work(self) -> None:
+        self._initializer()
+        while True:
+            with self._ready:
+                while not self._jobs:
+                    self._ready.wait()
+                _, _, future, fn, args = heapq.heappop(self._jobs)
+            if not future.set_running_or_notify_cancel():
+                continue  # its caller has gone: never started
+            try:
+                result = fn(*args)
+            except BaseException as err:  # handed to the caller, as an executor would
+                future.set_exception(err)
+            else:
+                future.set_result(result)
+
+
+_heavy = EarliestDeadlineFirst("atlas-heavy", _start_heavy_thread)
+_quick = ThreadPoolExecutor(QUICK_THREADS, "atlas-quick", initializer=_start_quick_thread)
+
+
+def _submit(lane: Lane, fn: Callable[..., T], args: tuple, seconds: float) -> Future:
+    if lane is Lane.HEAVY:
+        return _heavy.submit(fn, *args, seconds=seconds)
+    return _quick.submit(fn, *args)
 
 
 def on_compute_thread() -> bool:
-    """True on the thread that runs the server's tensor work."""
-    return threading.get_ident() in _thread_ids
+    """True on a thread of either lane."""
+    return threading.get_ident() in _lane_threads
 
 
-async def run_on_compute(fn: Callable[..., T], *args: object) -> T:
-    """fn(*args) on the compute thread, awaited without blocking the event loop.
+async def run_on_compute(
+    fn: Callable[..., T], *args: object, lane: Lane = Lane.HEAVY, seconds: float = 0.0
+) -> T:
+    """fn(*args) on a thread of `lane`, awaited without blocking the event loop; `seconds` is
+    what the job is estimated to cost (the heavy lane's order).
 
     If the caller is cancelled before the job starts, the job is dropped; once started it runs
     to its end (or to its own should_stop check), as Starlette's run_in_threadpool does."""
-    return await asyncio.wrap_future(_executor.submit(fn, *args))
+    return await asyncio.wrap_future(_submit(lane, fn, args, seconds))
 
 
 def call_on_compute(fn: Callable[..., T], *args: object) -> T:
-    """fn(*args) on the compute thread, waited for here: for code outside the event loop (a
+    """fn(*args) on the heavy lane, waited for here: for code outside the event loop (a
     benchmark timing the bare model beside the app) that must not start a team of its own."""
     if on_compute_thread():
         return fn(*args)
-    return _executor.submit(fn, *args).result()
+    return _heavy.submit(fn, *args).result()
 
 
 _DONE = object()
 
 
-async def iterate_on_compute(items: Iterator[T]) -> AsyncIterator[T]:
+async def iterate_on_compute(items: Iterator[T], lane: Lane = Lane.HEAVY) -> AsyncIterator[T]:
     """A synchronous iterator (a streamed answer that computes each piece as it is asked for)
-    read one item at a time on the compute thread; closed there when the stream ends early."""
+    read one item at a time on `lane`; closed there when the stream ends early."""
     try:
-        while (item := await run_on_compute(next, items, _DONE)) is not _DONE:
+        while (item := await run_on_compute(next, items, _DONE, lane=lane)) is not _DONE:
             yield item
     finally:  # not awaited: a cancelled stream may not wait for anything any more
         close = getattr(items, "close", None)
         if close is not None:
-            _executor.submit(close)
+            _submit(lane, close, (), 0.0)

@@ -160,6 +160,7 @@ class MapsAnswer:
     fmt: str
     shape: tuple[int, int, int, int]
     layer_maps: Callable[[int], Tensor]
+    held: bool = False  # every layer's maps are in memory already: the pieces only encode them
 
     @property
     def media_type(self) -> str:
@@ -225,6 +226,10 @@ class MapsAnswer:
             if pending:
                 yield b"".join(pending)
             return
+        yield from _joined(self._json_parts())
+
+    def _json_parts(self) -> Iterator[bytes]:
+        """The JSON body in the order it is written, in parts of any size."""
         head = json.dumps(self.meta, ensure_ascii=False, allow_nan=False)
         yield (head[:-1] + ', "attentions": [').encode("utf-8")
         for i in range(self.shape[0]):
@@ -239,6 +244,20 @@ class MapsAnswer:
                 yield b"]"
             yield b"]"
         yield b"]}"
+
+
+def _joined(parts: Iterator[bytes]) -> Iterator[bytes]:
+    """Parts gathered into pieces of at least PIECE_BYTES (but the last): each piece is a trip
+    to a compute lane and a read by the client, so a small answer goes out in one."""
+    pending, size = [], 0
+    for part in parts:
+        pending.append(part)
+        size += len(part)
+        if size >= PIECE_BYTES:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
 
 
 def safetensors_head(meta: dict, shape: tuple[int, ...]) -> bytes:

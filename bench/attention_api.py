@@ -5,11 +5,10 @@
 For each model and length, on README prose: the model's own forward pass with attention output
 (transformers alone, eager attention, in this process), and a live server started as `make run`
 starts it, asked over HTTP on one keep-alive connection, uncompressed (`Accept-Encoding:
-identity`), the whole body read:
-- every layer and head of a new text (one never sent before) in u8, f32 and, where the JSON
-  limit allows, JSON; then the same request again (the forward pass cached);
-- one layer of every head in f32 on a new text (the explorer's first request), and again.
-Medians of N; each ratio is over the forward pass.
+identity`), the whole body read. Each request is on a new text (one never sent before), timed
+right after the bare pass on that same text, then sent again (the pass cached): every layer and
+head in u8, f32 and, where the JSON limit allows, JSON; and one layer of every head in f32 (the
+explorer's first request). Medians of N; each ratio is the median of the pairs' ratios.
 """
 
 from __future__ import annotations
@@ -63,63 +62,66 @@ class Client:
         return elapsed, content
 
 
-def forward_ms(loaded, text: str, repeats: int) -> tuple[float, int]:
-    """(median milliseconds of the model's own forward pass with attention output, tokens)."""
+def forward_ms(loaded, text: str) -> tuple[float, int]:
+    """(milliseconds of the model's own forward pass with attention output, tokens)."""
     encoding = loaded.tokenizer(text, return_tensors="pt")
     if loaded.causal:
         encoding.pop("token_type_ids", None)
-    samples = []
     with torch.inference_mode():
-        loaded.model(**encoding, output_attentions=True)  # warm-up
-        for _ in range(repeats):
-            start = time.perf_counter()
-            loaded.model(**encoding, output_attentions=True)
-            samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples), encoding["input_ids"].shape[1]
+        start = time.perf_counter()
+        loaded.model(**encoding, output_attentions=True)
+        elapsed = (time.perf_counter() - start) * 1000
+    time.sleep(0.05)  # this process's OpenMP threads spin a while after a kernel: let them rest
+    return elapsed, encoding["input_ids"].shape[1]
+
+
+KINDS = ("u8", "f32", "layer", "json")  # every layer in each format; one f32 layer
 
 
 def measure(client: Client, loaded, n: int, repeats: int) -> dict[str, float]:
-    """Median milliseconds of each kind of request, each on texts of n MiniLM-length tokens."""
+    """Medians over `repeats` new texts of n MiniLM-length tokens for each kind of request:
+    the bare forward pass on the text, the API's answer on it (new), the same again (cached),
+    and the ratio of each new answer to the bare pass on the same text, just before it (the
+    pairs cancel the drift of a machine's speed between them)."""
     arch = loaded.arch
-    seq = 0
     rows: dict[str, list[float]] = {}
-
-    def text() -> str:
-        extra = 2 if loaded.causal else 0  # a decoder adds no [CLS] and [SEP]
-        return prose(loaded.tokenizer, n + extra, start=97 * next(_starts))
-
+    extra = 2 if loaded.causal else 0  # a decoder adds no [CLS] and [SEP]
+    forward_ms(loaded, prose(loaded.tokenizer, n + extra))  # warm-up at this length
     for _ in range(repeats):
-        for fmt in ("u8", "f32", "json"):
-            body = {"model": loaded.id, "text": text(), "format": fmt}
-            seq = seq or len(loaded.tokenizer(body["text"])["input_ids"])
-            weights = arch.num_layers * arch.num_heads * seq * seq
-            too_big = (
+        for kind in KINDS:
+            text = prose(loaded.tokenizer, n + extra, start=97 * next(_starts))
+            fmt = "f32" if kind == "layer" else kind
+            body = {"model": loaded.id, "text": text, "format": fmt}
+            if kind == "layer":
+                body["layers"] = [arch.num_layers // 2]
+            forward, seq = forward_ms(loaded, text)
+            layers = 1 if kind == "layer" else arch.num_layers
+            weights = layers * arch.num_heads * seq * seq
+            if (
                 weights > MAX_JSON_WEIGHTS
                 if fmt == "json"
                 else answer_bytes_bound(fmt, weights, seq) > MAX_ANSWER_BYTES
-            )
-            if too_big:
-                continue
-            rows.setdefault(f"{fmt} new", []).append(client.post(body)[0])
-            elapsed, content = client.post(body)
-            rows.setdefault(f"{fmt} cached", []).append(elapsed)
-            rows[f"{fmt} MB"] = [len(content) / 1e6]
-        layer = {
-            "model": loaded.id,
-            "text": text(),
-            "format": "f32",
-            "layers": [arch.num_layers // 2],
-        }
-        rows.setdefault("layer new", []).append(client.post(layer)[0])
-        rows.setdefault("layer cached", []).append(client.post(layer)[0])
+            ):
+                continue  # refused: over the answer limits
+            rows.setdefault("forward", []).append(forward)
+            rows.setdefault("tokens", []).append(seq)
+            new, _ = client.post(body)
+            cached, content = client.post(body)
+            rows.setdefault(f"{kind} new", []).append(new)
+            rows.setdefault(f"{kind} ratio", []).append(new / forward)
+            rows.setdefault(f"{kind} cached", []).append(cached)
+            rows[f"{kind} MB"] = [len(content) / 1e6]
     return {key: statistics.median(values) for key, values in rows.items()}
 
 
-def cell(values: dict, key: str, forward: float | None = None) -> str:
-    if key not in values:
-        return f"{'limit':>9}" + ("" if forward is None else f"{'':>7}")
-    text = f"{values[key]:>7,.1f}ms"
-    return text if forward is None else f"{text} {values[key] / forward:>5.2f}x"
+def cell(values: dict, kind: str) -> str:
+    """'new (ratio) cached' for one kind of request, or 'limit' where the API refuses it."""
+    if f"{kind} new" not in values:
+        return f"{'limit':>25}"
+    return (
+        f"{values[f'{kind} new']:>8,.1f} {values[f'{kind} ratio']:>5.2f}x "
+        f"{values[f'{kind} cached']:>8,.1f}"
+    )
 
 
 def run(repeats: int) -> None:
@@ -130,11 +132,15 @@ def run(repeats: int) -> None:
         )
         try:
             client = Client(server.base)
-            print(f"Medians of {repeats}; 'new' is a text the server has not seen.")
             print(
-                f"{'model':<8} {'tokens':>6} {'forward':>9} {'u8 new':>16} {'u8 cached':>9} "
-                f"{'f32 new':>16} {'f32 cached':>10} {'layer new':>16} {'layer cached':>12} "
-                f"{'JSON new':>16} {'u8 MB':>7}"
+                f"Medians of {repeats} (of 3x as many at 16 tokens); ms. 'new': a text the "
+                "server has not seen; 'x': the new answer over the bare forward pass on the "
+                "same text just before it; then the same request again (cached)."
+            )
+            print(
+                f"{'model':<8} {'tokens':>6} {'forward':>8} {'all layers, u8':>25} "
+                f"{'all layers, f32':>25} {'one layer, f32':>25} {'all layers, JSON':>25} "
+                f"{'u8 MB':>6}"
             )
             for model_id in LENGTHS:  # both loaded before anything is timed
                 app.state.manager.get(model_id)
@@ -142,16 +148,11 @@ def run(repeats: int) -> None:
             for model_id, lengths in LENGTHS.items():
                 loaded = app.state.manager.get(model_id)
                 for n in lengths:
-                    text = prose(loaded.tokenizer, n + (2 if loaded.causal else 0))
-                    forward, seq = forward_ms(loaded, text, repeats)
-                    time.sleep(0.5)  # this process's idle OpenMP threads stop spinning first
-                    values = measure(client, loaded, n, repeats)
+                    values = measure(client, loaded, n, repeats * (3 if n <= 16 else 1))
                     print(
-                        f"{model_id.split('/')[-1][:8]:<8} {seq:>6} {forward:>7,.1f}ms "
-                        f"{cell(values, 'u8 new', forward)} {cell(values, 'u8 cached')} "
-                        f"{cell(values, 'f32 new', forward)} {cell(values, 'f32 cached'):>10} "
-                        f"{cell(values, 'layer new', forward)} {cell(values, 'layer cached'):>12} "
-                        f"{cell(values, 'json new', forward)} {values['u8 MB']:>7.2f}"
+                        f"{model_id.split('/')[-1][:8]:<8} {values['tokens']:>6.0f} "
+                        f"{values['forward']:>8,.1f} {cell(values, 'u8')} {cell(values, 'f32')} "
+                        f"{cell(values, 'layer')} {cell(values, 'json')} {values['u8 MB']:>6.2f}"
                     )
         finally:
             server.stop()

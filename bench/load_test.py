@@ -36,6 +36,7 @@ from tests.support.live import rss_bytes, start_server  # noqa: E402
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MiB = 2**20
+KINDS = ("cached", "new MiniLM", "new SmolLM2")
 POOL = [
     "The animal didn't cross the street because it was too tired.",
     "Attention lets every token look at every other token.",
@@ -60,21 +61,19 @@ def pick(rng: random.Random, counter: list[int], name: str) -> tuple[dict, str]:
     counter[0] += 1
     unique = f"Request number {counter[0]} from {name} at {time.time_ns()} says hello."
     if roll < 0.85:
-        return {"model": MINILM, "text": unique, "layers": [rng.randrange(6)]}, "uncached"
+        return {"model": MINILM, "text": unique, "layers": [rng.randrange(6)]}, "new MiniLM"
     return {
         "model": SMOLLM2,
         "text": unique,
         "format": "u8",
         "layers": [rng.randrange(30)],
-    }, "uncached"
+    }, "new SmolLM2"
 
 
 @dataclass
 class LoadResult:
     wall: float
-    latencies: dict[str, list[float]] = field(
-        default_factory=lambda: {"cached": [], "uncached": []}
-    )
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {kind: [] for kind in KINDS})
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -84,7 +83,9 @@ class LoadResult:
     def percentiles(self, kind: str | None = None) -> tuple[float, float]:
         """(p50, p99) in ms over one kind of request, or all."""
         values = sorted(
-            self.latencies[kind] if kind else self.latencies["cached"] + self.latencies["uncached"]
+            self.latencies[kind]
+            if kind
+            else [v for values in self.latencies.values() for v in values]
         )
         if not values:
             return float("nan"), float("nan")
@@ -97,10 +98,10 @@ class LoadResult:
             f"{len(self.errors)} errors, {self.count / self.wall:.1f} requests/s, "
             f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"
         ]
-        for kind in ("cached", "uncached"):
+        for kind in KINDS:
             p50, p99 = self.percentiles(kind)
             lines.append(
-                f"  {kind:<9} {len(self.latencies[kind]):>6} requests   p50 {p50:8.1f} ms   "
+                f"  {kind:<11} {len(self.latencies[kind]):>6} requests   p50 {p50:8.1f} ms   "
                 f"p99 {p99:8.1f} ms"
             )
         if self.errors:

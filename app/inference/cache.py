@@ -37,6 +37,11 @@ class ForwardCache:
     def __len__(self) -> int:
         return len(self._items)
 
+    def held(self, key: Hashable) -> ForwardResult | None:
+        """The pass under `key` if it is cached now, without counting as a use of it."""
+        with self._guard:
+            return self._items.get(key)
+
     def get_or_compute(
         self, key: Hashable, compute: Callable[[], ForwardResult]
     ) -> tuple[ForwardResult, bool]:

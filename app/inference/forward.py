@@ -130,9 +130,22 @@ class ForwardResult:
         last = seq_len * arch.d_model  # an upper bound: only models with an LM head keep it
         return 4 * (maps + hidden + last) + ForwardResult.memo_bytes_for(arch, seq_len)
 
+    @staticmethod
+    def seconds_for(arch: Architecture, seq_len: int) -> float:
+        """A rough estimate of a forward pass's seconds, to order work (app.compute), not to
+        promise it: 2 flops a weight a token for about 12 d² weights a layer, plus 4 T d a
+        token a layer for the scores and the weighted sum, at NOMINAL_FLOPS."""
+        per_layer = 2 * 12 * arch.d_model**2 * seq_len + 4 * seq_len**2 * arch.d_model
+        return arch.num_layers * per_layer / NOMINAL_FLOPS
+
     @property
     def seq_len(self) -> int:
         return len(self.token_ids)
+
+
+NOMINAL_FLOPS = 1e11
+"""Floating-point operations a second that ForwardResult.seconds_for assumes: MiniLM and SmolLM2
+both ran at about this on 2 cores (128 tokens: 20 and 200 ms)."""
 
 
 def tokenize(

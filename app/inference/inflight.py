@@ -9,12 +9,26 @@ Retry-After, so the memory held for answers never exceeds `max_bytes`.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
 from collections.abc import Hashable
 
+from app.compute import on_compute_thread
 from app.errors import ServerBusy
+
+
+class NoRoomYet(Exception):
+    """Raised by AnswerBudget.reserve on a compute lane instead of waiting there (a lane that
+    waits holds up every job behind it, and the streams that would free the room may need it):
+    the caller waits for the room off the lane (AnswerBudget.room_for), then runs the work
+    again. Reservations come before the work they pay for, so little is done twice."""
+
+    def __init__(self, budget: AnswerBudget, nbytes: int) -> None:
+        super().__init__(f"no room yet for {nbytes} bytes")
+        self.budget = budget
+        self.nbytes = nbytes
 
 
 class Reservation:
@@ -76,14 +90,32 @@ class AnswerBudget:
                 if in_use + nbytes <= self.max_bytes:
                     self._held[key] = (nbytes, 1)
                     return Reservation(self, key)
+                if on_compute_thread():
+                    raise NoRoomYet(self, nbytes)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise ServerBusy(
-                        f"the server is sending {in_use / 2**20:,.0f} MB of other answers and "
-                        f"this one needs {nbytes / 2**20:,.0f} MB more; retry shortly",
-                        retry_after=max(1, math.ceil(self.wait_seconds)),
-                    )
+                    raise self.busy(nbytes)
                 self._cond.wait(left)
+
+    def busy(self, nbytes: int) -> ServerBusy:
+        """The 503 for an answer that found no room for `nbytes` in time."""
+        in_use = self.held_bytes
+        return ServerBusy(
+            f"the server is sending {in_use / 2**20:,.0f} MB of other answers and "
+            f"this one needs {nbytes / 2**20:,.0f} MB more; retry shortly",
+            retry_after=max(1, math.ceil(self.wait_seconds)),
+        )
+
+    async def room_for(self, nbytes: int, seconds: float) -> bool:
+        """Whether `nbytes` fit within `seconds` from now (looked at every 20 ms, off every
+        compute lane); a reservation may still find them taken, and then asks again."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.held_bytes + nbytes <= self.max_bytes:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
 
     def _release(self, key: Hashable) -> None:
         with self._cond:

@@ -277,7 +277,10 @@ def attention_maps(
         return maps if chosen is None else maps[chosen]
 
     meta = maps_meta(loaded, result, cached, layers, heads)
-    answer = MapsAnswer(meta, req.format, (len(layers), len(heads), seq, seq), layer_maps)
+    held = result.stored_maps is not None or all(
+        cache.replayed_layer(key, layer) is not None for layer in layers
+    )
+    answer = MapsAnswer(meta, req.format, (len(layers), len(heads), seq, seq), layer_maps, held)
     return answer, reservation
 
 

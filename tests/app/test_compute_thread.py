@@ -1,17 +1,29 @@
-"""The server's tensor work runs on one thread (app.compute): once a second thread has run
-PyTorch's kernels, OpenMP keeps a team of threads for each, and every kernel in the process is
-slower for it. Every kind of route is checked: answers built whole, streamed pieces, NDJSON
-streams, lab routes and model loading."""
+"""The server's tensor work runs on the compute lanes (app.compute): once a second thread has run
+PyTorch's kernels with a team of its own, OpenMP keeps a team for each, and every kernel in the
+process is slower for it. The heavy lane is one thread with PyTorch's threads, the quick lane's
+threads run PyTorch on themselves alone. Every kind of route is checked: answers built whole,
+streamed pieces, NDJSON streams, lab routes and model loading."""
 
 import asyncio
 import threading
+import time
 
 import pytest
 import torch
 
 import app.api.routes.lab as lab_routes
 import app.serialize as serialize
-from app.compute import iterate_on_compute, on_compute_thread, run_on_compute
+from app.api.running import run_with_room
+from app.compute import (
+    Lane,
+    call_on_compute,
+    cpu_quota_cores,
+    iterate_on_compute,
+    on_compute_thread,
+    run_on_compute,
+)
+from app.errors import ServerBusy
+from app.inference.inflight import AnswerBudget
 from app.models.registry import MINILM_ID
 from tests.support.ndjson import checked_lines
 
@@ -69,18 +81,107 @@ def test_every_kind_of_route_computes_on_the_compute_thread(client, where_tensor
     assert [kind for kind, on_it in where_tensors_ran if not on_it] == []
 
 
-def test_a_job_runs_on_the_one_thread_in_order_and_a_stream_is_read_there():
+def test_the_heavy_lane_runs_the_earliest_deadline_first_on_one_thread():
     async def scenario():
+        release = threading.Event()
+        blocker = run_on_compute(release.wait, 10)  # holds the heavy lane while jobs queue
+        await asyncio.sleep(0.05)
         order = []
-        jobs = [
-            run_on_compute(lambda i=i: order.append((i, threading.get_ident()))) for i in range(5)
+
+        def job(name):
+            order.append((name, threading.get_ident(), torch.get_num_threads()))
+
+        queued = [
+            run_on_compute(job, name, seconds=seconds)
+            for name, seconds in (("long", 5.0), ("short", 0.001), ("middle", 1.0))
         ]
-        await asyncio.gather(*jobs)
+        release.set()
+        await asyncio.gather(blocker, *queued)
         pieces = [piece async for piece in iterate_on_compute(iter(range(3)))]
         return order, pieces
 
     order, pieces = asyncio.run(scenario())
-    assert [i for i, _ in order] == list(range(5))
-    assert len({thread for _, thread in order}) == 1 and order[0][1] != threading.get_ident()
+    assert [name for name, _, _ in order] == ["short", "middle", "long"]
+    assert len({thread for _, thread, _ in order}) == 1 != order[0][1] != threading.get_ident()
+    assert order[0][2] == torch.get_num_threads()  # the heavy lane keeps PyTorch's own threads
     assert pieces == [0, 1, 2]
     assert not on_compute_thread()
+
+
+def test_the_quick_lane_runs_pytorch_on_itself_alone_and_leaves_the_default_alone():
+    async def counts():
+        return await asyncio.gather(
+            *[run_on_compute(torch.get_num_threads, lane=Lane.QUICK) for _ in range(4)]
+        )
+
+    assert set(asyncio.run(counts())) == {1}
+    assert call_on_compute(torch.get_num_threads) == torch.get_num_threads()
+    seen = []
+    fresh = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    fresh.start()
+    fresh.join()
+    assert seen == [torch.get_num_threads()]  # a new thread still starts from the default
+
+
+def test_an_answer_from_a_cached_pass_does_not_wait_behind_a_forward_pass(client):
+    text = "A cached sentence is answered on the quick lane while the heavy one is busy."
+    body = {"model": MINILM_ID, "text": text, "format": "u8"}
+    assert client.post("/api/attention", json=body).status_code == 200  # the pass is cached
+    release = threading.Event()
+    blocking = threading.Thread(target=call_on_compute, args=(release.wait, 30))
+    blocking.start()
+    try:
+        time.sleep(0.05)  # the heavy lane is busy from here on
+        start = time.monotonic()
+        again = client.post("/api/attention", json=body)
+        answered_in = time.monotonic() - start
+        assert again.status_code == 200 and release.is_set() is False
+        assert answered_in < 10  # not the 30 s the heavy lane is held for
+    finally:
+        release.set()
+        blocking.join()
+
+
+@pytest.mark.parametrize(
+    ("files", "cores"),
+    [
+        ({"cpu.max": "max 100000\n"}, None),  # cgroup v2, no limit
+        ({"cpu.max": "150000 100000\n"}, 1),  # 1.5 cores: one whole core
+        ({"cpu.max": "400000 100000\n"}, 4),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),  # v1
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2),
+        ({}, None),  # no cgroup files: not in a container
+    ],
+)
+def test_a_containers_cpu_limit_bounds_the_heavy_lanes_threads(tmp_path, files, cores):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cpu_quota_cores(tmp_path) == cores
+
+
+def test_a_reservation_waits_for_room_off_the_lanes_and_then_runs_again():
+    """A reservation never waits on a compute lane (the lane would hold up every job behind
+    it): run_with_room waits for the room off the lane and runs the work again, or gives the
+    budget's 503 once its wait is over."""
+    budget = AnswerBudget(max_bytes=100, wait_seconds=1.0)
+    held = budget.reserve("someone else", 80)
+    tries = []
+
+    def work():
+        tries.append(on_compute_thread())
+        return budget.reserve("mine", 50)
+
+    async def scenario():
+        answer = asyncio.create_task(run_with_room(work))
+        await asyncio.sleep(0.2)
+        assert not answer.done() and tries == [True]  # no room: waiting, off the lane
+        held.release()
+        return await answer
+
+    mine = asyncio.run(scenario())
+    assert tries == [True, True] and budget.held_bytes == 50
+    mine.release()
+    budget.reserve("someone else", 80)
+    with pytest.raises(ServerBusy, match="retry shortly"):
+        asyncio.run(run_with_room(work))

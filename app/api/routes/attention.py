@@ -1,19 +1,19 @@
-import asyncio
 import logging
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TypeVar
 
 from fastapi import APIRouter, Request, Response
-from pydantic import BaseModel
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
 
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
+from app.api.running import (
+    ReservedStream,
+    heavy,
+    progress_lines,
+    stream_maps,
+    until_disconnect,
+    where_to_run,
+)
 from app.compute import iterate_on_compute, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
-from app.errors import AtlasError
-from app.inference.inflight import Reservation
 from app.schemas.ablation import AblationRequest, AblationResponse
 from app.schemas.aggregate import (
     AggregateRequest,
@@ -37,7 +37,7 @@ from app.schemas.predictions import PredictionsRequest, PredictionsResponse
 from app.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
 from app.schemas.search import SearchRequest, SearchResponse
 from app.schemas.tiles import TilesRequest, TilesResponse
-from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES, MapsAnswer
+from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES
 from app.services.ablation import ablate
 from app.services.aggregate import aggregate_maps, similarity
 from app.services.attention import attention_detail, attention_maps
@@ -99,89 +99,6 @@ fit). Answers are streamed as they are produced; binary answers carry Content-Le
 """
 
 
-T = TypeVar("T")
-
-
-async def until_disconnect(request: Request, work: Callable[[Callable[[], bool]], T]) -> T:
-    """Run `work(should_stop)` on the compute thread; should_stop turns True if the client
-    leaves (while the job waits its turn too, so it stops at its first check)."""
-    gone = threading.Event()
-    done = asyncio.Event()
-
-    async def watch() -> None:
-        while not done.is_set():
-            if await request.is_disconnected():
-                gone.set()
-                return
-            await asyncio.sleep(0.05)
-
-    watcher = asyncio.create_task(watch())
-    try:
-        return await run_on_compute(work, gone.is_set)
-    finally:
-        done.set()
-        watcher.cancel()
-
-
-class ReservedStream(StreamingResponse):
-    """An answer streamed piece by piece (pieces computed on the compute thread as they are
-    about to be sent: see iterate_on_compute); its in-flight reservation is released when the
-    stream ends for any reason (sent, client gone, reader stalled)."""
-
-    def __init__(
-        self,
-        body: AsyncIterator[bytes],
-        media_type: str,
-        reservation: Reservation,
-        headers: dict | None = None,
-    ) -> None:
-        super().__init__(body, media_type=media_type, headers=headers)
-        self.reservation = reservation
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.reservation.release()
-
-
-async def stream_maps(
-    request: Request, build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]]
-) -> ReservedStream:
-    """Build a maps answer on the compute thread (sized and reserved there) with its first
-    piece, then stream it: an answer of one piece (about 1 MB) needs no second trip to that
-    thread, and a failure in the first piece is still an error answer, not a broken stream."""
-
-    def build_and_begin(should_stop: Callable[[], bool]):
-        answer, reservation = build(should_stop)
-        pieces = answer.chunks()
-        try:
-            first = next(pieces, b"")
-        except BaseException:
-            reservation.release()
-            raise
-        return answer, reservation, pieces, first
-
-    answer, reservation, pieces, first = await until_disconnect(request, build_and_begin)
-    headers = {}
-    if answer.content_length is not None:
-        headers["content-length"] = str(answer.content_length)
-    whole = answer.content_length == len(first)
-    return ReservedStream(
-        _after_first(first, pieces, whole), answer.media_type, reservation, headers
-    )
-
-
-async def _after_first(first: bytes, rest: Iterator[bytes], whole: bool) -> AsyncIterator[bytes]:
-    """The first piece, then the rest, each made on the compute thread when it is wanted."""
-    yield first
-    if whole:
-        rest.close()
-        return
-    async for piece in iterate_on_compute(rest):
-        yield piece
-
-
 @router.post(
     "",
     response_model=AttentionResponse,
@@ -202,6 +119,7 @@ async def post_attention(
     return await stream_maps(
         request,
         lambda stop: attention_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
+        where_to_run(manager, cache, body),
     )
 
 
@@ -219,7 +137,9 @@ async def post_detail(
     body: DetailRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> DetailResponse:
     return await until_disconnect(
-        request, lambda stop: attention_detail(manager, cache, budget, body, stop)
+        request,
+        lambda stop: attention_detail(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
     )
 
 
@@ -244,7 +164,9 @@ async def post_heads(
     body: HeadsRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> HeadsResponse:
     return await until_disconnect(
-        request, lambda stop: describe_heads(manager, cache, budget, body, stop)
+        request,
+        lambda stop: describe_heads(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
     )
 
 
@@ -260,7 +182,11 @@ async def post_heads(
 async def post_token(
     body: FollowRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> FollowResponse:
-    return await until_disconnect(request, lambda stop: follow(manager, cache, budget, body, stop))
+    return await until_disconnect(
+        request,
+        lambda stop: follow(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
+    )
 
 
 @router.post(
@@ -281,7 +207,9 @@ async def post_predictions(
     request: Request,
 ) -> PredictionsResponse:
     return await until_disconnect(
-        request, lambda stop: predictions(manager, cache, budget, body, stop)
+        request,
+        lambda stop: predictions(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
     )
 
 
@@ -303,7 +231,9 @@ async def post_ablate(
     budget: BudgetDep,
     request: Request,
 ) -> AblationResponse:
-    return await until_disconnect(request, lambda stop: ablate(manager, cache, budget, body, stop))
+    return await until_disconnect(
+        request, lambda stop: ablate(manager, cache, budget, body, stop), heavy(manager, body)
+    )
 
 
 @router.post(
@@ -333,7 +263,7 @@ async def post_generate(
     body: GenerateRequest, manager: ManagerDep, budget: BudgetDep, request: Request
 ) -> ReservedStream:
     lines, reservation = await until_disconnect(
-        request, lambda stop: start_generation(manager, budget, body)
+        request, lambda stop: start_generation(manager, budget, body), heavy(manager, body)
     )
     return ReservedStream(iterate_on_compute(lines), "application/x-ndjson", reservation)
 
@@ -357,7 +287,11 @@ async def post_compare(
     budget: BudgetDep,
     request: Request,
 ) -> CompareResponse:
-    return await until_disconnect(request, lambda stop: compare(manager, cache, budget, body, stop))
+    return await until_disconnect(
+        request,
+        lambda stop: compare(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
+    )
 
 
 @router.post(
@@ -381,7 +315,9 @@ async def post_qkspace(
     request: Request,
 ) -> QKSpaceResponse:
     return await until_disconnect(
-        request, lambda stop: query_key_space(manager, cache, budget, body, stop)
+        request,
+        lambda stop: query_key_space(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
     )
 
 
@@ -414,48 +350,11 @@ async def post_forward(
     loaded = await run_on_compute(checked_model, manager, body)
     return StreamingResponse(
         progress_lines(
-            lambda stop, progress: run_pass(loaded, cache, budget, body, stop, progress)
+            lambda stop, progress: run_pass(loaded, cache, budget, body, stop, progress),
+            where_to_run(manager, cache, body),
         ),
         media_type="application/x-ndjson",
     )
-
-
-async def progress_lines(
-    work: Callable[[Callable[[], bool], Callable[[int, int], None]], BaseModel],
-) -> AsyncIterator[bytes]:
-    """NDJSON lines of `work(should_stop, progress)` run on the compute thread: a progress line per
-    call of progress, then work's answer (or an error line). Leaving the stream (the client
-    hung up) makes should_stop True, so the work stops at its next check."""
-    loop = asyncio.get_running_loop()
-    lines: asyncio.Queue[BaseModel | None] = asyncio.Queue()
-    gone = threading.Event()
-
-    def progress(done: int, total: int) -> None:
-        line = ForwardProgress(event="progress", layer=done, layers=total)
-        loop.call_soon_threadsafe(lines.put_nowait, line)
-
-    async def run() -> None:
-        answer: BaseModel | None = None
-        try:
-            answer = await run_on_compute(work, gone.is_set, progress)
-        except AtlasError as err:
-            answer = ForwardFailed(event="error", status=err.status, detail=err.message)
-        except Exception:  # the stream has started: say so in it rather than hang
-            log.exception("a streamed forward pass failed")
-            answer = ForwardFailed(event="error", status=500, detail="the forward pass failed")
-        finally:
-            if answer is not None:
-                lines.put_nowait(answer)
-            lines.put_nowait(None)
-
-    task = asyncio.create_task(run())
-    try:
-        while (line := await lines.get()) is not None:
-            yield (line.model_dump_json() + "\n").encode("utf-8")
-    finally:
-        gone.set()
-        if not task.done():
-            task.cancel()
 
 
 @router.post(
@@ -473,7 +372,11 @@ async def progress_lines(
 async def post_tiles(
     body: TilesRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> TilesResponse:
-    return await until_disconnect(request, lambda stop: tiles(manager, cache, budget, body, stop))
+    return await until_disconnect(
+        request,
+        lambda stop: tiles(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
+    )
 
 
 @router.post(
@@ -491,7 +394,9 @@ async def post_search(
     body: SearchRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> SearchResponse:
     return await until_disconnect(
-        request, lambda stop: search_heads(manager, cache, budget, body, stop)
+        request,
+        lambda stop: search_heads(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
     )
 
 
@@ -519,6 +424,7 @@ async def post_aggregate(
     return await stream_maps(
         request,
         lambda stop: aggregate_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
+        where_to_run(manager, cache, body),
     )
 
 
@@ -540,5 +446,7 @@ async def post_similarity(
     request: Request,
 ) -> SimilarityResponse:
     return await until_disconnect(
-        request, lambda stop: similarity(manager, cache, budget, body, stop)
+        request,
+        lambda stop: similarity(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
     )

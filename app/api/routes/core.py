@@ -1,7 +1,7 @@
 from fastapi import APIRouter
 
 from app.api.responses import BODY_ROUTE, errors
-from app.compute import run_on_compute
+from app.compute import Lane, run_on_compute
 from app.schemas.core import CoreAttentionRequest, CoreAttentionResponse
 from app.services.core_attention import run_core_attention
 
@@ -17,4 +17,4 @@ router = APIRouter(prefix="/api/core", tags=["attention_core"])
 async def core_attention(body: CoreAttentionRequest) -> CoreAttentionResponse:
     """Scaled dot-product attention with every stage returned: raw scores, scaled scores,
     masked scores (null = -inf), softmax weights and output. At most 64 tokens and 256 dims."""
-    return await run_on_compute(run_core_attention, body)
+    return await run_on_compute(run_core_attention, body, lane=Lane.QUICK)

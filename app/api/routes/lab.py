@@ -1,7 +1,8 @@
 from fastapi import APIRouter
 
 from app.api.responses import BODY_ROUTE, errors
-from app.compute import run_on_compute
+from app.api.running import run_with_room
+from app.compute import Lane, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep
 from app.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
 from app.schemas.lab_matrices import (
@@ -34,6 +35,8 @@ from app.services import lab_matrices, lab_models
 from app.services.lab import all_masks, scaling_demo
 
 router = APIRouter(prefix="/api/lab", tags=["lab"])
+# Small tensors of the request's own (bounded by its schema) take the quick lane; the routes that
+# run a model take the heavy one (app.compute).
 
 ERRORS = errors(*BODY_ROUTE)
 MODEL_ERRORS = errors(*BODY_ROUTE, 404, 503)
@@ -45,7 +48,7 @@ MODEL_ERRORS = errors(*BODY_ROUTE, 404, 503)
 async def masks(body: MasksRequest) -> MasksResponse:
     """Causal, sliding window, dilated, global, random, BigBird and block-sparse masks from
     attention_core, each with its cost in computed (query, key) pairs against full attention."""
-    return await run_on_compute(all_masks, body)
+    return await run_on_compute(all_masks, body, lane=Lane.QUICK)
 
 
 @router.post(
@@ -58,7 +61,7 @@ async def scaling(body: ScalingRequest) -> ScalingResponse:
     """Random q and k with unit-variance components: the softmax of q·k with and without the
     1/sqrt(d_k) scale, with entropy, max weight, effective tokens and the Jacobian norm, the
     empirical variance of q·k, and mean entropy against d_k."""
-    return await run_on_compute(scaling_demo, body)
+    return await run_on_compute(scaling_demo, body, lane=Lane.QUICK)
 
 
 @router.post(
@@ -67,7 +70,7 @@ async def scaling(body: ScalingRequest) -> ScalingResponse:
 async def scoring(body: ScoringRequest) -> ScoringResponse:
     """Scaled dot-product, general (Luong, q^T W k) and additive (Bahdanau, v·tanh(W_q q + W_k
     k)) attention on the same q, k, v, with parameter and multiply-accumulate counts."""
-    return await run_on_compute(lab_matrices.scoring, body)
+    return await run_on_compute(lab_matrices.scoring, body, lane=Lane.QUICK)
 
 
 @router.post(
@@ -76,20 +79,20 @@ async def scoring(body: ScoringRequest) -> ScoringResponse:
 async def tiling(body: TilingRequest) -> TilingResponse:
     """The online softmax one tile at a time (running max, running sum, the rescaling factor,
     the partial output) and the tiled output against exact attention."""
-    return await run_on_compute(lab_matrices.tiling, body)
+    return await run_on_compute(lab_matrices.tiling, body, lane=Lane.QUICK)
 
 
 @router.post("/linear", response_model=LinearResponse, responses=ERRORS, summary="Linear attention")
 async def linear(body: LinearRequest) -> LinearResponse:
     """phi = elu + 1 features, the d x d state, both multiplication orders, the implied weights
     beside softmax's, and cost curves against n."""
-    return await run_on_compute(lab_matrices.linear, body)
+    return await run_on_compute(lab_matrices.linear, body, lane=Lane.QUICK)
 
 
 @router.post("/positions", response_model=PositionsResponse, responses=ERRORS, summary="Positions")
 async def positions(body: PositionsRequest) -> PositionsResponse:
     """The sinusoidal encoding with its shift matrix, and RoPE's q·k as a function of offset."""
-    return await run_on_compute(lab_matrices.positions, body)
+    return await run_on_compute(lab_matrices.positions, body, lane=Lane.QUICK)
 
 
 @router.post(
@@ -98,13 +101,13 @@ async def positions(body: PositionsRequest) -> PositionsResponse:
 async def attention_cost(body: CostRequest) -> CostResponse:
     """Pairs, multiply-accumulates and score memory for every mask kind, linear and tiled
     attention, at up to a million tokens, from exact formulas (no mask is built)."""
-    return await run_on_compute(lab_matrices.attention_cost, body)
+    return await run_on_compute(lab_matrices.attention_cost, body, lane=Lane.QUICK)
 
 
 @router.post("/kv-cache", response_model=KvCacheResponse, responses=ERRORS, summary="KV cache")
 async def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
     """KV-cache bytes per token and in all, for MHA, the configuration given and MQA."""
-    return await run_on_compute(lab_matrices.kv_cache, body)
+    return await run_on_compute(lab_matrices.kv_cache, body, lane=Lane.QUICK)
 
 
 @router.post(
@@ -119,7 +122,7 @@ async def kv_sharing(
     """A real layer with its own K/V heads and with them mean-pooled into fewer (as GQA
     checkpoints are converted): which query head reads which K/V head, and how far maps move.
     Texts of at most 64 tokens."""
-    return await run_on_compute(lab_models.kv_sharing, manager, cache, budget, body)
+    return await run_with_room(lab_models.kv_sharing, manager, cache, budget, body)
 
 
 @router.post(
@@ -130,7 +133,7 @@ async def cross(
 ) -> CrossResponse:
     """Queries from sentence A, keys and values from sentence B, through one encoder layer's
     own projections. Texts of at most 64 tokens; decoders are refused with the reason."""
-    return await run_on_compute(lab_models.cross_attention, manager, cache, budget, body)
+    return await run_with_room(lab_models.cross_attention, manager, cache, budget, body)
 
 
 @router.post(
@@ -144,7 +147,7 @@ async def sparse(
 ) -> SparseResponse:
     """A real head's q, k, v under seven sparse patterns: weights renormalised over the allowed
     keys, the attention mass each drops, the pairs scored and the change in output."""
-    return await run_on_compute(lab_models.sparse_weights, manager, cache, budget, body)
+    return await run_with_room(lab_models.sparse_weights, manager, cache, budget, body)
 
 
 @router.post(
@@ -157,7 +160,7 @@ async def rope_head(
     body: RopeHeadRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
 ) -> RopeHeadResponse:
     """A Llama-family head replayed with its rotary embedding and with it switched off."""
-    return await run_on_compute(lab_models.rope_head, manager, cache, budget, body)
+    return await run_with_room(lab_models.rope_head, manager, cache, budget, body)
 
 
 @router.post("/padding", response_model=PaddingResponse, responses=MODEL_ERRORS, summary="Padding")
@@ -166,4 +169,4 @@ async def padding(
 ) -> PaddingResponse:
     """Two to four sentences as one padded batch through an encoder: the key-padding mask, the
     zero weight on padded keys, and each sentence against a run of it alone."""
-    return await run_on_compute(lab_models.padding, manager, cache, budget, body)
+    return await run_with_room(lab_models.padding, manager, cache, budget, body)

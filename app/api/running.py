@@ -1,0 +1,210 @@
+"""How a request's work runs: on which compute lane (app.compute) and in what order, stopped
+when its client leaves, and its answer streamed piece by piece with its reservation released at
+the end."""
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from app.compute import Lane, iterate_on_compute, run_on_compute
+from app.errors import AtlasError
+from app.inference.cache import ForwardCache
+from app.inference.forward import ForwardResult
+from app.inference.inflight import NoRoomYet, Reservation
+from app.models.manager import ModelManager
+from app.schemas.attention import TextRequest
+from app.schemas.forward import ForwardFailed, ForwardProgress
+from app.serialize import MapsAnswer
+
+log = logging.getLogger("attention_atlas")
+
+T = TypeVar("T")
+Placement = tuple[Lane, float]
+
+
+QUICK_MAX_TOKENS = 512
+"""The longest cached text whose requests take the quick lane (app.compute): at most a few
+hundred milliseconds of work on one core."""
+CHARS_PER_TOKEN = 3
+"""A text's tokens guessed from its characters, before it is tokenised, to order work (English
+reads at 3.6 characters a token in SmolLM2's tokenizer, 4.4 in MiniLM's)."""
+FIRST_LOAD_SECONDS = 30.0
+"""What a request that loads its model first is taken to cost (SmolLM2's first load: ~30 s)."""
+
+
+def where_to_run(manager: ModelManager, cache: ForwardCache, body: TextRequest) -> Placement:
+    """(lane, estimated seconds) for a request on a text: the quick lane when it reads a cached
+    pass of a short text (and, for a comparison, no other text or model); else heavy()."""
+    other = getattr(body, "other", None)
+    alone = other is None or (other.text is None and other.model is None)
+    held = cache.held((body.model, body.text, body.text_pair))
+    if alone and held is not None and held.seq_len <= QUICK_MAX_TOKENS:
+        return Lane.QUICK, 0.0
+    return heavy(manager, body)
+
+
+def heavy(manager: ModelManager, body: TextRequest) -> Placement:
+    """The heavy lane, ordered by the forward pass the request may need, guessed from its
+    text's length (or the model's first load)."""
+    loaded = manager.loaded_or_none(body.model)
+    if loaded is None:
+        return Lane.HEAVY, FIRST_LOAD_SECONDS
+    chars = len(body.text) + len(body.text_pair or "")
+    return Lane.HEAVY, ForwardResult.seconds_for(loaded.arch, 2 + chars // CHARS_PER_TOKEN)
+
+
+async def run_with_room(
+    fn: Callable[..., T], *args: object, lane: Lane = Lane.HEAVY, seconds: float = 0.0
+) -> T:
+    """fn(*args) on `lane` (run_on_compute); when a reservation finds no room there
+    (NoRoomYet), wait for the room here, off the lane, for at most the budget's wait, and run
+    fn again; after that wait, the 503 the reservation would have given."""
+    deadline = None
+    while True:
+        try:
+            return await run_on_compute(fn, *args, lane=lane, seconds=seconds)
+        except NoRoomYet as short:
+            budget = short.budget
+            deadline = deadline or time.monotonic() + budget.wait_seconds
+            if not await budget.room_for(short.nbytes, deadline - time.monotonic()):
+                raise budget.busy(short.nbytes) from None
+
+
+async def until_disconnect(
+    request: Request,
+    work: Callable[[Callable[[], bool]], T],
+    placement: Placement = (Lane.HEAVY, 0.0),
+) -> T:
+    """Run `work(should_stop)` where `placement` says (lane, estimated seconds); should_stop
+    turns True if the client leaves (while the job waits its turn too, so it stops at its
+    first check)."""
+    lane, seconds = placement
+    gone = threading.Event()
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        while not done.is_set():
+            if await request.is_disconnected():
+                gone.set()
+                return
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        return await run_with_room(work, gone.is_set, lane=lane, seconds=seconds)
+    finally:
+        done.set()
+        watcher.cancel()
+
+
+class ReservedStream(StreamingResponse):
+    """An answer streamed piece by piece (pieces computed on a compute lane as they are
+    about to be sent: see iterate_on_compute); its in-flight reservation is released when the
+    stream ends for any reason (sent, client gone, reader stalled)."""
+
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        media_type: str,
+        reservation: Reservation,
+        headers: dict | None = None,
+    ) -> None:
+        super().__init__(body, media_type=media_type, headers=headers)
+        self.reservation = reservation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.reservation.release()
+
+
+async def stream_maps(
+    request: Request,
+    build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]],
+    placement: Placement,
+) -> ReservedStream:
+    """Build a maps answer on a compute lane (sized and reserved there) with its first piece,
+    then stream the rest: on the quick lane when its maps are all in memory already (encoding
+    only), so its pieces never wait behind another request's forward pass. The build also looks
+    one piece ahead, so an answer of one piece needs no second trip, and a failure in the first
+    piece is still an error answer, not a broken stream."""
+
+    def build_and_begin(should_stop: Callable[[], bool]):
+        answer, reservation = build(should_stop)
+        pieces = answer.chunks()
+        try:
+            ahead = list(itertools.islice(pieces, 2))
+        except BaseException:
+            reservation.release()
+            raise
+        return answer, reservation, pieces, ahead
+
+    answer, reservation, pieces, ahead = await until_disconnect(request, build_and_begin, placement)
+    headers = {}
+    if answer.content_length is not None:
+        headers["content-length"] = str(answer.content_length)
+    lane = Lane.QUICK if answer.held else placement[0]
+    body = _after(ahead, pieces, lane, done=len(ahead) < 2)
+    return ReservedStream(body, answer.media_type, reservation, headers)
+
+
+async def _after(
+    ahead: list[bytes], rest: Iterator[bytes], lane: Lane, done: bool
+) -> AsyncIterator[bytes]:
+    """The pieces made with the answer, then the rest, each made on `lane` when it is wanted."""
+    for piece in ahead:
+        yield piece
+    if done:
+        return
+    async for piece in iterate_on_compute(rest, lane):
+        yield piece
+
+
+async def progress_lines(
+    work: Callable[[Callable[[], bool], Callable[[int, int], None]], BaseModel],
+    placement: Placement,
+) -> AsyncIterator[bytes]:
+    """NDJSON lines of `work(should_stop, progress)` run where `placement` says: a progress line
+    per call of progress, then work's answer (or an error line). Leaving the stream (the client
+    hung up) makes should_stop True, so the work stops at its next check."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[BaseModel | None] = asyncio.Queue()
+    gone = threading.Event()
+
+    def progress(done: int, total: int) -> None:
+        line = ForwardProgress(event="progress", layer=done, layers=total)
+        loop.call_soon_threadsafe(lines.put_nowait, line)
+
+    async def run() -> None:
+        answer: BaseModel | None = None
+        try:
+            lane, seconds = placement
+            answer = await run_with_room(work, gone.is_set, progress, lane=lane, seconds=seconds)
+        except AtlasError as err:
+            answer = ForwardFailed(event="error", status=err.status, detail=err.message)
+        except Exception:  # the stream has started: say so in it rather than hang
+            log.exception("a streamed forward pass failed")
+            answer = ForwardFailed(event="error", status=500, detail="the forward pass failed")
+        finally:
+            if answer is not None:
+                lines.put_nowait(answer)
+            lines.put_nowait(None)
+
+    task = asyncio.create_task(run())
+    try:
+        while (line := await lines.get()) is not None:
+            yield (line.model_dump_json() + "\n").encode("utf-8")
+    finally:
+        gone.set()
+        if not task.done():
+            task.cancel()
