@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
@@ -16,6 +16,7 @@ from app.web.assets import (
     docs_asset_name,
     docs_assets,
     plotly_js_name,
+    plotly_js_served,
 )
 from app.web.lab_topics import LAB_TOPICS
 
@@ -37,11 +38,10 @@ def vendor_file(name: str) -> FileResponse:
     path = files.get(name)
     if path is None:
         raise HTTPException(404, detail=f"no such vendor file; there are {sorted(files)}")
-    return FileResponse(
-        path,
-        media_type=VENDOR_TYPES[path.suffix],
-        headers={"Cache-Control": "public, max-age=31536000, immutable"},
-    )
+    headers = {"Cache-Control": "public, max-age=31536000, immutable"}
+    if path == PLOTLY_JS:  # with its compile hint (app.web.assets.PLOTLY_JS_COMPILE_HINT)
+        return Response(plotly_js_served(), media_type=VENDOR_TYPES[".js"], headers=headers)
+    return FileResponse(path, media_type=VENDOR_TYPES[path.suffix], headers=headers)
 
 
 @router.get("/docs", response_class=HTMLResponse)
