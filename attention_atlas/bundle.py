@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from app.web.assets import STATIC_DIR, TEMPLATES_DIR, plotly_js_served
+from app.web.assets import PLOTLY_JS, STATIC_DIR, TEMPLATES_DIR, served_script
 
 JS_DIR = STATIC_DIR / "js"
 RELATIVE_IMPORT = re.compile(r"""(\bfrom\s*|\bimport\s*)(["'])(\.{1,2}/[^"']+)\2""")
@@ -59,7 +59,7 @@ def widget_css() -> str:
 @lru_cache
 def plotly_js() -> str:
     """The plotly.js bundle as the web app serves it (app/web/vendor, with its compile hint)."""
-    return plotly_js_served().decode("utf-8")
+    return served_script(PLOTLY_JS).decode("utf-8")
 
 
 @lru_cache

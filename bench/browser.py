@@ -7,7 +7,8 @@ Explorer: from submitting the text to the first heatmap painted, the time from t
 the maps' answer to that paint, the all-heads grid complete (30 layers x 9 heads), the longest
 main-thread task and the JS heap. Deep zoom: from running the model to the first overview painted
 (the forward pass included), from the answer to the paint, zooming into a 64 x 64 window of single
-weights, the longest task and the heap. The server is started as `make run` starts it.
+weights, the longest task and the heap. Last, the longest task while each page loads. The server
+is started as `make run` starts it.
 """
 
 from __future__ import annotations
@@ -101,6 +102,27 @@ def deep_zoom(page, cdp, base: str, text: str, seq: int) -> dict:
     }  # fmt: skip
 
 
+LOADED_PAGES = ("/", "/zoom", "/lab", "/lab/tiling", "/steps", "/docs")
+
+
+def loading_tasks(browser, base: str, repeats: int = 3) -> None:
+    """The longest main-thread task while each page loads (a fresh tab each time, so nothing is
+    cached), worst of `repeats`; 0 where no task reached the 50 ms a long task starts at."""
+    print(f"{'loading':<14} {'longest task, worst of ' + str(repeats):>26}")
+    for path in LOADED_PAGES:
+        worst = 0
+        for _ in range(repeats):
+            context = browser.new_context()
+            page = context.new_page()
+            page.add_init_script(PROBES)
+            page.goto(f"{base}{path}")
+            page.wait_for_load_state("networkidle")
+            page.wait_for_timeout(500)
+            worst = max(worst, max(page.evaluate("window.__long"), default=0))
+            context.close()
+        print(f"{path:<14} {worst:>24,.0f}ms")
+
+
 def run(lengths: list[int]) -> None:
     tokenizer = AutoTokenizer.from_pretrained(
         smollm2_folder(REPO / "var" / "cache", lambda *_: None)
@@ -134,6 +156,7 @@ def run(lengths: list[int]) -> None:
                             f"{m['longest task']:>10,.0f}ms {m['heap']:>6,.1f}MB"
                         )
                         page.close()
+                loading_tasks(browser, server.base)
                 browser.close()
         finally:
             server.stop()

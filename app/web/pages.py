@@ -16,7 +16,7 @@ from app.web.assets import (
     docs_asset_name,
     docs_assets,
     plotly_js_name,
-    plotly_js_served,
+    served_script,
 )
 from app.web.lab_topics import LAB_TOPICS
 
@@ -31,7 +31,7 @@ VENDOR_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 
 @router.get("/static/vendor/{name}")
-def vendor_file(name: str) -> FileResponse:
+def vendor_file(name: str) -> Response:
     """plotly.js and the API docs' Swagger UI / ReDoc, from the installed packages. Only exact,
     versioned names resolve; nothing from the request touches the filesystem."""
     files = {plotly_js_name(): PLOTLY_JS, **docs_assets()}
@@ -39,8 +39,8 @@ def vendor_file(name: str) -> FileResponse:
     if path is None:
         raise HTTPException(404, detail=f"no such vendor file; there are {sorted(files)}")
     headers = {"Cache-Control": "public, max-age=31536000, immutable"}
-    if path == PLOTLY_JS:  # with its compile hint (app.web.assets.PLOTLY_JS_COMPILE_HINT)
-        return Response(plotly_js_served(), media_type=VENDOR_TYPES[".js"], headers=headers)
+    if path.suffix == ".js":  # after V8's compile hint (app.web.assets.COMPILE_HINT)
+        return Response(served_script(path), media_type=VENDOR_TYPES[".js"], headers=headers)
     return FileResponse(path, media_type=VENDOR_TYPES[path.suffix], headers=headers)
 
 

@@ -5,7 +5,14 @@ import re
 
 from fastapi.testclient import TestClient
 
-from app.web.assets import PLOTLY_JS, PLOTLY_JS_SHA256, PLOTLY_JS_VERSION, STATIC_DIR
+from app.web.assets import (
+    COMPILE_HINT,
+    PLOTLY_JS,
+    PLOTLY_JS_SHA256,
+    PLOTLY_JS_VERSION,
+    STATIC_DIR,
+    docs_assets,
+)
 
 # `type: "..."` values in the front end that are not trace types: axes, shapes, inputs.
 NOT_TRACE_TYPES = {"button", "category", "checkbox", "date", "line", "linear", "log", "rect"}
@@ -46,3 +53,13 @@ def test_the_bundle_is_served_under_its_versioned_name_and_cached_for_good(clien
     assert answer.content == b"//# allFunctionsCalledOnLoad\n" + PLOTLY_JS.read_bytes()
     assert answer.headers["content-type"].startswith("text/javascript")
     assert "immutable" in answer.headers["cache-control"]
+
+
+def test_every_vendored_script_is_served_after_the_compile_hint(client: TestClient):
+    scripts = {name: path for name, path in docs_assets().items() if path.suffix == ".js"}
+    assert scripts  # Swagger UI's bundle
+    for name, path in scripts.items():
+        answer = client.get(f"/static/vendor/{name}")
+        assert answer.content == COMPILE_HINT.encode() + path.read_bytes()
+    css = next(name for name, path in docs_assets().items() if path.suffix == ".css")
+    assert not client.get(f"/static/vendor/{css}").content.startswith(b"//")  # CSS as shipped
