@@ -182,10 +182,12 @@ _DONE = object()
 async def iterate_on_compute(items: Iterator[T], lane: Lane = Lane.HEAVY) -> AsyncIterator[T]:
     """A synchronous iterator (a streamed answer that computes each piece as it is asked for)
     read one item at a time on `lane`; closed there when the stream ends early."""
+    finished = False
     try:
         while (item := await run_on_compute(next, items, _DONE, lane=lane)) is not _DONE:
             yield item
+        finished = True
     finally:  # not awaited: a cancelled stream may not wait for anything any more
         close = getattr(items, "close", None)
-        if close is not None:
+        if close is not None and not finished:
             _submit(lane, close, (), 0.0)

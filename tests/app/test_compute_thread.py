@@ -7,13 +7,14 @@ streamed pieces, NDJSON streams, lab routes and model loading."""
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 import app.api.routes.lab as lab_routes
 import app.serialize as serialize
-from app.api.running import run_with_room
+from app.api.running import FIRST_LOAD_SECONDS, run_with_room, where_to_run
 from app.compute import (
     Lane,
     call_on_compute,
@@ -23,8 +24,12 @@ from app.compute import (
     run_on_compute,
 )
 from app.errors import ServerBusy
+from app.inference.cache import ForwardCache
 from app.inference.inflight import AnswerBudget
-from app.models.registry import MINILM_ID
+from app.models.manager import ModelManager
+from app.models.registry import MINILM_ID, build_registry
+from app.schemas.attention import AttentionRequest
+from app.schemas.compare import CompareRequest
 from tests.support.ndjson import checked_lines
 
 TEXT = "Every tensor of this request is computed on the one compute thread. " * 14
@@ -185,3 +190,29 @@ def test_a_reservation_waits_for_room_off_the_lanes_and_then_runs_again():
     budget.reserve("someone else", 80)
     with pytest.raises(ServerBusy, match="retry shortly"):
         asyncio.run(run_with_room(work))
+
+
+def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client):
+    manager, cache = app.state.manager, app.state.forward_cache
+    text = "Which lane does a request on this sentence take?"
+    body = AttentionRequest(model=MINILM_ID, text=text)
+    client.post("/api/attention", json={"model": MINILM_ID, "text": "load the model first"})
+    lane, seconds = where_to_run(manager, cache, body)
+    assert lane is Lane.HEAVY and 0 < seconds < 1  # a new pass: ordered by its estimate
+    longer = where_to_run(manager, cache, AttentionRequest(model=MINILM_ID, text=text * 20))
+    assert longer[1] > 10 * seconds  # a longer text is estimated to cost more
+    assert client.post("/api/attention", json={"model": MINILM_ID, "text": text}).is_success
+    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0)
+    other = CompareRequest(
+        model=MINILM_ID,
+        text=text,
+        layer=0,
+        head=0,
+        other={"text": "another", "layer": 0, "head": 0},
+    )
+    assert where_to_run(manager, cache, other)[0] is Lane.HEAVY  # the other text may be new
+    nothing_loaded = ModelManager(
+        build_registry([], None), cache_dir=Path("var/cache"), token_limit=512, max_loaded=1
+    )
+    first_use = where_to_run(nothing_loaded, ForwardCache(8, 2**20), body)
+    assert first_use == (Lane.HEAVY, FIRST_LOAD_SECONDS)  # loading the model comes first
