@@ -212,21 +212,15 @@ class MapsAnswer:
     def chunks(self) -> Iterator[bytes]:
         """The body in pieces of about PIECE_BYTES (small layers share a piece): each piece
         costs the server a hop to its thread pool and the client a read, so fewer is faster."""
-        if self.fmt != "json":
-            wire = "f32" if self.fmt in STANDARD_MEDIA_TYPES else self.fmt
-            pending, size = [self.head], len(self.head)
-            for i in range(self.shape[0]):
-                for block in self._row_blocks(self.layer_maps(i)):
-                    piece = quantize(block, wire)
-                    if size and size + len(piece) > PIECE_BYTES:
-                        yield b"".join(pending)
-                        pending, size = [], 0
-                    pending.append(piece)
-                    size += len(piece)
-            if pending:
-                yield b"".join(pending)
-            return
-        yield from _joined(self._json_parts())
+        yield from _joined(self._json_parts() if self.fmt == "json" else self._binary_parts())
+
+    def _binary_parts(self) -> Iterator[bytes]:
+        """The binary body in the order it is written: the head, then blocks of rows."""
+        wire = "f32" if self.fmt in STANDARD_MEDIA_TYPES else self.fmt
+        yield self.head
+        for i in range(self.shape[0]):
+            for block in self._row_blocks(self.layer_maps(i)):
+                yield quantize(block, wire)
 
     def _json_parts(self) -> Iterator[bytes]:
         """The JSON body in the order it is written, in parts of any size."""
@@ -247,15 +241,16 @@ class MapsAnswer:
 
 
 def _joined(parts: Iterator[bytes]) -> Iterator[bytes]:
-    """Parts gathered into pieces of at least PIECE_BYTES (but the last): each piece is a trip
-    to a compute lane and a read by the client, so a small answer goes out in one."""
+    """Parts gathered into pieces of about PIECE_BYTES (a part is never split, and a piece ends
+    before the part that would take it past PIECE_BYTES): each piece is a trip to a compute lane
+    and a read by the client, so a small answer goes out in one."""
     pending, size = [], 0
     for part in parts:
-        pending.append(part)
-        size += len(part)
-        if size >= PIECE_BYTES:
+        if size and size + len(part) > PIECE_BYTES:
             yield b"".join(pending)
             pending, size = [], 0
+        pending.append(part)
+        size += len(part)
     if pending:
         yield b"".join(pending)
 

@@ -187,15 +187,10 @@ def check_token_count(loaded: LoadedModel, n: int, limit: int | None) -> None:
 COUNT_MEMO_ENTRIES = 1024
 ENCODINGS_KEPT = 8
 _counts: OrderedDict[tuple[str, bytes], int] = OrderedDict()  # (model, text digest) -> tokens
-_encodings: OrderedDict[tuple[str, bytes], tuple[dict[str, Tensor], list[int]]] = OrderedDict()
+_encodings: OrderedDict[tuple[str, str, str | None], tuple[dict[str, Tensor], list[int]]] = (
+    OrderedDict()
+)  # (model, text, text_pair) -> encoding: a str keeps its hash, so a lookup needs no digest
 _counts_lock = threading.Lock()
-
-
-def _text_key(loaded: LoadedModel, text: str, text_pair: str | None) -> tuple[str, bytes]:
-    digest = hashlib.sha256(
-        json.dumps([text, text_pair], ensure_ascii=False).encode("utf-8", "surrogatepass")
-    ).digest()
-    return (loaded.id, digest)
 
 
 def count_tokens(
@@ -206,7 +201,10 @@ def count_tokens(
     key each), so a request for a text already seen is sized without tokenising it again; the
     last ENCODINGS_KEPT texts tokenised here keep their encoding for the forward pass that
     usually follows (tokenize_once)."""
-    key = _text_key(loaded, text, text_pair)
+    digest = hashlib.sha256(
+        json.dumps([text, text_pair], ensure_ascii=False).encode("utf-8", "surrogatepass")
+    ).digest()
+    key = (loaded.id, digest)
     with _counts_lock:
         n = _counts.get(key)
         if n is not None:
@@ -218,7 +216,7 @@ def count_tokens(
             _counts[key] = n
             while len(_counts) > COUNT_MEMO_ENTRIES:
                 _counts.popitem(last=False)
-            _encodings[key] = encoded
+            _encodings[(loaded.id, text, text_pair)] = encoded
             while len(_encodings) > ENCODINGS_KEPT:
                 _encodings.popitem(last=False)
     check_token_count(loaded, n, limit)
@@ -230,7 +228,7 @@ def tokenize_once(
 ) -> tuple[dict[str, Tensor], list[int]]:
     """tokenize(), or the encoding count_tokens just made of this text (taken, not shared)."""
     with _counts_lock:
-        encoded = _encodings.pop(_text_key(loaded, text, text_pair), None)
+        encoded = _encodings.pop((loaded.id, text, text_pair), None)
     return encoded if encoded is not None else tokenize(loaded, text, text_pair)
 
 

@@ -78,6 +78,10 @@ async def get_induction_text(
     """A random sequence of this model's tokens written twice. In the second copy an
     induction head attends to the token that followed the previous occurrence of the current
     one; POST the text to /api/attention/heads and look at the 'induction' statistic."""
-    loaded = await run_on_compute(manager.get, model_id)  # a first use loads the model
-    text = await run_on_compute(induction_text, loaded, length, seed)
-    return InductionText(model=loaded.id, length=length, seed=seed, text=text)
+
+    def draw() -> InductionText:  # a first use loads the model, on the heavy lane
+        loaded = manager.get(model_id)
+        text = induction_text(loaded, length, seed)
+        return InductionText(model=loaded.id, length=length, seed=seed, text=text)
+
+    return await run_on_compute(draw)
