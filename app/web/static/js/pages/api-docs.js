@@ -1,14 +1,81 @@
 // Starts Swagger UI on /docs. A static file rather than an inline script, so the page keeps the
 // app's Content-Security-Policy (script-src 'self'); Swagger UI itself is served from this server.
+//
+// Swagger UI resolves a part of an OpenAPI 3.1 document (an operation opened, the schemas) by
+// normalising and resolving the whole document first: 260-300 ms of one task here for every
+// operation opened, and once on load for components.securitySchemes, which ours does not have.
+// resolveOnlyWhatIsShown hands its resolver the part asked for and the components it refers to,
+// already normal (FastAPI writes no path-level parameters, security or servers for the
+// normaliser to move, and no parameter or header examples for it to rewrite): 7-25 ms an
+// operation. tests/e2e/test_api_docs.py checks every operation's resolution against Swagger UI's
+// own.
+
 const root = document.getElementById("swagger-ui");
-window.SwaggerUIBundle({
-  url: root.dataset.specUrl,
-  domNode: root,
-  deepLinking: false, // its anchors sit inside buttons (nested interactive controls)
-  tryItOutEnabled: false,
-  displayRequestDuration: true,
-  defaultModelsExpandDepth: 0,
-  presets: [window.SwaggerUIBundle.presets.apis],
-  layout: "BaseLayout",
-  validatorUrl: null, // the public validator badge would call an outside server
-});
+
+/** The document cut to the part at `path` and the components it refers to, transitively. */
+export function partWithReferences(doc, path) {
+  const kept = {};
+  const visit = (node) => {
+    if (Array.isArray(node)) return node.forEach(visit);
+    if (node === null || typeof node !== "object") return undefined;
+    for (const [key, value] of Object.entries(node)) {
+      if (key === "$ref" && typeof value === "string" && value.startsWith("#/components/")) {
+        const [, , group, name] = value.split("/");
+        kept[group] ??= {};
+        if (!(name in kept[group]) && doc.components?.[group]?.[name] !== undefined) {
+          kept[group][name] = doc.components[group][name];
+          visit(kept[group][name]);
+        }
+      } else {
+        visit(value);
+      }
+    }
+    return undefined;
+  };
+  visit(path.reduce((node, key) => node?.[key], doc));
+  const part = { ...doc, paths: {}, components: kept, $$normalized: true };
+  if (path[0] === "paths") part.paths[path[1]] = doc.paths[path[1]];
+  if (path[0] === "components" && path.length > 1) {
+    part.components = { ...kept, [path[1]]: doc.components[path[1]] };
+  }
+  return part;
+}
+
+const resolveOnlyWhatIsShown = (system) => {
+  const swagger = window.SwaggerUIBundle.plugins.SwaggerClient({
+    configs: {},
+    getConfigs: () => system.getConfigs(),
+  });
+  return {
+    fn: {
+      resolveSubtree: (doc, path, options) =>
+        swagger.fn.resolveSubtree(partWithReferences(doc, path), path, options),
+    },
+    statePlugins: {
+      spec: {
+        wrapActions: {
+          // Asked for after every load (components.securitySchemes), present or not.
+          requestResolvedSubtree: (original, sys) => (path) =>
+            sys.specSelectors.specJson().hasIn(path)
+              ? original(path)
+              : { type: "atlas/absent-part", payload: path },
+        },
+      },
+    },
+  };
+};
+
+if (root) {
+  window.SwaggerUIBundle({
+    url: root.dataset.specUrl,
+    domNode: root,
+    deepLinking: false, // its anchors sit inside buttons (nested interactive controls)
+    tryItOutEnabled: false,
+    displayRequestDuration: true,
+    defaultModelsExpandDepth: 0,
+    presets: [window.SwaggerUIBundle.presets.apis],
+    plugins: [resolveOnlyWhatIsShown],
+    layout: "BaseLayout",
+    validatorUrl: null, // the public validator badge would call an outside server
+  });
+}
