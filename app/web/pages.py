@@ -51,8 +51,8 @@ def api_docs(request: Request) -> HTMLResponse:
         request,
         "api_docs.html",
         {
-            "swagger_js": docs_asset_name("swagger-ui-bundle.js"),
-            "swagger_css": docs_asset_name("swagger-ui.css"),
+            "swagger_js": docs_asset_name(".js"),
+            "swagger_css": docs_asset_name(".css"),
         },
     )
 

@@ -1,4 +1,5 @@
-"""The vendored plotly.js bundle: the pinned file, holding every trace type the pages draw."""
+"""The vendored plotly.js and Swagger UI bundles: the pinned files, plotly.js holding every trace
+type the pages draw."""
 
 import hashlib
 import re
@@ -11,6 +12,8 @@ from app.web.assets import (
     PLOTLY_JS_SHA256,
     PLOTLY_JS_VERSION,
     STATIC_DIR,
+    SWAGGER_UI_SHA256,
+    SWAGGER_UI_VERSION,
     docs_assets,
 )
 
@@ -53,6 +56,20 @@ def test_the_bundle_is_served_under_its_versioned_name_and_cached_for_good(clien
     assert answer.content == b"//# allFunctionsCalledOnLoad\n" + PLOTLY_JS.read_bytes()
     assert answer.headers["content-type"].startswith("text/javascript")
     assert "immutable" in answer.headers["cache-control"]
+
+
+def test_swagger_ui_is_the_pinned_files_of_its_version_and_the_docs_page_loads_them(
+    client: TestClient,
+):
+    files = docs_assets()
+    assert {
+        name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in files.items()
+    } == (SWAGGER_UI_SHA256)
+    script = next(path for path in files.values() if path.suffix == ".js")
+    assert f"Swagger UI {SWAGGER_UI_VERSION} " in script.read_text("utf-8")[:100]
+    page = client.get("/docs").text
+    for name in files:
+        assert f"/static/vendor/{name}" in page
 
 
 def test_every_vendored_script_is_served_after_the_compile_hint(client: TestClient):
