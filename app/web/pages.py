@@ -27,10 +27,16 @@ templates.env.globals["lab_topics"] = LAB_TOPICS
 router = APIRouter(include_in_schema=False)
 
 
+def page(path: str, **options):
+    """A route of this router answering GET and HEAD (curl -I, link checkers, uptime probes),
+    as the static files beside it do."""
+    return router.api_route(path, methods=["GET", "HEAD"], **options)
+
+
 VENDOR_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 
-@router.get("/static/vendor/{name}")
+@page("/static/vendor/{name}")
 def vendor_file(name: str) -> Response:
     """plotly.js and the API docs' Swagger UI / ReDoc, from the installed packages. Only exact,
     versioned names resolve; nothing from the request touches the filesystem."""
@@ -44,7 +50,7 @@ def vendor_file(name: str) -> Response:
     return FileResponse(path, media_type=VENDOR_TYPES[path.suffix], headers=headers)
 
 
-@router.get("/docs", response_class=HTMLResponse)
+@page("/docs", response_class=HTMLResponse)
 def api_docs(request: Request) -> HTMLResponse:
     """Swagger UI, served from this server; its start-up script is a static file (strict CSP)."""
     return templates.TemplateResponse(
@@ -57,20 +63,20 @@ def api_docs(request: Request) -> HTMLResponse:
     )
 
 
-@router.get("/redoc")
+@page("/redoc")
 def api_redoc() -> RedirectResponse:
     """ReDoc loads its logo from a CDN whatever it is told; the one docs UI is /docs."""
     return RedirectResponse("/docs", status_code=308)
 
 
-@router.get("/lab/step-by-step", response_class=HTMLResponse)
+@page("/lab/step-by-step", response_class=HTMLResponse)
 def step_by_step(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(
         request, "step_by_step.html", {"page": "step-by-step", "example": SEED_EXAMPLE}
     )
 
 
-@router.get("/", response_class=HTMLResponse)
+@page("/", response_class=HTMLResponse)
 def explorer(request: Request) -> HTMLResponse:
     page_data = {
         "default_model": MINILM_ID,
@@ -88,7 +94,7 @@ def explorer(request: Request) -> HTMLResponse:
     )
 
 
-@router.get("/zoom", response_class=HTMLResponse)
+@page("/zoom", response_class=HTMLResponse)
 def deep_zoom(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(
         request,
@@ -101,12 +107,12 @@ def deep_zoom(request: Request) -> HTMLResponse:
     )
 
 
-@router.get("/lab/masks", response_class=HTMLResponse)
+@page("/lab/masks", response_class=HTMLResponse)
 def masks_lab(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "masks.html", {"page": "masks"})
 
 
-@router.get("/lab/scaling", response_class=HTMLResponse)
+@page("/lab/scaling", response_class=HTMLResponse)
 def scaling_lab(request: Request) -> HTMLResponse:
     page_data = {"default_model": MINILM_ID, "example_text": EXAMPLE_TEXT}
     return templates.TemplateResponse(
@@ -114,7 +120,7 @@ def scaling_lab(request: Request) -> HTMLResponse:
     )
 
 
-@router.get("/lab", response_class=HTMLResponse)
+@page("/lab", response_class=HTMLResponse)
 def lab_index(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "lab_index.html", {"page": "lab"})
 

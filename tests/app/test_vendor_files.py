@@ -80,3 +80,11 @@ def test_every_vendored_script_is_served_after_the_compile_hint(client: TestClie
         assert answer.content == COMPILE_HINT.encode() + path.read_bytes()
     css = next(name for name, path in docs_assets().items() if path.suffix == ".css")
     assert not client.get(f"/static/vendor/{css}").content.startswith(b"//")  # CSS as shipped
+
+
+def test_pages_and_vendored_files_answer_head_as_get_without_the_body(client: TestClient):
+    for path in ("/", "/zoom", "/lab", "/docs", f"/static/vendor/{PLOTLY_JS.name}"):
+        got, head = client.get(path), client.head(path)
+        assert head.status_code == got.status_code == 200, path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+        assert head.content == b"", path
