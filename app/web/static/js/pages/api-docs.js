@@ -16,8 +16,7 @@ const root = document.getElementById("swagger-ui");
 export function partWithReferences(doc, path) {
   const kept = {};
   const visit = (node) => {
-    if (Array.isArray(node)) return node.forEach(visit);
-    if (node === null || typeof node !== "object") return undefined;
+    if (node === null || typeof node !== "object") return;
     for (const [key, value] of Object.entries(node)) {
       if (key === "$ref" && typeof value === "string" && value.startsWith("#/components/")) {
         const [, , group, name] = value.split("/");
@@ -27,10 +26,9 @@ export function partWithReferences(doc, path) {
           visit(kept[group][name]);
         }
       } else {
-        visit(value);
+        visit(value); // arrays too: Object.entries gives their items
       }
     }
-    return undefined;
   };
   visit(path.reduce((node, key) => node?.[key], doc));
   const part = { ...doc, paths: {}, components: kept, $$normalized: true };
