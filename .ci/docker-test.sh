@@ -58,11 +58,14 @@ attention '{"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "text": "One two thr
   | python3 -c "import json, sys; a = json.load(sys.stdin); assert a['causal'] and a['num_kv_heads'] == 3, a; print('[docker-test] SmolLM2 tokens:', a['tokens'])"
 curl -fsS "http://127.0.0.1:$PORT/" -o "$WORK/page.html"
 grep -q "Attention Atlas" "$WORK/page.html"
-# Every script the page names is served from the image (plotly.js is vendored, not downloaded).
-for src in $(grep -o 'src="/static/[^"]*"' "$WORK/page.html" | cut -d'"' -f2); do
+curl -fsS "http://127.0.0.1:$PORT/docs" -o "$WORK/docs.html"
+grep -q "swagger-ui" "$WORK/docs.html"
+# Every script and stylesheet the pages name is served from the image (plotly.js and Swagger UI
+# are vendored, not downloaded).
+for src in $(cat "$WORK/page.html" "$WORK/docs.html" | grep -o '\(src\|href\)="[^"]*/static/[^"]*"' | cut -d'"' -f2 | sed 's|^https*://[^/]*||'); do
   curl -fsS "http://127.0.0.1:$PORT$src" -o /dev/null || { echo "[docker-test] $src is not served"; exit 1; }
 done
-step "real /api/attention requests, the page and its scripts"
+step "real /api/attention requests, the pages and their files"
 
 podman healthcheck run "$NAME"
 step "podman healthcheck run"
