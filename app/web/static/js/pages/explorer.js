@@ -163,7 +163,8 @@ async function run() {
   if (session) session.abort();
   try {
     await waitUntilLoaded(model);
-    await refreshModels(); // a model's layer and head counts are known once it has loaded
+    // A model's layer and head counts are known once it has loaded: ask until they are.
+    if (!modelInfo(model)?.num_layers) await refreshModels();
     const info = modelInfo(model);
     const asked = state.get();
     const layer = Math.min(asked.layer, info.num_layers - 1);
