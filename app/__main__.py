@@ -3,6 +3,9 @@
 uvicorn's own proxy-header handling is switched off: by default it believes X-Forwarded-For
 from 127.0.0.1, so any local client could pick its own address (and dodge the rate limit).
 Forwarded headers are trusted only from ATLAS_TRUSTED_PROXIES, inside the app.
+
+HTTP is parsed by h11 (uvicorn's default without its `standard` extra), which refuses a request
+head it cannot bound; httptools took a 1 MB header line (tests/e2e/test_transport_limits.py).
 """
 
 from __future__ import annotations
