@@ -4,8 +4,9 @@ uvicorn's own proxy-header handling is switched off: by default it believes X-Fo
 from 127.0.0.1, so any local client could pick its own address (and dodge the rate limit).
 Forwarded headers are trusted only from ATLAS_TRUSTED_PROXIES, inside the app.
 
-HTTP is parsed by h11 (uvicorn's default without its `standard` extra), which refuses a request
-head it cannot bound; httptools took a 1 MB header line (tests/e2e/test_transport_limits.py).
+HTTP is parsed by h11 (app.transport), which refuses a request head it cannot bound (httptools,
+uvicorn's faster parser, took a 1 MB header line: tests/e2e/test_transport_limits.py), and each
+request head must arrive within ATLAS_BODY_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ import argparse
 import os
 
 import uvicorn
+
+from app.config import get_settings
+from app.transport import head_deadline_protocol
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,6 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         log_level=args.log_level,
         proxy_headers=False,
         server_header=False,
+        http=head_deadline_protocol(get_settings().body_timeout_seconds),
     )
 
 

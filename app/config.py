@@ -63,7 +63,10 @@ class Settings(BaseSettings):
         description="Two texts of 32,767 characters fit (escaped).",
     )
     body_timeout_seconds: float = Field(
-        20.0, gt=0, le=600, description="A request body must keep arriving within this (408)."
+        20.0,
+        gt=0,
+        le=600,
+        description="A request head must arrive within this, and its body keep arriving (408).",
     )
     send_timeout_seconds: float = Field(
         30.0, gt=0, le=3600, description="A reader that takes nothing for this long is dropped."

@@ -24,6 +24,7 @@ ErrorCode = Literal[
     "not_found",  # 404 for a path that is not a route
     "method_not_allowed",  # 405
     "body_timeout",  # 408: the request body did not arrive in time
+    "head_timeout",  # 408 from the server itself (app.transport): the request head was late
     "too_large",  # 413: the request body is over the limit
     "rate_limited",  # 429
     "model_unavailable",  # 503: the model cannot be loaded here; the detail says why

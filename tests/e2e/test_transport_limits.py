@@ -49,3 +49,32 @@ def test_a_request_head_of_a_megabyte_is_refused_and_the_server_goes_on(live_ser
     with socket.create_connection((host, int(port)), timeout=10) as conn:
         conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
         assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_request_head_that_never_finishes_gets_408_and_a_silent_connection_is_closed(tmp_path):
+    server = start_server(tmp_path / "server.log", {"ATLAS_BODY_TIMEOUT_SECONDS": "1"})
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+            conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")  # no blank line: unfinished
+            started = time.monotonic()
+            answer = conn.recv(4096)
+            waited = time.monotonic() - started
+            while answer and not answer.endswith(b"}"):
+                answer += conn.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b'"code": "head_timeout"' in answer
+        assert 0.9 < waited < 5
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+            started = time.monotonic()
+            assert conn.recv(4096) == b""  # nothing sent, nothing said: closed
+            assert 0.9 < time.monotonic() - started < 5
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+            for part in (b"GET /api/health HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
+                conn.sendall(part)  # a head in pieces, whole within the deadline
+                time.sleep(0.2)
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+            time.sleep(0.6)  # the deadline starts again after an answer, from its end
+            conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+    finally:
+        server.stop()
