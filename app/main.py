@@ -1,4 +1,6 @@
-"""The ASGI app: `uvicorn app.main:app`."""
+"""The ASGI app. Serve it with `python -m app` (app/__main__.py), which also gives uvicorn the
+server's HTTP protocol (app/transport.py: a deadline for each request head); plain
+`uvicorn app.main:app` serves the same app without that deadline."""
 
 from __future__ import annotations
 
