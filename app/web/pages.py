@@ -1,4 +1,4 @@
-"""HTML pages (Jinja2) and the vendored plotly.js bundle."""
+"""HTML pages (Jinja2) and the vendored plotly.js and Swagger UI files."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ VENDOR_TYPES = {".js": "text/javascript", ".css": "text/css"}
 
 @page("/static/vendor/{name}")
 def vendor_file(name: str) -> Response:
-    """plotly.js and the API docs' Swagger UI / ReDoc, from the installed packages. Only exact,
+    """plotly.js and the API docs' Swagger UI, vendored in app/web/vendor. Only exact,
     versioned names resolve; nothing from the request touches the filesystem."""
     files = {plotly_js_name(): PLOTLY_JS, **docs_assets()}
     path = files.get(name)
