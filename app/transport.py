@@ -18,6 +18,8 @@ import json
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from app.security import SECURITY_HEADERS
+
 
 class HeadDeadlineProtocol(H11Protocol):
     """H11Protocol that closes a connection whose next request head is late (module docstring).
@@ -65,15 +67,17 @@ class HeadDeadlineProtocol(H11Protocol):
 
 
 def request_timeout(detail: str) -> bytes:
-    """A whole 408 answer, in the API's error shape, that closes its connection."""
+    """A whole 408 answer, in the API's error shape and with every answer's security headers,
+    that closes its connection."""
     body = json.dumps({"detail": detail, "code": "head_timeout"}).encode("utf-8")
-    head = (
-        "HTTP/1.1 408 Request Timeout\r\n"
-        "content-type: application/json\r\n"
-        f"content-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n"
-    )
-    return head.encode("ascii") + body
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode("ascii")),
+        (b"connection", b"close"),
+        *SECURITY_HEADERS,
+    ]
+    lines = [b"HTTP/1.1 408 Request Timeout", *(name + b": " + value for name, value in headers)]
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
 def head_deadline_protocol(seconds: float) -> type[HeadDeadlineProtocol]:

@@ -63,6 +63,7 @@ def test_a_request_head_that_never_finishes_gets_408_and_a_silent_connection_is_
                 answer += conn.recv(4096)
         assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
         assert b'"code": "head_timeout"' in answer
+        assert b"\r\nx-content-type-options: nosniff\r\n" in answer  # as on every answer
         assert 0.9 < waited < 5
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
             started = time.monotonic()
