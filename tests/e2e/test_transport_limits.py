@@ -1,5 +1,5 @@
-"""Issue 8.2: a request body that never finishes is cut off (408), and a request head of any
-size is refused, on the real server."""
+"""Issue 8.2: a request body that never finishes is cut off (408), and so is a request head
+(app.transport); a request head of any size is refused; on the real server."""
 
 import socket
 import time
