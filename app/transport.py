@@ -26,10 +26,10 @@ class HeadDeadlineProtocol(H11Protocol):
     Subclass it with head_timeout set (head_deadline_protocol) to hand it to uvicorn."""
 
     head_timeout: float = 20.0
+    _head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._head_deadline: asyncio.TimerHandle | None = None
         self._arm_head_deadline()
 
     def data_received(self, data: bytes) -> None:
@@ -51,7 +51,7 @@ class HeadDeadlineProtocol(H11Protocol):
         self._head_deadline = self.loop.call_later(self.head_timeout, self._head_too_late)
 
     def _disarm_head_deadline(self) -> None:
-        if getattr(self, "_head_deadline", None) is not None:
+        if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from app.config import Settings
+from app.inference.forward import tokenize
 from app.main import create_app
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import MAX_JSON_WEIGHTS
@@ -64,9 +65,7 @@ class Client:
 
 def forward_ms(loaded, text: str) -> tuple[float, int]:
     """(milliseconds of the model's own forward pass with attention output, tokens)."""
-    encoding = loaded.tokenizer(text, return_tensors="pt")
-    if loaded.causal:
-        encoding.pop("token_type_ids", None)
+    encoding, _ = tokenize(loaded, text, None)  # the inputs the model's forward takes
     with torch.inference_mode():
         start = time.perf_counter()
         loaded.model(**encoding, output_attentions=True)

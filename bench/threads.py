@@ -1,4 +1,5 @@
-"""Why the server runs its tensor work on one thread (app.compute), measured in one run.
+"""Why the server runs its tensor work on its own compute lanes (app.compute), measured in one
+run.
 
     .venv/bin/python -m bench.threads [--repeats N]
 

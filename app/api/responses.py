@@ -10,7 +10,8 @@ from app.schemas.common import ErrorDetail
 _DESCRIPTIONS = {
     400: "The body is not UTF-8 JSON (or holds a number JSON parsers refuse).",
     404: "Unknown model; the message lists the available ones.",
-    408: "The request body did not arrive within ATLAS_BODY_TIMEOUT_SECONDS.",
+    408: "The request body (code body_timeout), or its head (head_timeout, answered by the "
+    "server before any route), did not arrive within ATLAS_BODY_TIMEOUT_SECONDS.",
     413: "The request body is larger than ATLAS_MAX_BODY_BYTES.",
     422: "The body breaks its schema (code 'invalid_field') or a rule the schema cannot state "
     "(code 'input_rule', e.g. more tokens than the model takes); the detail says which.",

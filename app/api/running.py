@@ -28,7 +28,8 @@ from app.serialize import MapsAnswer
 log = logging.getLogger("attention_atlas")
 
 T = TypeVar("T")
-Placement = tuple[Lane, float]
+LaneCost = tuple[Lane, float]
+"""(the lane a request's work runs on, its estimated seconds: the heavy lane's order)."""
 
 
 QUICK_MAX_TOKENS = 512
@@ -41,7 +42,7 @@ FIRST_LOAD_SECONDS = 30.0
 """What a request that loads its model first is taken to cost (SmolLM2's first load: ~30 s)."""
 
 
-def where_to_run(manager: ModelManager, cache: ForwardCache, body: TextRequest) -> Placement:
+def where_to_run(manager: ModelManager, cache: ForwardCache, body: TextRequest) -> LaneCost:
     """(lane, estimated seconds) for a request on a text: the quick lane when it reads a cached
     pass of a short text (and, for a comparison, no other text or model); else heavy()."""
     other = getattr(body, "other", None)
@@ -52,7 +53,7 @@ def where_to_run(manager: ModelManager, cache: ForwardCache, body: TextRequest) 
     return heavy(manager, body)
 
 
-def heavy(manager: ModelManager, body: TextRequest) -> Placement:
+def heavy(manager: ModelManager, body: TextRequest) -> LaneCost:
     """The heavy lane, ordered by the forward pass the request may need, guessed from its
     text's length (or the model's first load)."""
     loaded = manager.loaded_or_none(body.model)
@@ -82,12 +83,12 @@ async def run_with_room(
 async def until_disconnect(
     request: Request,
     work: Callable[[Callable[[], bool]], T],
-    placement: Placement = (Lane.HEAVY, 0.0),
+    lane_cost: LaneCost = (Lane.HEAVY, 0.0),
 ) -> T:
-    """Run `work(should_stop)` where `placement` says (lane, estimated seconds); should_stop
+    """Run `work(should_stop)` where `lane_cost` says (lane, estimated seconds); should_stop
     turns True if the client leaves (while the job waits its turn too, so it stops at its
     first check)."""
-    lane, seconds = placement
+    lane, seconds = lane_cost
     gone = threading.Event()
     done = asyncio.Event()
 
@@ -131,7 +132,7 @@ class ReservedStream(StreamingResponse):
 async def stream_maps(
     request: Request,
     build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]],
-    placement: Placement,
+    lane_cost: LaneCost,
 ) -> ReservedStream:
     """Build a maps answer on a compute lane (sized and reserved there) with its first piece,
     then stream the rest: on the quick lane when its maps are all in memory already (encoding
@@ -149,11 +150,11 @@ async def stream_maps(
             raise
         return answer, reservation, pieces, ahead
 
-    answer, reservation, pieces, ahead = await until_disconnect(request, build_and_begin, placement)
+    answer, reservation, pieces, ahead = await until_disconnect(request, build_and_begin, lane_cost)
     headers = {}
     if answer.content_length is not None:
         headers["content-length"] = str(answer.content_length)
-    lane = Lane.QUICK if answer.held else placement[0]
+    lane = Lane.QUICK if answer.held else lane_cost[0]
     body = _after(ahead, pieces, lane, done=len(ahead) < 2)
     return ReservedStream(body, answer.media_type, reservation, headers)
 
@@ -172,9 +173,9 @@ async def _after(
 
 async def progress_lines(
     work: Callable[[Callable[[], bool], Callable[[int, int], None]], BaseModel],
-    placement: Placement,
+    lane_cost: LaneCost,
 ) -> AsyncIterator[bytes]:
-    """NDJSON lines of `work(should_stop, progress)` run where `placement` says: a progress line
+    """NDJSON lines of `work(should_stop, progress)` run where `lane_cost` says: a progress line
     per call of progress, then work's answer (or an error line). Leaving the stream (the client
     hung up) makes should_stop True, so the work stops at its next check."""
     loop = asyncio.get_running_loop()
@@ -188,7 +189,7 @@ async def progress_lines(
     async def run() -> None:
         answer: BaseModel | None = None
         try:
-            lane, seconds = placement
+            lane, seconds = lane_cost
             answer = await run_with_room(work, gone.is_set, progress, lane=lane, seconds=seconds)
         except AtlasError as err:
             answer = ForwardFailed(event="error", status=err.status, detail=err.message)

@@ -255,7 +255,14 @@ def attention_maps(
 
     try:
         result, cached, reservation = reserved_forward(
-            loaded, cache, budget, req.text, req.text_pair, should_stop, False, keep_maps=keep
+            loaded,
+            cache,
+            budget,
+            req.text,
+            req.text_pair,
+            should_stop,
+            whole_maps=False,
+            keep_maps=keep,
         )
     except BaseException:
         working.release()
