@@ -6,13 +6,20 @@ run.
 The same kernels timed on one thread, then again after a second thread has run PyTorch too
 (OpenMP then keeps a team of threads for each), then again once that thread has ended: a small
 softmax, a (16, 384) x (384, 384) product, and a replay of every layer of a 16-token MiniLM
-pass (what a new text's answer used to cost besides its forward pass).
+pass (what a new text's answer used to cost besides its forward pass). Then, in a new process
+for each setting, libgomp's spin: what a MiniLM forward pass costs after the server has idled,
+and how much CPU its idle helper threads burn in the 100 ms after it, with libgomp's own spin
+and with the server's (app.openmp).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 
@@ -22,6 +29,7 @@ from app.config import Settings
 from app.inference.forward import run_forward
 from app.main import create_app
 from app.models.registry import MINILM_ID
+from app.openmp import SPIN_COUNT
 
 
 def per_call_us(fn, calls: int, repeats: int) -> float:
@@ -78,7 +86,65 @@ def run(repeats: int) -> None:
         )
 
 
+def other_threads_cpu_ms() -> float:
+    """CPU time so far of every thread of this process but the calling one (OpenMP's helpers)."""
+    me, total = threading.get_native_id(), 0
+    for task in os.listdir("/proc/self/task"):
+        if int(task) != me:
+            with open(f"/proc/self/task/{task}/schedstat") as stat:
+                total += int(stat.read().split()[0])  # nanoseconds on a CPU
+    return total / 1e6
+
+
+def spin_child(repeats: int) -> None:
+    """In this process (its GOMP_SPINCOUNT as given): for 16 and 128 tokens, the median forward
+    pass after 100 ms idle and the helpers' CPU in the 100 ms after it, printed as JSON."""
+    from app.inference.forward import tokenize
+    from bench.compression import prose
+
+    loaded = create_app(Settings(preload=[])).state.manager.get(MINILM_ID)
+    found = {}
+    for n in (16, 128):
+        passes, spun = [], []
+        for i in range(repeats):
+            inputs, _ = tokenize(loaded, prose(loaded.tokenizer, n + 2, start=97 * i), None)
+            time.sleep(0.1)
+            with torch.inference_mode():
+                start = time.perf_counter()
+                loaded.model(**inputs, output_attentions=True)
+                passes.append((time.perf_counter() - start) * 1000)
+            before = other_threads_cpu_ms()
+            time.sleep(0.1)
+            spun.append(other_threads_cpu_ms() - before)
+        found[n] = (statistics.median(passes), statistics.median(spun))
+    print(json.dumps(found))
+
+
+def compare_spins(repeats: int) -> None:
+    """spin_child under libgomp's default spin and the server's, each in a new process."""
+    print(
+        f"\nlibgomp's spin: a MiniLM pass after 100 ms idle, and its helpers' CPU in the 100 ms"
+        f" after it (medians of {repeats}):"
+    )
+    print(f"{'GOMP_SPINCOUNT':<22} {'tokens':>6} {'pass':>9} {'helpers spin after':>19}")
+    settings = {"300000 (libgomp's)": None, f"{SPIN_COUNT} (the server's)": str(SPIN_COUNT)}
+    for label, count in settings.items():
+        env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+        if count is not None:
+            env["GOMP_SPINCOUNT"] = count
+        child = [sys.executable, "-m", "bench.threads", "--spin-child", "--repeats", str(repeats)]
+        done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
+        for tokens, (pass_ms, spun_ms) in json.loads(done.stdout.splitlines()[-1]).items():
+            print(f"{label:<22} {tokens:>6} {pass_ms:>7.1f}ms {spun_ms:>17.1f}ms")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=9)
-    run(parser.parse_args().repeats)
+    parser.add_argument("--spin-child", action="store_true", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.spin_child:
+        spin_child(options.repeats)
+    else:
+        run(options.repeats)
+        compare_spins(2 * options.repeats + 1)
