@@ -29,7 +29,7 @@ from app.config import Settings
 from app.inference.forward import run_forward
 from app.main import create_app
 from app.models.registry import MINILM_ID
-from app.openmp import SPIN_COUNT
+from app.openmp import OPERATOR_SETTINGS, SPIN_COUNT
 
 
 def per_call_us(fn, calls: int, repeats: int) -> float:
@@ -129,7 +129,7 @@ def compare_spins(repeats: int) -> None:
     print(f"{'GOMP_SPINCOUNT':<22} {'tokens':>6} {'pass':>9} {'helpers spin after':>19}")
     settings = {"300000 (libgomp's)": None, f"{SPIN_COUNT} (the server's)": str(SPIN_COUNT)}
     for label, count in settings.items():
-        env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+        env = {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS}
         if count is not None:
             env["GOMP_SPINCOUNT"] = count
         child = [sys.executable, "-m", "bench.threads", "--spin-child", "--repeats", str(repeats)]

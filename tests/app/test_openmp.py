@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from app.openmp import SPIN_COUNT, spin_briefly
+from app.openmp import OPERATOR_SETTINGS, SPIN_COUNT, spin_briefly
 from tests.support.live import REPO
 
 SPIN_AS_TORCH_LOADS = textwrap.dedent(
@@ -35,7 +35,7 @@ SPIN_AS_TORCH_LOADS = textwrap.dedent(
 
 def spin_when_torch_loads(**environ: str) -> str:
     """GOMP_SPINCOUNT as torch was first imported by `python -m app`'s main (serving nothing)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    env = {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS}
     done = subprocess.run(
         [sys.executable, "-c", SPIN_AS_TORCH_LOADS],
         cwd=REPO,
