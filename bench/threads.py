@@ -7,9 +7,9 @@ The same kernels timed on one thread, then again after a second thread has run P
 (OpenMP then keeps a team of threads for each), then again once that thread has ended: a small
 softmax, a (16, 384) x (384, 384) product, and a replay of every layer of a 16-token MiniLM
 pass (what a new text's answer used to cost besides its forward pass). Then, in a new process
-for each setting, libgomp's spin: what a MiniLM forward pass costs after the server has idled,
-and how much CPU its idle helper threads burn in the 100 ms after it, with libgomp's own spin
-and with the server's (app.openmp).
+for each setting, libgomp's spin: what a MiniLM forward pass costs
+100 ms and 5 ms after the one before, and how much CPU its idle helper threads burn in the
+100 ms after it, with libgomp's own spin and with the server's (app.openmp).
 """
 
 from __future__ import annotations
@@ -96,37 +96,48 @@ def other_threads_cpu_ms() -> float:
     return total / 1e6
 
 
+PAUSES = {"idle": 0.1, "warm": 0.005}
+"""Seconds before a pass, in this order: 100 ms (this VM lets a core sleep) and 5 ms (the cores
+still awake from the pass before)."""
+
+
 def spin_child(repeats: int) -> None:
     """In this process (its GOMP_SPINCOUNT as given): for 16 and 128 tokens, the median forward
-    pass after 100 ms idle and the helpers' CPU in the 100 ms after it, printed as JSON."""
+    pass 100 ms after the one before and 5 ms after it, and the helpers' CPU in the 100 ms after
+    a pass, printed as JSON."""
     from app.inference.forward import tokenize
     from bench.compression import prose
 
     loaded = create_app(Settings(preload=[])).state.manager.get(MINILM_ID)
     found = {}
     for n in (16, 128):
-        passes, spun = [], []
+        passes: dict[str, list[float]] = {name: [] for name in PAUSES}
+        spun = []
         for i in range(repeats):
             inputs, _ = tokenize(loaded, prose(loaded.tokenizer, n + 2, start=97 * i), None)
-            time.sleep(0.1)
-            with torch.inference_mode():
-                start = time.perf_counter()
-                loaded.model(**inputs, output_attentions=True)
-                passes.append((time.perf_counter() - start) * 1000)
+            for name, pause in PAUSES.items():
+                time.sleep(pause)
+                with torch.inference_mode():
+                    start = time.perf_counter()
+                    loaded.model(**inputs, output_attentions=True)
+                    passes[name].append((time.perf_counter() - start) * 1000)
             before = other_threads_cpu_ms()
             time.sleep(0.1)
             spun.append(other_threads_cpu_ms() - before)
-        found[n] = (statistics.median(passes), statistics.median(spun))
+        found[n] = [statistics.median(passes[name]) for name in PAUSES] + [statistics.median(spun)]
     print(json.dumps(found))
 
 
 def compare_spins(repeats: int) -> None:
     """spin_child under libgomp's default spin and the server's, each in a new process."""
     print(
-        f"\nlibgomp's spin: a MiniLM pass after 100 ms idle, and its helpers' CPU in the 100 ms"
-        f" after it (medians of {repeats}):"
+        "\nlibgomp's spin: a MiniLM pass 100 ms and 5 ms after the one before, and the CPU its "
+        f"idle helpers burn in the 100 ms after it (medians of {repeats}):"
     )
-    print(f"{'GOMP_SPINCOUNT':<22} {'tokens':>6} {'pass':>9} {'helpers spin after':>19}")
+    print(
+        f"{'GOMP_SPINCOUNT':<22} {'tokens':>6} {'pass, 100 ms on':>16} {'5 ms on':>9} "
+        f"{'helpers spin after':>19}"
+    )
     settings = {"300000 (libgomp's)": None, f"{SPIN_COUNT} (the server's)": str(SPIN_COUNT)}
     for label, count in settings.items():
         env = {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS}
@@ -134,8 +145,8 @@ def compare_spins(repeats: int) -> None:
             env["GOMP_SPINCOUNT"] = count
         child = [sys.executable, "-m", "bench.threads", "--spin-child", "--repeats", str(repeats)]
         done = subprocess.run(child, env=env, capture_output=True, text=True, check=True)
-        for tokens, (pass_ms, spun_ms) in json.loads(done.stdout.splitlines()[-1]).items():
-            print(f"{label:<22} {tokens:>6} {pass_ms:>7.1f}ms {spun_ms:>17.1f}ms")
+        for tokens, (idle, warm, spun) in json.loads(done.stdout.splitlines()[-1]).items():
+            print(f"{label:<22} {tokens:>6} {idle:>14.1f}ms {warm:>7.1f}ms {spun:>17.1f}ms")
 
 
 if __name__ == "__main__":
