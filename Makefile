@@ -61,6 +61,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 $(PY) -m bench.core_kernels
 	HF_HUB_OFFLINE=1 $(PY) -m bench.threads
+	HF_HUB_OFFLINE=1 $(PY) -m bench.spin
 	HF_HUB_OFFLINE=1 $(PY) -m bench.attention_api
 	HF_HUB_OFFLINE=1 $(PY) -m bench.compression
 	HF_HUB_OFFLINE=1 $(PY) -m bench.interventions

@@ -7,8 +7,6 @@ Forwarded headers are trusted only from ATLAS_TRUSTED_PROXIES, inside the app.
 HTTP is parsed by h11 (app.transport), which refuses a request head it cannot bound (httptools,
 uvicorn's faster parser, took a 1 MB header line: tests/e2e/test_transport_limits.py), and each
 request head must arrive within ATLAS_BODY_TIMEOUT_SECONDS.
-
-OpenMP's idle threads spin briefly (app.openmp): set before app.config, and so torch, is loaded.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import os
 
 import uvicorn
 
-from app.openmp import spin_briefly
+from app.config import get_settings
 from app.transport import head_deadline_protocol
 
 
@@ -28,9 +26,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
     parser.add_argument("--log-level", default=os.environ.get("ATLAS_LOG_LEVEL", "info"))
     args = parser.parse_args(argv)
-    spin_briefly()
-    from app.config import get_settings  # loads torch, which reads the spin once
-
     uvicorn.run(
         "app.main:app",
         host=args.host,

@@ -63,13 +63,6 @@ class Client:
         return elapsed, content
 
 
-PAUSE = 0.005
-"""Seconds between the bare pass and the request: this process's OpenMP helpers spin about 1 ms
-after a kernel (bench/__init__.py), so they have stopped, and the cores have not gone to sleep
-(after 50-100 ms idle, this VM's first pass on two threads can take twice as long:
-bench/threads.py), so the bare pass and the server's pass start alike."""
-
-
 def forward_ms(loaded, text: str) -> tuple[float, int]:
     """(milliseconds of the model's own forward pass with attention output, tokens)."""
     encoding, _ = tokenize(loaded, text, None)  # the inputs the model's forward takes
@@ -77,7 +70,7 @@ def forward_ms(loaded, text: str) -> tuple[float, int]:
         start = time.perf_counter()
         loaded.model(**encoding, output_attentions=True)
         elapsed = (time.perf_counter() - start) * 1000
-    time.sleep(PAUSE)
+    time.sleep(0.05)  # this process's OpenMP threads spin a while after a kernel: let them rest
     return elapsed, encoding["input_ids"].shape[1]
 
 
