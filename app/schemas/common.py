@@ -39,11 +39,11 @@ PositiveScale = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
 """A multiplier for q·k: a finite number in (0, 1e6]."""
 
 WHITESPACE = (
-    "\t\n\u000b\f\r\u001c\u001d\u001e\u001f \u0085\u00a0\u1680\u2000-\u200a"
-    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+    r"\t\n\x0b\f\r\x1c-\x1f \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
-"""Every character Python's str.isspace() or JavaScript's \\s calls whitespace, written out so
-that every regex engine (JSON Schema validators, pydantic's, Python's) reads the class alike."""
+"""Every character Python's str.isspace() or JavaScript's \\s calls whitespace, as regex escapes
+that every engine (JSON Schema validators, browsers, Python's re, Rust's regex) reads alike, and
+that read as text in the schema (the characters themselves show as blanks or boxes)."""
 NOT_BLANK = f"[^{WHITESPACE}]"
 """JSON Schema pattern: the string holds at least one character that is not whitespace."""
 

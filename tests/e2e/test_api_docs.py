@@ -5,7 +5,9 @@ import urllib.request
 
 import pytest
 
+from app.schemas.common import NOT_BLANK
 from tests.e2e.helpers import wait_js
+from tests.support.whitespace import BLANKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -93,3 +95,24 @@ def test_an_opened_operation_shows_its_request_and_answer_schemas(page, live_ser
         assert block.locator(f"tr.response[data-code='{status}']").count() == 1, status
     assert '"reduce"' in body.text_content()  # the example drawn from TilesRequest, its $ref
     assert not page.errors, page.errors
+
+
+BLANK_TO_THE_BROWSER = """(pattern) => {
+  const blanks = { u: [], plain: [] };
+  for (const [name, flags] of [['u', 'u'], ['plain', '']]) {
+    const notBlank = new RegExp(pattern, flags);
+    for (let c = 0; c <= 0x10ffff; c++) {
+      if ((c < 0xd800 || c > 0xdfff) && !notBlank.test(String.fromCodePoint(c))) {
+        blanks[name].push(c);
+      }
+    }
+  }
+  return blanks;
+}"""
+
+
+def test_the_browsers_regex_engine_reads_the_not_blank_pattern_as_python_does(page):
+    blanks = page.evaluate(BLANK_TO_THE_BROWSER, NOT_BLANK)
+    expected = [ord(c) for c in BLANKS]
+    assert blanks["u"] == expected  # as JSON Schema validators compile it
+    assert blanks["plain"] == expected
