@@ -19,7 +19,7 @@ from app.compute import Lane, iterate_on_compute, run_on_compute
 from app.errors import AtlasError
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult
-from app.inference.inflight import NoRoomYet, Reservation
+from app.inference.inflight import AnswerBudget, NoRoomYet, Reservation
 from app.models.manager import ModelManager
 from app.schemas.attention import TextRequest
 from app.schemas.forward import ForwardFailed, ForwardProgress
@@ -105,6 +105,29 @@ async def until_disconnect(
     finally:
         done.set()
         watcher.cancel()
+
+
+PassService = Callable[
+    [ModelManager, ForwardCache, AnswerBudget, TextRequest, Callable[[], bool]], T
+]
+"""A service answering from a text's forward pass: (manager, cache, budget, body, should_stop)."""
+
+
+async def answer_from_pass(
+    request: Request,
+    service: PassService[T],
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    body: TextRequest,
+) -> T:
+    """service(manager, cache, budget, body, should_stop) on the lane where_to_run picks,
+    stopped if the client leaves: what every route reading a text's forward pass does."""
+    return await until_disconnect(
+        request,
+        lambda stop: service(manager, cache, budget, body, stop),
+        where_to_run(manager, cache, body),
+    )
 
 
 class ReservedStream(StreamingResponse):

@@ -6,6 +6,7 @@ from starlette.responses import StreamingResponse
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
 from app.api.running import (
     ReservedStream,
+    answer_from_pass,
     heavy,
     progress_lines,
     stream_maps,
@@ -136,11 +137,7 @@ async def post_attention(
 async def post_detail(
     body: DetailRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> DetailResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: attention_detail(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, attention_detail, manager, cache, budget, body)
 
 
 @router.post(
@@ -163,11 +160,7 @@ async def post_detail(
 async def post_heads(
     body: HeadsRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> HeadsResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: describe_heads(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, describe_heads, manager, cache, budget, body)
 
 
 @router.post(
@@ -182,11 +175,7 @@ async def post_heads(
 async def post_token(
     body: FollowRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> FollowResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: follow(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, follow, manager, cache, budget, body)
 
 
 @router.post(
@@ -206,11 +195,7 @@ async def post_predictions(
     budget: BudgetDep,
     request: Request,
 ) -> PredictionsResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: predictions(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, predictions, manager, cache, budget, body)
 
 
 @router.post(
@@ -287,11 +272,7 @@ async def post_compare(
     budget: BudgetDep,
     request: Request,
 ) -> CompareResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: compare(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, compare, manager, cache, budget, body)
 
 
 @router.post(
@@ -314,11 +295,7 @@ async def post_qkspace(
     budget: BudgetDep,
     request: Request,
 ) -> QKSpaceResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: query_key_space(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, query_key_space, manager, cache, budget, body)
 
 
 @router.post(
@@ -373,11 +350,7 @@ async def post_forward(
 async def post_tiles(
     body: TilesRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> TilesResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: tiles(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, tiles, manager, cache, budget, body)
 
 
 @router.post(
@@ -394,11 +367,7 @@ async def post_tiles(
 async def post_search(
     body: SearchRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> SearchResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: search_heads(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, search_heads, manager, cache, budget, body)
 
 
 @router.post(
@@ -446,8 +415,4 @@ async def post_similarity(
     budget: BudgetDep,
     request: Request,
 ) -> SimilarityResponse:
-    return await until_disconnect(
-        request,
-        lambda stop: similarity(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
-    )
+    return await answer_from_pass(request, similarity, manager, cache, budget, body)
