@@ -8,12 +8,14 @@ so other requests interleave with a long generation.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+from transformers import DynamicCache
 
 from app.models.lm_head import head_logits
 from app.models.loader import LoadedModel
@@ -58,13 +60,13 @@ def continue_text(
     ids = torch.tensor([prompt], device=device)  # (1, T)
     stop_ids = _stop_ids(loaded)
     generator = torch.Generator().manual_seed(seed)
-    past = None
+    # The model fills the cache in place, a layer's keys and values at a time.
+    cache = {cache_keyword(loaded.model): DynamicCache(config=loaded.model.config)}
     for _ in range(max_new_tokens):
         with loaded.lock, torch.inference_mode():
-            out = loaded.model(input_ids=ids, past_key_values=past, use_cache=True)
+            out = loaded.model(input_ids=ids, use_cache=True, **cache)
             # The head on the last position only: never (tokens, vocab) logits for the prompt.
             logits = head_logits(loaded.predictor, out.last_hidden_state[0, -1])  # (vocab,)
-        past = out.past_key_values
         logits = logits.to(torch.float32)
         chosen = next_token(logits, strategy, temperature, top_k, generator)
         if chosen in stop_ids:
@@ -72,6 +74,13 @@ def continue_text(
         probability = float(logits.softmax(dim=-1)[chosen])
         yield Step(token_id=chosen, probability=probability)
         ids = torch.tensor([[chosen]], device=device)  # (1, 1): the cache holds the rest
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """The name the model's forward takes its key/value cache by: `cache` from transformers
+    5.24 (which warns that `past_key_values` is going), `past_key_values` before it."""
+    parameters = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 def _stop_ids(loaded: LoadedModel) -> set[int]:
