@@ -36,7 +36,7 @@ from bench.compression import prose
 from tests.support.live import start_server
 
 SPINS = {"300000 (libgomp's)": 300_000, "30000": 30_000}
-OPERATOR_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # replaced in the children
+LIBGOMP_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")  # set in each child alone
 LENGTHS = (16, 128)
 PAUSES = {"idle": 0.1, "warm": 0.005}
 """Seconds before an in-process pass, in this order: 100 ms (this VM lets a core sleep), then
@@ -106,7 +106,7 @@ def over_http(spin: int, repeats: int, tokenizer) -> dict[tuple[int, float], tup
 
 
 def run(repeats: int) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in OPERATOR_SETTINGS}
+    env = {k: v for k, v in os.environ.items() if k not in LIBGOMP_SETTINGS}
     rows = {}
     for label, spin in SPINS.items():
         child = [sys.executable, "-m", "bench.spin", "--in-process", "--repeats", str(repeats)]
