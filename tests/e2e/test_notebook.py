@@ -123,7 +123,11 @@ def test_the_widget_draws_the_explorers_views_in_jupyterlab(jupyterlab, page, tm
     )  # asked the kernel
     assert widget.locator("[data-control=status]").text_content() == ""
     widget.get_by_role("tab", name="All heads").click()
-    widget.locator("[id$=view-grid] canvas[data-layer='5'][data-head='11']").wait_for()
+    last_cell = "[id$=view-grid] canvas[data-layer='5'][data-head='11']"
+    widget.locator(last_cell).wait_for()
+    page.wait_for_function(  # drawn: a thumbnail is sized to its map (a new canvas is 300 wide)
+        f"document.querySelector(`.atlas-widget {last_cell}`).width <= 56", timeout=30_000
+    )
     widget.get_by_role("tab", name="Value-weighted").click()
     widget.locator("[id$=view-value] [data-part=norms].js-plotly-plot").wait_for(timeout=60_000)
     widget.get_by_role("tab", name="Q-K space").click()

@@ -84,9 +84,16 @@ export class AttentionSession {
     return this.fetchLayer(layer, "f32", this.exact);
   }
 
-  /** Quantised maps of one layer, for thumbnails: not kept, the canvases hold the picture. */
-  coarseLayer(layer) {
-    return this.fetchLayer(layer, "u8", new BoundedCache(0));
+  /** Quantised maps of several layers in one answer, for thumbnails: {meta, map(i, head)} for
+   * the i-th of `layers`; not kept, the canvases hold the picture. */
+  coarseLayers(layers) {
+    return api
+      .attention(this.body({ layers, format: "u8" }), { signal: this.controller.signal })
+      .then((buffer) => {
+        const decoded = decodeMaps(buffer);
+        this.meta = this.meta || decoded.meta;
+        return decoded;
+      });
   }
 
   /** A cached promise of `fetch()` under `key` in `store` (forgotten if it fails). */

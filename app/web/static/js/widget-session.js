@@ -27,6 +27,12 @@ export class WidgetSession {
 
   /** One layer's maps, shaped like decodeMaps' answer: {meta, map(0, head)}. */
   layer(layer) {
+    return this.coarseLayers([layer]);
+  }
+
+  /** Several layers' maps, shaped like decodeMaps' answer: {meta, map(i, head)} for the i-th
+   * of `layers` (exact: the widget holds them as float32). */
+  coarseLayers(layers) {
     const { num_heads: heads } = this.meta;
     const rows = (this.meta.query_tokens || this.meta.tokens).length;
     const cols = this.meta.tokens.length;
@@ -34,15 +40,11 @@ export class WidgetSession {
     const values = this.values;
     return Promise.resolve({
       meta: this.meta,
-      map(_, head) {
-        const offset = (layer * heads + head) * size;
+      map(i, head) {
+        const offset = (layers[i] * heads + head) * size;
         return values.subarray(offset, offset + size);
       },
     });
-  }
-
-  coarseLayer(layer) {
-    return this.layer(layer);
   }
 
   /** One head in depth, replayed by the Python kernel (the detail API's answer). */

@@ -4,6 +4,8 @@ import { VIRIDIS_LUT } from "../colors.js";
 import { el as make } from "../dom.js";
 
 const THUMB = 56; // pixels a side, at most
+const GROUP_BYTES = 2 ** 20; // u8 weights asked for at a time (one layer at least)
+const FRAME_MS = 12; // drawing before the grid gives the page a frame
 
 /** Draws one head's map, max-pooled to at most THUMB pixels a side; returns the pooled values. */
 function drawThumbnail(canvas, flat, n) {
@@ -114,21 +116,40 @@ export async function render({ session, state, parts, info, open }) {
   return gridExport(grid, shown);
 }
 
-/** Draws every layer's thumbnails, one layer a task, while the rest of the page stays live. */
+/** Draws every layer's thumbnails while the rest of the page stays live: the layers' u8 maps
+ * come GROUP_BYTES at a time (all of a short text's in one answer), the next group fetched while
+ * one is drawn, and the grid yields to the page after FRAME_MS of drawing. */
 async function fillIn(grid, key, session, canvases, shown, status) {
   const layers = canvases.length;
   const heads = canvases[0].length;
-  for (let l = 0; l < layers; l++) {
+  const n = session.meta.tokens.length;
+  const perGroup = Math.max(1, Math.floor(GROUP_BYTES / (heads * n * n)));
+  const groups = [];
+  for (let l = 0; l < layers; l += perGroup) {
+    groups.push(Array.from({ length: Math.min(perGroup, layers - l) }, (_, i) => l + i));
+  }
+  let next = session.coarseLayers(groups[0]);
+  let drawingSince = performance.now();
+  for (let g = 0; g < groups.length; g++) {
     if (grid.dataset.key !== key) return; // a newer sentence replaced this grid
-    status.textContent = `Loading layer ${l + 1} of ${layers}…`;
-    const maps = await session.coarseLayer(l);
-    const n = maps.meta.tokens.length;
-    for (let h = 0; h < heads; h++) {
-      const pooled = drawThumbnail(canvases[l][h], maps.map(0, h), n);
-      shown.size = Math.min(THUMB, n);
-      shown.maps[`${l},${h}`] = Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4);
+    status.textContent = `Loading layer ${groups[g][0] + 1} of ${layers}…`;
+    const maps = await next;
+    if (g + 1 < groups.length) {
+      next = session.coarseLayers(groups[g + 1]);
+      next.catch(() => {}); // awaited next round; a grid left behind drops it quietly
     }
-    await new Promise((resolve) => requestAnimationFrame(resolve)); // let the page breathe
+    for (const [i, l] of groups[g].entries()) {
+      if (grid.dataset.key !== key) return;
+      for (let h = 0; h < heads; h++) {
+        const pooled = drawThumbnail(canvases[l][h], maps.map(i, h), n);
+        shown.size = Math.min(THUMB, n);
+        shown.maps[`${l},${h}`] = Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4);
+      }
+      if (performance.now() - drawingSince > FRAME_MS) {
+        await new Promise((resolve) => requestAnimationFrame(resolve)); // let the page breathe
+        drawingSince = performance.now();
+      }
+    }
   }
   status.textContent = `${layers * heads} heads shown.`;
 }
