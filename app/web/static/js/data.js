@@ -1,6 +1,7 @@
-// Lazily fetched attention data for one (model, text, pair): one layer at a time, in binary.
-// Exact float32 maps back the heatmap and the exports; uint8 maps (error <= 1/510) back the
-// thumbnails of the all-heads grid, so even 30 layers x 9 heads x 512 tokens stay light.
+// Lazily fetched attention data for one (model, text, pair), in binary: a layer at a time (the
+// grid's thumbnails a batch of layers at a time). Exact float32 maps back the heatmap and the
+// exports; uint8 maps (error <= 1/510) back the thumbnails of the all-heads grid, so even 30
+// layers x 9 heads x 512 tokens stay light.
 
 import { api } from "./api.js";
 import { decodeMaps } from "./binary.js";

@@ -1,4 +1,4 @@
-// Every layer x head as a canvas thumbnail, filled in layer by layer so the tab stays responsive.
+// Every layer x head as a canvas thumbnail, drawn a batch of layers at a time, yielding to the page.
 
 import { VIRIDIS_LUT } from "../colors.js";
 import { el as make } from "../dom.js";
