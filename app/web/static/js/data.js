@@ -64,37 +64,28 @@ export class AttentionSession {
     this.controller.abort();
   }
 
-  async fetchLayer(layer, format, store) {
-    if (!store.has(layer)) {
-      const promise = api
-        .attention(this.body({ layers: [layer], format }), { signal: this.controller.signal })
-        .then((buffer) => {
-          const decoded = decodeMaps(buffer);
-          this.meta = this.meta || decoded.meta;
-          return decoded;
-        });
-      const n = this.length;
-      store.put(layer, promise, (this.meta?.num_heads ?? 12) * n * n * 4);
-      promise.catch(() => store.delete(layer));
-    }
-    return store.get(layer);
-  }
-
-  /** Exact maps of one layer: {meta, map(0, head)}. */
-  layer(layer) {
-    return this.fetchLayer(layer, "f32", this.exact);
-  }
-
-  /** Quantised maps of several layers in one answer, for thumbnails: {meta, map(i, head)} for
-   * the i-th of `layers`; not kept, the canvases hold the picture. */
-  coarseLayers(layers) {
+  /** The decoded answer for `layers` in `format` ({meta, map(i, head)} for the i-th of them);
+   * the first answer gives the session its meta. */
+  fetchMaps(layers, format) {
     return api
-      .attention(this.body({ layers, format: "u8" }), { signal: this.controller.signal })
+      .attention(this.body({ layers, format }), { signal: this.controller.signal })
       .then((buffer) => {
         const decoded = decodeMaps(buffer);
         this.meta = this.meta || decoded.meta;
         return decoded;
       });
+  }
+
+  /** Exact maps of one layer: {meta, map(0, head)}, kept while they fit in EXACT_BYTES. */
+  layer(layer) {
+    const bytes = (this.meta?.num_heads ?? 12) * this.length ** 2 * 4;
+    return this.remember(this.exact, layer, bytes, () => this.fetchMaps([layer], "f32"));
+  }
+
+  /** Quantised maps of several layers in one answer, for thumbnails: {meta, map(i, head)} for
+   * the i-th of `layers`; not kept, the canvases hold the picture. */
+  coarseLayers(layers) {
+    return this.fetchMaps(layers, "u8");
   }
 
   /** A cached promise of `fetch()` under `key` in `store` (forgotten if it fails). */

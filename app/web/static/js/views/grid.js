@@ -128,6 +128,7 @@ async function fillIn(grid, key, session, canvases, shown, status) {
   for (let l = 0; l < layers; l += perGroup) {
     groups.push(Array.from({ length: Math.min(perGroup, layers - l) }, (_, i) => l + i));
   }
+  shown.size = Math.min(THUMB, n);
   let next = session.coarseLayers(groups[0]);
   let drawingSince = performance.now();
   for (let g = 0; g < groups.length; g++) {
@@ -142,7 +143,6 @@ async function fillIn(grid, key, session, canvases, shown, status) {
       if (grid.dataset.key !== key) return;
       for (let h = 0; h < heads; h++) {
         const pooled = drawThumbnail(canvases[l][h], maps.map(i, h), n);
-        shown.size = Math.min(THUMB, n);
         shown.maps[`${l},${h}`] = Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4);
       }
       if (performance.now() - drawingSince > FRAME_MS) {
