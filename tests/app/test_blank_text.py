@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, TypeAdapter, ValidationError
 
+from app.models.registry import MINILM_ID
 from app.schemas.common import NOT_BLANK
 from tests.support.whitespace import BLANKS, blank, every_char
 
@@ -39,3 +40,9 @@ def test_the_pattern_reads_as_text_in_the_schema(client):
     }
     assert NOT_BLANK in patterns
     assert all(p.isascii() and p.isprintable() for p in patterns), patterns
+
+
+def test_a_text_of_any_whitespace_is_refused_with_422(client):
+    for text in ("\u3000\u2028", "\x85\ufeff", "\x1c\xa0\u205f", "".join(BLANKS)):
+        answer = client.post("/api/attention", json={"model": MINILM_ID, "text": text})
+        assert answer.status_code == 422, (text, answer.text)
