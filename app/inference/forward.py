@@ -235,6 +235,11 @@ def tokenize_once(
 Progress = Callable[[int, int], None]
 """progress(layers done, layers in all), called as the forward pass enters each layer."""
 
+
+class _PassEnded(Exception):
+    """Raised from the last attention block's hook when nothing after it is wanted."""
+
+
 MapsSink = Callable[[int, Tensor], None]
 """sink(layer, maps (heads, seq, seq) float32 on the host): a layer's maps as the model computed
 them, offered as a pass with eager attention leaves each layer (see run_forward's keep_maps)."""
@@ -270,6 +275,12 @@ def run_forward(
     keep_maps: where maps are replayed and the pass runs eager attention (which computes every
     layer's maps anyway), each layer's maps are handed to it as the layer finishes, so a caller
     can keep the ones it wants (the forward cache's memo) instead of replaying them later.
+
+    A model without an LM head whose maps are replayed needs nothing the pass computes after
+    its last attention block (ends_after_attention): the pass stops there, skipping the last
+    layer's output projection, MLP and any pooler (12 % of MiniLM's pass). With eager attention
+    and keep_maps it stops after that block, whose maps are offered; else before it, and its
+    maps are replayed when asked for.
     """
     inputs, words = tokenize_once(loaded, text, text_pair)
     seq = int(inputs["input_ids"].shape[1])
@@ -278,6 +289,11 @@ def run_forward(
     # Hidden states are captured only where a replay can use them (a known family).
     modules = attention_modules(loaded.model, loaded.family) if loaded.family.replayable else []
     captured: list[Tensor | None] = [None] * len(modules)
+
+    one_layer = 4 * loaded.arch.num_heads * seq * seq
+    kernel = "sdpa" if replayed and one_layer > EAGER_LAYER_BYTES else "eager"
+    offers = keep_maps is not None and replayed and kernel == "eager"
+    last = len(modules) - 1 if ends_after_attention(loaded) else None
 
     def capture(index: int):
         def hook(_module, args, kwargs):
@@ -289,6 +305,8 @@ def run_forward(
             if progress is not None:
                 progress(index, len(modules))
             captured[index] = hidden_input(args, kwargs).detach().to("cpu", torch.float32)
+            if index == last and not offers:
+                raise _PassEnded
 
         return hook
 
@@ -297,23 +315,27 @@ def run_forward(
             weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if weights is not None:  # (1, H, T, T), the layer's softmax as the model used it
                 keep_maps(index, weights[0].detach().to("cpu", torch.float32))
+            if index == last:
+                raise _PassEnded
 
         return hook
 
-    one_layer = 4 * loaded.arch.num_heads * seq * seq
-    kernel = "sdpa" if replayed and one_layer > EAGER_LAYER_BYTES else "eager"
     with loaded.lock:  # hooks see every call on the module: one forward at a time per model
         handles = [
             m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in enumerate(modules)
         ]
-        if keep_maps is not None and replayed and kernel == "eager":
+        if offers:
             handles += [m.register_forward_hook(offer(i)) for i, m in enumerate(modules)]
         try:
             start = time.perf_counter()
             with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
-                output = loaded.model(
-                    **{k: v.to(device) for k, v in inputs.items()}, output_attentions=not replayed
-                )
+                try:
+                    output = loaded.model(
+                        **{k: v.to(device) for k, v in inputs.items()},
+                        output_attentions=not replayed,
+                    )
+                except _PassEnded:
+                    output = None  # every block's input is captured: nothing else is wanted
             seconds = time.perf_counter() - start
         finally:
             for handle in handles:
@@ -355,6 +377,12 @@ def run_forward(
         else None,
         memo_bytes=ForwardResult.memo_bytes_for(loaded.arch, len(ids)),
     )
+
+
+def ends_after_attention(loaded: LoadedModel) -> bool:
+    """Whether a pass over this model may stop at its last attention block: its maps are
+    replayed from the blocks' inputs and it has no LM head wanting the last hidden state."""
+    return loaded.maps_replayed and loaded.predictor is None and loaded.family.replayable
 
 
 def stack_to_host(layers: list[Tensor]) -> Tensor:

@@ -131,7 +131,10 @@ class AttentionResponse(BaseModel):
     heads: list[int]
     attentions: list[list[list[list[float]]]]
     cached: bool = Field(description="True when served from an earlier forward pass.")
-    forward_ms: float = Field(description="Duration of the model's forward pass.")
+    forward_ms: float = Field(
+        description="Duration of the model's forward pass (for a model without an LM head, up "
+        "to its last attention block: nothing after it is shown)."
+    )
 
 
 DETAIL_MATRICES = (

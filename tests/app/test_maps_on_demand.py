@@ -21,6 +21,7 @@ from tests.support.ndjson import checked_lines
 
 pytestmark = pytest.mark.slow
 FORWARD = "/api/attention/forward"
+TEXT = "The quick brown fox jumps over the lazy dog because it wants to play."
 
 
 def test_a_pass_keeps_hidden_states_not_maps(app):
@@ -65,6 +66,72 @@ def test_a_long_pass_runs_the_fused_kernel_and_replays_within_the_bound(app, mon
     for layer in range(layers):
         diff = (result.layer_maps(layer) - expected[layer]).abs().max()
         assert diff <= REPLAY_MAX_ABS_DIFF["float32"], (layer, diff)
+
+
+def _calls(modules: dict) -> tuple[dict[str, int], list]:
+    """({name: times called}, hook handles) for the named modules."""
+    counts = dict.fromkeys(modules, 0)
+
+    def counter(name):
+        def hook(*_):
+            counts[name] += 1
+
+        return hook
+
+    return counts, [m.register_forward_hook(counter(n)) for n, m in modules.items()]
+
+
+@pytest.mark.parametrize("offered", [False, True])
+def test_a_pass_over_a_model_without_a_head_ends_at_its_last_attention_block(app, offered):
+    """MiniLM has no LM head and its maps are replayed, so nothing after the last attention
+    block is wanted: that layer's output projection and MLP never run. Its maps
+    are offered to keep_maps (eager) or replayed later, equal either way to the model's own."""
+    loaded = app.state.manager.get(MINILM_ID)
+    assert forward.ends_after_attention(loaded)
+    last = loaded.model.encoder.layer[-1]
+    counts, handles = _calls(
+        {
+            "last attention": last.attention.self,
+            "last output projection": last.attention.output,
+            "last MLP": last.intermediate,
+            "MLP before it": loaded.model.encoder.layer[-2].intermediate,
+        }
+    )
+    kept = {}
+    try:
+        result = run_forward(
+            loaded, TEXT, keep_maps=(lambda i, maps: kept.update({i: maps})) if offered else None
+        )
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert counts == {
+        "last attention": 1 if offered else 0,
+        "last output projection": 0,
+        "last MLP": 0,
+        "MLP before it": 1,
+    }
+    layers = loaded.arch.num_layers
+    assert sorted(kept) == (list(range(layers)) if offered else [])
+    expected = direct_attentions(app, MINILM_ID, TEXT)
+    for layer in range(layers):
+        assert torch.equal(result.layer_maps(layer), expected[layer])
+        if offered:
+            assert torch.equal(kept[layer], expected[layer])
+
+
+def test_a_pass_over_a_model_with_a_head_runs_to_the_end(app):
+    """SmolLM2's predictions read the last hidden state, so its pass runs every layer whole."""
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    assert not forward.ends_after_attention(loaded)
+    counts, handles = _calls({"last MLP": loaded.model.layers[-1].mlp, "norm": loaded.model.norm})
+    try:
+        result = run_forward(loaded, TEXT)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert counts == {"last MLP": 1, "norm": 1}
+    assert result.last_hidden is not None
 
 
 def test_limits_the_models_list_states(client):
