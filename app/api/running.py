@@ -12,7 +12,7 @@ from typing import TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from app.compute import Lane, iterate_on_compute, run_on_compute
@@ -152,16 +152,33 @@ class ReservedStream(StreamingResponse):
             self.reservation.release()
 
 
+class ReservedAnswer(Response):
+    """An answer made whole on its compute lane (one piece), sent at once without a stream's
+    machinery; its in-flight reservation is released once it is sent or has failed."""
+
+    def __init__(
+        self, body: bytes, media_type: str, reservation: Reservation, headers: dict | None = None
+    ) -> None:
+        super().__init__(body, media_type=media_type, headers=headers)
+        self.reservation = reservation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.reservation.release()
+
+
 async def stream_maps(
     request: Request,
     build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]],
     lane_cost: LaneCost,
-) -> ReservedStream:
+) -> ReservedStream | ReservedAnswer:
     """Build a maps answer on a compute lane (sized and reserved there) with its first piece,
     then stream the rest: on the quick lane when its maps are all in memory already (encoding
     only), so its pieces never wait behind another request's forward pass. The build also looks
-    one piece ahead, so an answer of one piece needs no second trip, and a failure in the first
-    piece is still an error answer, not a broken stream."""
+    one piece ahead, so an answer of one piece is sent whole (no second trip, no stream), and a
+    failure in the first piece is still an error answer, not a broken stream."""
 
     def build_and_begin(should_stop: Callable[[], bool]):
         answer, reservation = build(should_stop)
@@ -177,19 +194,17 @@ async def stream_maps(
     headers = {}
     if answer.content_length is not None:
         headers["content-length"] = str(answer.content_length)
+    if len(ahead) < 2:  # the whole answer is made already
+        return ReservedAnswer(b"".join(ahead), answer.media_type, reservation, headers)
     lane = Lane.QUICK if answer.held else lane_cost[0]
-    body = _after(ahead, pieces, lane, done=len(ahead) < 2)
+    body = _after(ahead, pieces, lane)
     return ReservedStream(body, answer.media_type, reservation, headers)
 
 
-async def _after(
-    ahead: list[bytes], rest: Iterator[bytes], lane: Lane, done: bool
-) -> AsyncIterator[bytes]:
+async def _after(ahead: list[bytes], rest: Iterator[bytes], lane: Lane) -> AsyncIterator[bytes]:
     """The pieces made with the answer, then the rest, each made on `lane` when it is wanted."""
     for piece in ahead:
         yield piece
-    if done:
-        return
     async for piece in iterate_on_compute(rest, lane):
         yield piece
 

@@ -58,6 +58,31 @@ def test_binary_is_much_smaller_than_json_for_long_input(client):
     assert json_size > 5 * u8_size
 
 
+def test_every_answer_gives_back_its_reservation(client, app):
+    """A short answer is made whole on its lane and sent at once (its length stated); a long
+    one streams piece by piece. Either way the bytes it reserved are free once it is read."""
+    budget = app.state.answer_budget
+
+    def read(**body):  # uncompressed, so content-length counts the body's own bytes
+        response = client.post(
+            "/api/attention",
+            json={"model": MINILM_ID, **body},
+            headers={"accept-encoding": "identity"},
+        )
+        assert response.status_code == 200, response.text
+        return response
+
+    short = read(text="A short answer.", format="u8")
+    assert int(short.headers["content-length"]) == len(short.content)
+    assert budget.held_bytes == 0
+    long_text = " ".join(["streamed"] * 200)
+    streamed = read(text=long_text, format="f32")  # 6 x 12 x 202^2 weights: 11.8 MB
+    assert int(streamed.headers["content-length"]) == len(streamed.content) > 11_000_000
+    _, weights = decode_binary(streamed.content)
+    assert weights.shape == (6, 12, 202, 202)
+    assert budget.held_bytes == 0
+
+
 def test_layer_and_head_selection(client):
     body = post(client, layers=[5, 0], heads=[3]).json()
     full = post(client).json()
