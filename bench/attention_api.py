@@ -8,7 +8,8 @@ starts it, asked over HTTP on one keep-alive connection, uncompressed (`Accept-E
 identity`), the whole body read. Each request is on a new text (one never sent before), timed
 right after the bare pass on that same text, then sent again (the pass cached): every layer and
 head in u8, f32 and, where the JSON limit allows, JSON; and one layer of every head in f32 (the
-explorer's first request). Medians of N; each ratio is the median of the pairs' ratios.
+explorer's first request). Medians of N (3N where the pass is estimated under SHORT_PASS_SECONDS,
+whose timings scatter most); each ratio is the median of the pairs' ratios.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 import torch
 
 from app.config import Settings
-from app.inference.forward import tokenize
+from app.inference.forward import ForwardResult, tokenize
 from app.main import create_app
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import MAX_JSON_WEIGHTS
@@ -73,6 +74,10 @@ def forward_ms(loaded, text: str) -> tuple[float, int]:
     time.sleep(0.05)  # this process's OpenMP threads spin a while after a kernel: let them rest
     return elapsed, encoding["input_ids"].shape[1]
 
+
+SHORT_PASS_SECONDS = 0.05
+"""Passes estimated shorter than this (ForwardResult.seconds_for) are timed three times as often:
+a pass of a few milliseconds moves most with this machine's wake-ups (docs/performance.md)."""
 
 KINDS = ("u8", "f32", "layer", "json")  # every layer in each format; one f32 layer
 
@@ -132,9 +137,10 @@ def run(repeats: int) -> None:
         try:
             client = Client(server.base)
             print(
-                f"Medians of {repeats} (of 3x as many at 16 tokens); ms. 'new': a text the "
-                "server has not seen; 'x': the new answer over the bare forward pass on the "
-                "same text just before it; then the same request again (cached)."
+                f"Medians of {repeats} ({3 * repeats} where a pass takes under 50 ms); ms. "
+                "'new': a text the server has not seen; 'x': the new answer over the bare "
+                "forward pass on the same text just before it; then the same request again "
+                "(cached)."
             )
             print(
                 f"{'model':<8} {'tokens':>6} {'forward':>8} {'all layers, u8':>25} "
@@ -147,7 +153,8 @@ def run(repeats: int) -> None:
             for model_id, lengths in LENGTHS.items():
                 loaded = app.state.manager.get(model_id)
                 for n in lengths:
-                    values = measure(client, loaded, n, repeats * (3 if n <= 16 else 1))
+                    short = ForwardResult.seconds_for(loaded.arch, n) < SHORT_PASS_SECONDS
+                    values = measure(client, loaded, n, repeats * (3 if short else 1))
                     print(
                         f"{model_id.split('/')[-1][:8]:<8} {values['tokens']:>6.0f} "
                         f"{values['forward']:>8,.1f} {cell(values, 'u8')} {cell(values, 'f32')} "
