@@ -105,9 +105,14 @@ class AtlasClient:
         layers: list[int] | None = None,
         heads: list[int] | None = None,
         format: str = "f32",
+        cell: int = 1,
+        reduce: str = "max",
     ) -> Maps:
-        """Attention maps of `model` on `text` as float32 numpy arrays, from any format."""
-        return self._maps("/api/attention", model, text, text_pair, layers, heads, format)
+        """Attention maps of `model` on `text` as float32 numpy arrays, from any format. With
+        cell above 1, each cell x cell block of weights comes back as its max or mean (`reduce`):
+        weights then has ceil(seq / cell) values a side."""
+        pooling = {"cell": cell, "reduce": reduce} if cell != 1 else None
+        return self._maps("/api/attention", model, text, text_pair, layers, heads, format, pooling)
 
     def aggregate(
         self, model: str, text: str, kind: str = "rollout", *, layers: list[int] | None = None,

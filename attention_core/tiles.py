@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attention_core.tiled import tile_steps
@@ -157,6 +158,26 @@ def overview(
         c_stop - c_start, cell, q
     )
     return Overview(maximum=maximum, mean=total / counts, cell=cell, max_tile_elements=largest)
+
+
+def pool_weights(weights: Tensor, cell: int, reduce: str = "max") -> Tensor:
+    """Maps already in memory, (..., q_len, k_len), with each `cell` × `cell` block (counted
+    from the corner; the last ones may be short) reduced to its maximum or its mean:
+    (..., ceil(q_len / cell), ceil(k_len / cell)). What `overview` gives from q and k, for a
+    thumbnail of maps that are held anyway."""
+    if cell < 1:
+        raise ValueError(f"cell must be >= 1, got {cell}")
+    if reduce not in ("max", "mean"):
+        raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+    if cell == 1:
+        return weights
+    r, c = weights.shape[-2:]
+    planes = weights.reshape(-1, r, c)  # (planes, r, c): PyTorch's pooling kernels, no padding copy
+    if reduce == "max":
+        pooled = F.max_pool2d(planes, cell, cell, ceil_mode=True)
+    else:  # a short block's mean is over the weights it covers
+        pooled = F.avg_pool2d(planes, cell, cell, ceil_mode=True, count_include_pad=False)
+    return pooled.reshape(*weights.shape[:-2], *pooled.shape[-2:])
 
 
 def _pool(tile: Tensor, cell: int) -> tuple[Tensor, Tensor]:

@@ -14,6 +14,7 @@ from app.schemas.common import (
     PositiveScale,
     StrictModel,
     index_list,
+    json_int,
 )
 
 MAX_TEXT_CHARS = 32 * 1024 - 1
@@ -25,6 +26,10 @@ MAX_INDEX_LIST = 512
 MAX_JSON_WEIGHTS = 4_000_000  # about 50 MB of JSON; binary answers are bounded in bytes instead
 LayerList = index_list(MAX_INDEX_LIST, "Layer indices")
 HeadList = index_list(MAX_INDEX_LIST, "Head indices")
+
+MAX_CELL = 4096
+"""The largest cell × cell block a maps or tiles answer may reduce to one value."""
+BlockReduce = Literal["max", "mean"]
 
 MapsFormat = Literal["json", "f32", "f16", "u8", "safetensors", "npy"]
 """How maps answers are encoded: see AttentionRequest.format."""
@@ -108,6 +113,19 @@ class AttentionRequest(TextRequest):
         "safetensors: one float32 tensor 'attentions', exact, the other fields in its "
         "metadata. npy: numpy's .npy of the same float32 array, weights only.",
     )
+    cell: json_int(ge=1, le=MAX_CELL) = Field(
+        1,
+        description="1 (default): the weights themselves. Above 1, each map comes back as "
+        "ceil(tokens / cell) x ceil(tokens / cell) values, each the max or mean (`reduce`) of a "
+        "cell x cell block of weights counted from the top left (the last blocks may be short): "
+        "a thumbnail of a long text for a fraction of the bytes. The answer limits count these "
+        "values.",
+    )
+    reduce: BlockReduce = Field(
+        "max",
+        description="How a cell x cell block becomes one value: its largest weight (a sharp "
+        "head stays visible) or its mean (ignored when cell is 1).",
+    )
 
 
 class AttentionResponse(BaseModel):
@@ -129,6 +147,8 @@ class AttentionResponse(BaseModel):
     )
     layers: list[int]
     heads: list[int]
+    cell: int = Field(description="Each value covers cell x cell weights (1: the weights).")
+    reduce: BlockReduce = Field(description="How a block became one value (cell above 1).")
     attentions: list[list[list[list[float]]]]
     cached: bool = Field(description="True when served from an earlier forward pass.")
     forward_ms: float = Field(

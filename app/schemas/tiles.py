@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.attention import EXAMPLE_TEXT, HeadList, TextRequest
+from app.schemas.attention import EXAMPLE_TEXT, MAX_CELL, BlockReduce, HeadList, TextRequest
 from app.schemas.common import Index, json_int
 
 MAX_TILE_CELLS = 1_048_576
 """Cells one answer may hold, over all its heads (1024 x 1024 for one head)."""
-MAX_CELL = 4096
 
 
 class TilesRequest(TextRequest):
@@ -54,7 +51,7 @@ class TilesRequest(TextRequest):
     cell: json_int(ge=1, le=MAX_CELL) = Field(
         1, description="Each answered value covers cell x cell weights (1: the weights themselves)."
     )
-    reduce: Literal["max", "mean"] = Field(
+    reduce: BlockReduce = Field(
         "max", description="How a cell x cell block becomes one value (ignored when cell is 1)."
     )
 
@@ -67,7 +64,7 @@ class TilesResponse(BaseModel):
     rows: list[int] = Field(description="[start, stop) answered")
     cols: list[int] = Field(description="[start, stop) answered")
     cell: int
-    reduce: Literal["max", "mean"]
+    reduce: BlockReduce
     row_tokens: list[str] = Field(description="cell 1: each row's token; else each block's first")
     col_tokens: list[str]
     values: list[list[list[float]]] = Field(

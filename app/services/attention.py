@@ -38,6 +38,7 @@ from app.serialize import (
     to_lists,
 )
 from attention_core import causal_mask, masked_softmax, replay_layer, value_weighted_norms
+from attention_core.tiles import pool_weights
 from attention_core.trace import resolve_scale
 
 ShouldStop = Callable[[], bool] | None
@@ -143,10 +144,14 @@ def check_layer_head(loaded: LoadedModel, layer: int, head: int) -> None:
     indices([head], loaded.arch.num_heads, "head")
 
 
-def check_answer_size(fmt: str, layers: int, heads: int, seq: int, max_answer_bytes: int) -> None:
-    """Refuse an answer over its limit, from the request alone, saying how to ask for less."""
-    weights = layers * heads * seq * seq
-    per_layer = heads * seq * seq
+def check_answer_size(
+    fmt: str, layers: int, heads: int, seq: int, max_answer_bytes: int, side: int | None = None
+) -> None:
+    """Refuse an answer over its limit, from the request alone, saying how to ask for less.
+    side: the values a map has along each side (seq; fewer where blocks are pooled)."""
+    side = seq if side is None else side
+    weights = layers * heads * side * side
+    per_layer = heads * side * side
     if fmt == "json":
         if weights <= MAX_JSON_WEIGHTS:
             return
@@ -155,7 +160,7 @@ def check_answer_size(fmt: str, layers: int, heads: int, seq: int, max_answer_by
             f"as JSON this answer would hold {weights:,} weights (about "
             f"{answer_bytes_bound(fmt, weights, seq) // 2**20} MB); the JSON limit is "
             f"{MAX_JSON_WEIGHTS:,}. Ask for fewer layers or heads ({_fit_hint(fit)} at this "
-            "length), or use format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
+            "length), a larger cell, or format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
         )
     size = answer_bytes_bound(fmt, weights, seq)
     if size <= max_answer_bytes:
@@ -167,7 +172,7 @@ def check_answer_size(fmt: str, layers: int, heads: int, seq: int, max_answer_by
     raise InvalidInput(
         f"this answer would be {size / 2**20:,.1f} MB in format '{fmt}'; one answer may be at "
         f"most {max_answer_bytes / 2**20:,.0f} MB. Ask for fewer layers or heads "
-        f"({_fit_hint(fit)} at this length){smaller}."
+        f"({_fit_hint(fit)} at this length), a larger cell{smaller}."
     )
 
 
@@ -201,7 +206,13 @@ def _fit_hint(layers: int) -> str:
 
 
 def maps_meta(
-    loaded: LoadedModel, result: ForwardResult, cached: bool, layers: list[int], heads: list[int]
+    loaded: LoadedModel,
+    result: ForwardResult,
+    cached: bool,
+    layers: list[int],
+    heads: list[int],
+    cell: int = 1,
+    reduce: str = "max",
 ) -> dict:
     """The fields of a maps answer besides the maps themselves."""
     return {
@@ -218,6 +229,8 @@ def maps_meta(
         "predicts": predicts_of(loaded),
         "layers": layers,
         "heads": heads,
+        "cell": cell,
+        "reduce": reduce,
         "cached": cached,
         "forward_ms": round(result.forward_seconds * 1000, 3),
     }
@@ -241,8 +254,9 @@ def attention_maps(
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     heads = indices(req.heads, loaded.arch.num_heads, "heads")
     seq = count_tokens(loaded, req.text, req.text_pair)
-    check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes)
-    check_layer_bytes(len(heads), seq)
+    side = math.ceil(seq / req.cell)  # values along each side of an answered map
+    check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes, side)
+    check_layer_bytes(len(heads), seq)  # a layer's whole maps are computed before pooling
     # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time.
     working = budget.reserve(answer_key("answer"), 4 * len(heads) * seq * seq)
     key = (loaded.id, req.text, req.text_pair)
@@ -271,6 +285,11 @@ def attention_maps(
     chosen = None if heads == list(range(loaded.arch.num_heads)) else heads
 
     def layer_maps(i: int) -> torch.Tensor:
+        """(h, side, side): the layer's maps (whole_layer_maps), each cell x cell block reduced
+        to one value where the request pools them."""
+        return pool_weights(whole_layer_maps(i), req.cell, req.reduce)
+
+    def whole_layer_maps(i: int) -> torch.Tensor:
         """(h, T, T): a view of kept maps, the memo (the pass's own maps, or a replay), or a
         new replay (of every head, memoised, or of the heads asked for only)."""
         if result.stored_maps is not None:
@@ -283,11 +302,12 @@ def attention_maps(
             return maps
         return maps if chosen is None else maps[chosen]
 
-    meta = maps_meta(loaded, result, cached, layers, heads)
+    meta = maps_meta(loaded, result, cached, layers, heads, req.cell, req.reduce)
     held = result.stored_maps is not None or all(
         cache.replayed_layer(key, layer) is not None for layer in layers
     )
-    answer = MapsAnswer(meta, req.format, (len(layers), len(heads), seq, seq), layer_maps, held)
+    shape = (len(layers), len(heads), side, side)
+    answer = MapsAnswer(meta, req.format, shape, layer_maps, held)
     return answer, reservation
 
 

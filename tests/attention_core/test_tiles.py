@@ -7,6 +7,7 @@ import torch
 from attention_core import causal_mask, masked_softmax
 from attention_core.tiles import (
     overview,
+    pool_weights,
     row_logsumexp,
     row_weights,
     weight_tile,
@@ -70,6 +71,28 @@ def test_a_cell_below_one_is_refused():
     q = torch.randn(1, 4, 2)
     with pytest.raises(ValueError, match="cell must be >= 1"):
         overview(q, q, torch.zeros(1, 4), 0, causal=False, factor=1.0)
+    with pytest.raises(ValueError, match="cell must be >= 1"):
+        pool_weights(q, 0)
+    with pytest.raises(ValueError, match="reduce must be"):
+        pool_weights(q, 2, "median")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(("length", "cell"), [(37, 4), (100, 7), (12, 12), (5, 9), (9, 1)])
+def test_pooled_maps_are_the_overview_of_the_same_weights(causal, length, cell):
+    """Held maps pooled block by block: each block's max and mean, the short last blocks too,
+    equal to the reference and to the overview computed from q and k."""
+    g = torch.Generator().manual_seed(length * cell)
+    q = torch.randn(2, length, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, length, 8, generator=g, dtype=torch.float64)
+    full = full_weights(q, k, causal, 0.5)
+    want_max, want_mean = block_pool(full, cell)
+    assert torch.equal(pool_weights(full, cell, "max"), want_max)
+    torch.testing.assert_close(pool_weights(full, cell, "mean"), want_mean, rtol=0, atol=1e-15)
+    view = overview(q, k, row_logsumexp(q, k, causal=causal, factor=0.5), cell, causal=causal,
+                    factor=0.5)  # fmt: skip
+    torch.testing.assert_close(pool_weights(full, cell, "max"), view.maximum, rtol=0, atol=1e-12)
+    torch.testing.assert_close(pool_weights(full, cell, "mean"), view.mean, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("causal", [True, False])

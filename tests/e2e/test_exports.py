@@ -3,9 +3,10 @@
 import json
 
 import pytest
+import requests
 
 from tests.e2e.helpers import wait_js
-from tests.e2e.pages import open_view
+from tests.e2e.pages import MINILM, open_view
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -64,6 +65,40 @@ def test_the_grid_exports_a_png_and_the_values_it_shows(page, live_server):
     _, body = export(page, "json")
     data = json.loads(body)
     assert len(data["maps"]) == 72 and len(data["maps"]["0,0"]) == data["size"] ** 2
+
+
+def test_the_grid_of_a_long_text_shows_the_servers_block_maxima(page, live_server):
+    """Over 112 tokens the grid asks for each 10 x 10 block's largest weight (u8), not the
+    whole maps: its thumbnails and its export are those blocks, as the API pools them."""
+    text = " ".join(["attention"] * 505) + " ends here."  # 510 MiniLM tokens
+    asked = []
+    page.on(
+        "request",
+        lambda r: (
+            asked.append(r.post_data_json)
+            if r.method == "POST" and r.url.endswith("/api/attention")
+            else None
+        ),
+    )
+    open_view(page, live_server, "explorer:grid", text=text)
+    _, body = export(page, "json")
+    data = json.loads(body)
+    n = len(data["tokens"])
+    assert n == 510 and data["cell"] == 10 and data["size"] == 51
+    thumbnails = [b for b in asked if b.get("cell")]
+    assert thumbnails and all(b["cell"] == 10 and b["format"] == "u8" for b in thumbnails)
+    assert sorted(layer for b in thumbnails for layer in b["layers"]) == list(range(6))
+    widths = page.evaluate("[...document.querySelectorAll('#grid canvas')].map((c) => c.width)")
+    assert len(widths) == 72 and set(widths) == {51}
+    pooled = requests.post(
+        f"{live_server}/api/attention",
+        json={"model": MINILM, "text": text, "layers": [3], "heads": [5], "cell": 10},
+        timeout=60,
+    ).json()["attentions"][0][0]
+    shown = data["maps"]["3,5"]  # rounded to 4 decimals from u8
+    flat = [value for row in pooled for value in row]
+    assert len(shown) == len(flat) == 51 * 51
+    assert max(abs(a - b) for a, b in zip(shown, flat, strict=True)) <= 1 / 510 + 1e-4
 
 
 def test_a_small_heatmap_exports_vector_cells(page, live_server):

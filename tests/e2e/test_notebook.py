@@ -45,6 +45,10 @@ def test_client_reads_every_format_as_the_same_numpy_maps(live_server):
         maps = atlas.attention(MINILM_ID, "Every format, one answer.", format=fmt)
         assert maps.weights.dtype == np.float32
         assert np.abs(maps.weights - exact.weights).max() <= maps.error_bound, fmt
+    pooled = atlas.attention(MINILM_ID, "Every format, one answer.", format="f32", cell=3)
+    n = len(exact.tokens)
+    assert pooled.weights.shape == (6, 12, -(-n // 3), -(-n // 3))
+    assert pooled.weights[..., 0, 0].tolist() == exact.weights[..., :3, :3].max((-2, -1)).tolist()
     rollout = atlas.aggregate(MINILM_ID, "Every format, one answer.", layers=[5])
     assert np.allclose(rollout.weights.sum(-1), 1, atol=1e-5)
     with pytest.raises(AtlasError) as refused:

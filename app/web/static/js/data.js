@@ -66,9 +66,9 @@ export class AttentionSession {
 
   /** The decoded answer for `layers` in `format` ({meta, map(i, head)} for the i-th of them);
    * the first answer gives the session its meta. */
-  fetchMaps(layers, format) {
+  fetchMaps(layers, format, extra = {}) {
     return api
-      .attention(this.body({ layers, format }), { signal: this.controller.signal })
+      .attention(this.body({ layers, format, ...extra }), { signal: this.controller.signal })
       .then((buffer) => {
         const decoded = decodeMaps(buffer);
         this.meta = this.meta || decoded.meta;
@@ -82,10 +82,15 @@ export class AttentionSession {
     return this.remember(this.exact, layer, bytes, () => this.fetchMaps([layer], "f32"));
   }
 
-  /** Quantised maps of several layers in one answer, for thumbnails: {meta, map(i, head)} for
-   * the i-th of `layers`; not kept, the canvases hold the picture. */
-  coarseLayers(layers) {
-    return this.fetchMaps(layers, "u8");
+  /** Quantised maps of several layers in one answer, for thumbnails: {side, map(i, head)} for
+   * the i-th of `layers`, each map side x side. With cell above 1 the server sends each
+   * cell x cell block's largest weight (side = ceil(tokens / cell)); not kept, the canvases
+   * hold the picture. */
+  coarseLayers(layers, cell = 1) {
+    return this.fetchMaps(layers, "u8", cell > 1 ? { cell, reduce: "max" } : {}).then((decoded) => ({
+      side: decoded.meta.shape[3],
+      map: decoded.map,
+    }));
   }
 
   /** A cached promise of `fetch()` under `key` in `store` (forgotten if it fails). */

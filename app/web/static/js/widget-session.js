@@ -27,24 +27,29 @@ export class WidgetSession {
 
   /** One layer's maps, shaped like decodeMaps' answer: {meta, map(0, head)}. */
   layer(layer) {
-    return this.coarseLayers([layer]);
+    return Promise.resolve(this.layersHeld([layer]));
   }
 
-  /** Several layers' maps, shaped like decodeMaps' answer: {meta, map(i, head)} for the i-th
-   * of `layers` (exact: the widget holds them as float32). */
+  /** Several layers' maps for thumbnails, as AttentionSession.coarseLayers gives them:
+   * {side, map(i, head)}, here always whole (the widget holds them exactly; the grid pools). */
   coarseLayers(layers) {
+    return Promise.resolve({ side: this.meta.tokens.length, ...this.layersHeld(layers) });
+  }
+
+  /** {meta, map(i, head)} for the i-th of `layers`, views of the float32 maps held. */
+  layersHeld(layers) {
     const { num_heads: heads } = this.meta;
     const rows = (this.meta.query_tokens || this.meta.tokens).length;
     const cols = this.meta.tokens.length;
     const size = rows * cols;
     const values = this.values;
-    return Promise.resolve({
+    return {
       meta: this.meta,
       map(i, head) {
         const offset = (layers[i] * heads + head) * size;
         return values.subarray(offset, offset + size);
       },
-    });
+    };
   }
 
   /** One head in depth, replayed by the Python kernel (the detail API's answer). */

@@ -2,6 +2,7 @@
 
 import { VIRIDIS_LUT } from "../colors.js";
 import { el as make } from "../dom.js";
+import { nextTask } from "./plot.js";
 
 const THUMB = 56; // pixels a side, at most
 const GROUP_BYTES = 2 ** 20; // u8 weights asked for at a time (one layer at least)
@@ -116,37 +117,47 @@ export async function render({ session, state, parts, info, open }) {
   return gridExport(grid, shown);
 }
 
+/** The block a text's thumbnails are pooled in on the server: 1 (whole maps, pooled here) up to
+ * twice THUMB tokens; above, ceil(n / THUMB), so each map comes at most THUMB values a side (a
+ * 512-token layer of 9 heads: 23 KB instead of 2.4 MB). */
+export function thumbnailCell(n) {
+  return n > 2 * THUMB ? Math.ceil(n / THUMB) : 1;
+}
+
 /** Draws every layer's thumbnails while the rest of the page stays live: the layers' u8 maps
- * come GROUP_BYTES at a time (all of a short text's in one answer), the next group fetched while
- * one is drawn, and the grid yields to the page after FRAME_MS of drawing. */
+ * (block maxima for a long text: thumbnailCell) come GROUP_BYTES at a time (all of a short
+ * text's in one answer), the next group fetched while one is drawn, and the grid yields to the
+ * page after FRAME_MS of drawing. */
 async function fillIn(grid, key, session, canvases, shown, status) {
   const layers = canvases.length;
   const heads = canvases[0].length;
   const n = session.meta.tokens.length;
-  const perGroup = Math.max(1, Math.floor(GROUP_BYTES / (heads * n * n)));
+  const cell = thumbnailCell(n);
+  const side = Math.ceil(n / cell);
+  const perGroup = Math.max(1, Math.floor(GROUP_BYTES / (heads * side * side)));
   const groups = [];
   for (let l = 0; l < layers; l += perGroup) {
     groups.push(Array.from({ length: Math.min(perGroup, layers - l) }, (_, i) => l + i));
   }
-  shown.size = Math.min(THUMB, n);
-  let next = session.coarseLayers(groups[0]);
+  shown.size = Math.min(THUMB, side);
+  shown.cell = cell;
+  let next = session.coarseLayers(groups[0], cell);
   let drawingSince = performance.now();
   for (let g = 0; g < groups.length; g++) {
     if (grid.dataset.key !== key) return; // a newer sentence replaced this grid
     status.textContent = `Loading layer ${groups[g][0] + 1} of ${layers}…`;
     const maps = await next;
     if (g + 1 < groups.length) {
-      next = session.coarseLayers(groups[g + 1]);
+      next = session.coarseLayers(groups[g + 1], cell);
       next.catch(() => {}); // awaited next round; a grid left behind drops it quietly
     }
     for (const [i, l] of groups[g].entries()) {
       if (grid.dataset.key !== key) return;
       for (let h = 0; h < heads; h++) {
-        const pooled = drawThumbnail(canvases[l][h], maps.map(i, h), n);
-        shown.maps[`${l},${h}`] = Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4);
+        shown.maps[`${l},${h}`] = drawThumbnail(canvases[l][h], maps.map(i, h), maps.side);
       }
       if (performance.now() - drawingSince > FRAME_MS) {
-        await new Promise((resolve) => requestAnimationFrame(resolve)); // let the page breathe
+        await nextTask(); // let the page paint and answer input
         drawingSince = performance.now();
       }
     }
@@ -161,8 +172,11 @@ function gridExport(grid, shown) {
     element: grid,
     get payload() {
       return {
-      what: "the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major; brightness in the picture is sqrt(weight)",
-      tokens: shown.tokens, layers: shown.layers, heads: shown.heads, size: shown.size, maps: shown.maps,
+      what: "the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major (over 112 tokens, each cell the largest weight of a cell x cell block of tokens counted from the top left, the last blocks short); brightness in the picture is sqrt(weight)",
+      tokens: shown.tokens, layers: shown.layers, heads: shown.heads, size: shown.size, cell: shown.cell,
+      maps: Object.fromEntries(
+        Object.entries(shown.maps).map(([at, pooled]) => [at, Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4)]),
+      ),
       };
     },
     toPng: () => gridPng(grid),

@@ -1,0 +1,87 @@
+"""Maps pooled on the server (POST /api/attention with `cell`): each cell x cell block of a
+model's own weights as its max or mean, in every format, sized by the values it answers."""
+
+import math
+
+import pytest
+import torch
+
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+from app.serialize import U8_ERROR_BOUND, decode_binary
+from bench.compression import prose
+from tests.app.test_attention_fidelity import direct_attentions
+from tests.support.pooling import block_pool
+
+pytestmark = pytest.mark.slow
+
+
+def ask(client, **body):
+    response = client.post("/api/attention", json=body)
+    assert response.status_code == 200, response.text
+    return response
+
+
+@pytest.mark.parametrize("model_id", [MINILM_ID, SMOLLM2_ID])
+@pytest.mark.parametrize("reduce", ["max", "mean"])
+def test_pooled_maps_are_the_blocks_of_the_models_own_weights(client, app, model_id, reduce):
+    loaded = app.state.manager.get(model_id)
+    text = prose(loaded.tokenizer, 101)
+    expected = direct_attentions(app, model_id, text)  # (L, H, T, T)
+    seq = expected.shape[-1]
+    cell = 7
+    side = math.ceil(seq / cell)
+    want_max, want_mean = block_pool(expected, cell)
+    want = want_max if reduce == "max" else want_mean
+    body = {"model": model_id, "text": text, "cell": cell, "reduce": reduce}
+    answer = ask(client, **body, layers=[0, 2]).json()
+    assert (answer["cell"], answer["reduce"], len(answer["tokens"])) == (cell, reduce, seq)
+    got = torch.tensor(answer["attentions"])
+    assert got.shape == (2, loaded.arch.num_heads, side, side)
+    torch.testing.assert_close(got, want[[0, 2]], rtol=0, atol=1e-7)  # summed in another order
+    meta, f32 = decode_binary(ask(client, **body, format="f32").content)
+    assert meta["shape"] == [loaded.arch.num_layers, loaded.arch.num_heads, side, side]
+    assert (meta["cell"], meta["reduce"]) == (cell, reduce)
+    torch.testing.assert_close(f32, want, rtol=0, atol=1e-7)
+    _, u8 = decode_binary(ask(client, **body, format="u8").content)
+    assert (u8 - want).abs().max() <= U8_ERROR_BOUND + 1e-7
+
+
+def test_cell_one_is_the_weights_themselves(client):
+    plain, maps = decode_binary(
+        ask(client, model=MINILM_ID, text="Pooling of one.", format="f32").content
+    )
+    one, same = decode_binary(
+        ask(client, model=MINILM_ID, text="Pooling of one.", format="f32", cell=1).content
+    )
+    assert torch.equal(maps, same) and maps.shape[-1] == len(plain["tokens"])
+    assert (plain["cell"], plain["reduce"]) == (one["cell"], one["reduce"]) == (1, "max")
+
+
+def test_a_pooled_answer_is_sized_by_the_values_it_holds(client, app):
+    """Every layer of a 510-token SmolLM2 text is 70 million weights: over the JSON limit and,
+    as f32, over the answer's bytes; at cell 10 it is 30 x 9 x 51 x 51 values, and fits."""
+    loaded = app.state.manager.get(SMOLLM2_ID)
+    text = prose(loaded.tokenizer, 510)
+    whole = client.post("/api/attention", json={"model": SMOLLM2_ID, "text": text})
+    assert whole.status_code == 422
+    assert "a larger cell" in whole.json()["detail"]
+    response = client.post(
+        "/api/attention",
+        json={"model": SMOLLM2_ID, "text": text, "cell": 10, "format": "u8"},
+        headers={"accept-encoding": "identity"},
+    )
+    assert response.status_code == 200, response.text
+    meta, maps = decode_binary(response.content)
+    side = math.ceil(len(meta["tokens"]) / 10)
+    assert maps.shape == (30, 9, side, side)
+    assert len(response.content) < 30 * 9 * side * side + 50_000  # not 70 MB
+    causal = torch.ones(side, side).triu(1).bool()
+    assert (maps[..., causal] == 0).all()  # blocks wholly in the future stay 0
+
+
+@pytest.mark.parametrize("cell", [0, -1, 4097, 1.5, "2", True])
+def test_a_cell_outside_the_schema_is_refused(client, cell):
+    response = client.post(
+        "/api/attention", json={"model": MINILM_ID, "text": "Cells.", "cell": cell}
+    )
+    assert response.status_code == 422, response.text
