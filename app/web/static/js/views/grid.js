@@ -64,7 +64,7 @@ export async function render({ session, state, parts, info, open }) {
       : "";
   // Header row: head numbers, and the key/value group for GQA models.
   const header = make("div", { attrs: { role: "row" }, className: "grid-row" }, [
-    make("div", { attrs: { role: "columnheader" }, className: "grid-label", text: "" }),
+    make("div", { attrs: { role: "columnheader" }, className: "grid-label", text: "layer" }),
   ]);
   for (let h = 0; h < heads; h++) {
     const label = kvHeads < heads ? `h${h} · kv${Math.floor(h / perGroup)}` : `h${h}`;
