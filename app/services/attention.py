@@ -148,7 +148,9 @@ def check_answer_size(
     fmt: str, layers: int, heads: int, seq: int, max_answer_bytes: int, side: int | None = None
 ) -> None:
     """Refuse an answer over its limit, from the request alone, saying how to ask for less.
-    side: the values a map has along each side (seq; fewer where blocks are pooled)."""
+    side: the values a map has along each side where the route pools blocks (`cell`); None
+    where it cannot (seq values a side)."""
+    larger_cell = "" if side is None else ", a larger cell"
     side = seq if side is None else side
     weights = layers * heads * side * side
     per_layer = heads * side * side
@@ -160,7 +162,7 @@ def check_answer_size(
             f"as JSON this answer would hold {weights:,} weights (about "
             f"{answer_bytes_bound(fmt, weights, seq) // 2**20} MB); the JSON limit is "
             f"{MAX_JSON_WEIGHTS:,}. Ask for fewer layers or heads ({_fit_hint(fit)} at this "
-            "length), a larger cell, or format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
+            f"length){larger_cell}, or use format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
         )
     size = answer_bytes_bound(fmt, weights, seq)
     if size <= max_answer_bytes:
@@ -172,7 +174,7 @@ def check_answer_size(
     raise InvalidInput(
         f"this answer would be {size / 2**20:,.1f} MB in format '{fmt}'; one answer may be at "
         f"most {max_answer_bytes / 2**20:,.0f} MB. Ask for fewer layers or heads "
-        f"({_fit_hint(fit)} at this length), a larger cell{smaller}."
+        f"({_fit_hint(fit)} at this length){larger_cell}{smaller}."
     )
 
 

@@ -65,6 +65,10 @@ def test_a_pooled_answer_is_sized_by_the_values_it_holds(client, app):
     whole = client.post("/api/attention", json={"model": SMOLLM2_ID, "text": text})
     assert whole.status_code == 422
     assert "a larger cell" in whole.json()["detail"]
+    rollout = client.post(  # a route that cannot pool says nothing of cells
+        "/api/attention/aggregate", json={"model": SMOLLM2_ID, "text": text, "kind": "average"}
+    )
+    assert rollout.status_code == 422 and "cell" not in rollout.json()["detail"]
     response = client.post(
         "/api/attention",
         json={"model": SMOLLM2_ID, "text": text, "cell": 10, "format": "u8"},
