@@ -73,9 +73,10 @@ def float32_json(t: Tensor) -> str:
 #   reserved  uint16    0
 #   meta_len  uint32    length of the metadata in bytes
 #   metadata  meta_len bytes of UTF-8 JSON: the JSON response without "attentions", plus
-#             "shape" [layers, heads, seq, seq], "dtype", "error_bound" and "decode"
+#             "shape" [layers, heads, rows, cols], "dtype", "error_bound" and "decode" (rows =
+#             cols = seq, or ceil(seq / cell) where the request pools blocks)
 #   padding   zero bytes so that the data starts at a multiple of 8
-#   data      layers*heads*seq*seq values in C order [layer][head][query][key]
+#   data      layers*heads*rows*cols values in C order [layer][head][query][key]
 # float32: IEEE single, exact.
 # float16: IEEE half, |decoded - exact| <= 2^-12 for weights in [0, 1].
 # uint8:   w ≈ q / 255 with q = round(w * 255), |decoded - exact| <= 1/510.
@@ -93,7 +94,7 @@ BINARY_FORMATS = {
 BINARY_MEDIA_TYPE = "application/vnd.attention-atlas.maps"
 
 # Standard containers, float32 and exact, readable with no decoder of ours:
-# safetensors: one tensor "attentions" [layers, heads, seq, seq]; the header's __metadata__ holds
+# safetensors: one tensor "attentions" of that shape; the header's __metadata__ holds
 #              {"atlas": the JSON answer without "attentions"} (safetensors metadata is str -> str).
 # npy:         numpy's .npy (format 1.0) of the same array, weights only (the tokens come from a
 #              JSON or safetensors answer for the same text).

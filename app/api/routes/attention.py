@@ -76,7 +76,8 @@ All integers little-endian:
 | 2 | reserved = 0 |
 | 4 | `meta_len` |
 | `meta_len` | UTF-8 JSON: the JSON fields except `attentions`, plus `shape`, `dtype`, |
-|  | `error_bound` and `decode`; `shape` is [layers, heads, seq, seq] |
+|  | `error_bound` and `decode`; `shape` is [layers, heads, side, side], side = |
+|  | ceil(seq / `cell`) (seq when `cell` is 1) |
 | 0–7 | zero padding so the data starts at a multiple of 8 |
 | rest | the weights, C order `[layer][head][query][key]` |
 
@@ -85,7 +86,7 @@ uint8: `w = q / 255`, |error| ≤ 1/510.
 
 **Standard formats**, float32 and exact, for clients with no decoder of ours:
 `safetensors` (`application/vnd.safetensors`) holds one tensor `attentions`
-[layers, heads, seq, seq] and the other JSON fields as a JSON string in the header's
+of that shape and the other JSON fields as a JSON string in the header's
 `__metadata__["atlas"]` (read it with `safetensors.numpy.load` or the JavaScript readers);
 `npy` (`application/x-npy`) is `numpy.load`'s format, the weights only.
 
