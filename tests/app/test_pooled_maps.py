@@ -1,10 +1,14 @@
 """Maps pooled on the server (POST /api/attention with `cell`): each cell x cell block of a
 model's own weights as its max or mean, in every format, sized by the values it answers."""
 
+import io
+import json
 import math
 
+import numpy as np
 import pytest
 import torch
+from safetensors.numpy import load
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.serialize import U8_ERROR_BOUND, decode_binary
@@ -44,6 +48,20 @@ def test_pooled_maps_are_the_blocks_of_the_models_own_weights(client, app, model
     torch.testing.assert_close(f32, want, rtol=0, atol=1e-7)
     _, u8 = decode_binary(ask(client, **body, format="u8").content)
     assert (u8 - want).abs().max() <= U8_ERROR_BOUND + 1e-7
+
+
+def test_standard_formats_carry_pooled_maps_and_say_so(client):
+    body = {"model": MINILM_ID, "text": "Standard formats, pooled in threes.", "cell": 3}
+    exact = ask(client, **body).json()
+    side = math.ceil(len(exact["tokens"]) / 3)
+    stored = ask(client, **body, format="safetensors").content
+    maps = load(stored)["attentions"]
+    assert maps.shape == (6, 12, side, side)
+    assert np.array_equal(maps, np.array(exact["attentions"], dtype=np.float32))
+    header = json.loads(stored[8 : 8 + int.from_bytes(stored[:8], "little")])
+    assert json.loads(header["__metadata__"]["atlas"])["cell"] == 3
+    npy = np.load(io.BytesIO(ask(client, **body, format="npy").content))
+    assert np.array_equal(npy, maps)
 
 
 def test_cell_one_is_the_weights_themselves(client):
