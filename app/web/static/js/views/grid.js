@@ -119,8 +119,8 @@ export async function render({ session, state, parts, info, open }) {
 
 /** The block a text's thumbnails are pooled in on the server: 1 (whole maps, pooled here) up to
  * twice THUMB tokens; above, ceil(n / THUMB), so each map comes at most THUMB values a side (a
- * 512-token layer of 9 heads: 23 KB instead of 2.4 MB). */
-export function thumbnailCell(n) {
+ * 512-token layer of 9 heads: 24 KB instead of 2.4 MB). */
+function thumbnailCell(n) {
   return n > 2 * THUMB ? Math.ceil(n / THUMB) : 1;
 }
 
