@@ -130,19 +130,14 @@ async def answer_from_pass(
     )
 
 
-class ReservedStream(StreamingResponse):
-    """An answer streamed piece by piece (pieces computed on a compute lane as they are
-    about to be sent: see iterate_on_compute); its in-flight reservation is released when the
-    stream ends for any reason (sent, client gone, reader stalled)."""
+class _Reserved:
+    """What both answers below share: built with an in-flight reservation, which is released
+    when the answer ends for any reason (sent, failed, client gone, reader stalled)."""
 
     def __init__(
-        self,
-        body: AsyncIterator[bytes],
-        media_type: str,
-        reservation: Reservation,
-        headers: dict | None = None,
+        self, content, media_type: str, reservation: Reservation, headers: dict | None = None
     ) -> None:
-        super().__init__(body, media_type=media_type, headers=headers)
+        super().__init__(content, media_type=media_type, headers=headers)
         self.reservation = reservation
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -152,21 +147,14 @@ class ReservedStream(StreamingResponse):
             self.reservation.release()
 
 
-class ReservedAnswer(Response):
-    """An answer made whole on its compute lane (one piece), sent at once without a stream's
-    machinery; its in-flight reservation is released once it is sent or has failed."""
+class ReservedStream(_Reserved, StreamingResponse):
+    """An answer streamed piece by piece from an async iterator of bytes (pieces computed on a
+    compute lane as they are about to be sent: see iterate_on_compute)."""
 
-    def __init__(
-        self, body: bytes, media_type: str, reservation: Reservation, headers: dict | None = None
-    ) -> None:
-        super().__init__(body, media_type=media_type, headers=headers)
-        self.reservation = reservation
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self.reservation.release()
+class ReservedAnswer(_Reserved, Response):
+    """An answer made whole on its compute lane (one piece, bytes), sent at once without a
+    stream's machinery."""
 
 
 async def stream_maps(
