@@ -82,13 +82,14 @@ export class AttentionSession {
     return this.remember(this.exact, layer, bytes, () => this.fetchMaps([layer], "f32"));
   }
 
-  /** Quantised maps of several layers in one answer, for thumbnails: {side, map(i, head)} for
-   * the i-th of `layers`, each map side x side. With cell above 1 the server sends each
+  /** Quantised maps of several layers in one answer, for thumbnails: {side, cell, map(i, head)}
+   * for the i-th of `layers`, each map side x side. With cell above 1 the server sends each
    * cell x cell block's largest weight (side = ceil(tokens / cell)); not kept, the canvases
    * hold the picture. */
   coarseLayers(layers, cell = 1) {
     return this.fetchMaps(layers, "u8", cell > 1 ? { cell, reduce: "max" } : {}).then((decoded) => ({
       side: decoded.meta.shape[3],
+      cell: decoded.meta.cell,
       map: decoded.map,
     }));
   }

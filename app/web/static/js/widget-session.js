@@ -31,9 +31,10 @@ export class WidgetSession {
   }
 
   /** Several layers' maps for thumbnails, as AttentionSession.coarseLayers gives them:
-   * {side, map(i, head)}, here always whole (the widget holds them exactly; the grid pools). */
+   * {side, cell, map(i, head)}, here always whole (the widget holds them exactly; the grid
+   * pools them itself). */
   coarseLayers(layers) {
-    return Promise.resolve({ side: this.meta.tokens.length, ...this.layersHeld(layers) });
+    return Promise.resolve({ side: this.meta.tokens.length, cell: 1, ...this.layersHeld(layers) });
   }
 
   /** {meta, map(i, head)} for the i-th of `layers`, views of the float32 maps held. */

@@ -139,14 +139,14 @@ async function fillIn(grid, key, session, canvases, shown, status) {
   for (let l = 0; l < layers; l += perGroup) {
     groups.push(Array.from({ length: Math.min(perGroup, layers - l) }, (_, i) => l + i));
   }
-  shown.size = Math.min(THUMB, side);
-  shown.cell = cell;
   let next = session.coarseLayers(groups[0], cell);
   let drawingSince = performance.now();
   for (let g = 0; g < groups.length; g++) {
     if (grid.dataset.key !== key) return; // a newer sentence replaced this grid
     status.textContent = `Loading layer ${groups[g][0] + 1} of ${layers}…`;
     const maps = await next;
+    shown.size = Math.min(THUMB, maps.side); // what is drawn: a widget's maps come whole
+    shown.cell = maps.cell;
     if (g + 1 < groups.length) {
       next = session.coarseLayers(groups[g + 1], cell);
       next.catch(() => {}); // awaited next round; a grid left behind drops it quietly
@@ -172,7 +172,11 @@ function gridExport(grid, shown) {
     element: grid,
     get payload() {
       return {
-      what: "the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major (over 112 tokens, each cell the largest weight of a cell x cell block of tokens counted from the top left, the last blocks short); brightness in the picture is sqrt(weight)",
+      what: `the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major (${
+        shown.cell > 1
+          ? "each cell the largest weight of a cell x cell block of tokens counted from the top left, the last blocks short"
+          : "the tokens split into as even blocks as the size allows"
+      }); brightness in the picture is sqrt(weight)`,
       tokens: shown.tokens, layers: shown.layers, heads: shown.heads, size: shown.size, cell: shown.cell,
       maps: Object.fromEntries(
         Object.entries(shown.maps).map(([at, pooled]) => [at, Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4)]),
