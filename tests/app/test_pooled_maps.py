@@ -101,9 +101,15 @@ def test_a_pooled_answer_is_sized_by_the_values_it_holds(client, app):
     assert (maps[..., causal] == 0).all()  # blocks wholly in the future stay 0
 
 
-@pytest.mark.parametrize("cell", [0, -1, 4097, 1.5, "2", True])
-def test_a_cell_outside_the_schema_is_refused(client, cell):
-    response = client.post(
-        "/api/attention", json={"model": MINILM_ID, "text": "Cells.", "cell": cell}
-    )
+@pytest.mark.parametrize(
+    "pooling",
+    [
+        {"cell": 0}, {"cell": -1}, {"cell": 4097}, {"cell": 1.5}, {"cell": "2"}, {"cell": True},
+        {"cell": 2, "reduce": "median"}, {"cell": 2, "reduce": None},
+    ],
+)  # fmt: skip
+def test_a_cell_or_reduce_outside_the_schema_is_refused(client, pooling):
+    response = client.post("/api/attention", json={"model": MINILM_ID, "text": "Cells.", **pooling})
     assert response.status_code == 422, response.text
+    field = "reduce" if "reduce" in pooling else "cell"
+    assert field in response.text  # the error names the field at fault
