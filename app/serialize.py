@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
+import orjson
 import torch
 from torch import Tensor
 
@@ -41,26 +42,16 @@ def to_bool_lists(t: Tensor) -> list:
     return t.detach().bool().cpu().tolist()
 
 
-def _float32_rows(block: Tensor) -> list[str]:
-    """Each row of a 2-D float32 block as a JSON array of 9-significant-digit numbers."""
-    return ["[" + ",".join([format(x, ".9g") for x in row]) + "]" for row in block.tolist()]
+def float32_json_rows(block: Tensor) -> bytes:
+    """A 2-D float32 block (rows, cols) as its rows' JSON arrays joined by commas, with no
+    outer brackets: b"[0.25,0.75],[1.0,0.0]".
 
-
-def float32_json(t: Tensor) -> str:
-    """A float32 tensor as JSON nested arrays, each number with 9 significant digits.
-
-    Nine significant digits is enough for every float32 to read back as exactly the same
-    float32, and takes about 13 bytes a number instead of the 20+ of float64 reprs.
+    Each number is orjson's shortest decimal that reads back as exactly the same float32
+    (0.1, not 0.100000001): at most 15 characters for a weight in [0, 1] (0.0000019631896),
+    checked over every float32 from 0 to 1. Non-finite values would become null.
     """
-    values = t.detach().to(torch.float32).cpu()
-    if values.dim() == 0:
-        return format(values.item(), ".9g")
-    text_rows = _float32_rows(values.reshape(-1, values.shape[-1])) if values.numel() else []
-    for size in reversed(values.shape[:-1]):
-        text_rows = [
-            "[" + ",".join(text_rows[i : i + size]) + "]" for i in range(0, len(text_rows), size)
-        ]
-    return text_rows[0] if text_rows else "[]"
+    values = block.detach().to(torch.float32).contiguous().numpy()
+    return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -106,7 +97,7 @@ MEDIA_TYPES = {"json": "application/json", **dict.fromkeys(BINARY_FORMATS, BINAR
 MEDIA_TYPES.update(STANDARD_MEDIA_TYPES)
 
 
-JSON_BYTES_PER_WEIGHT = 16  # at most: "-1.23456789e-05" is 15 characters, plus a comma
+JSON_BYTES_PER_WEIGHT = 16  # at most: a weight is 15 characters (float32_json_rows), plus a comma
 BYTES_PER_WEIGHT = {
     "json": JSON_BYTES_PER_WEIGHT, "f32": 4, "f16": 2, "u8": 1, "safetensors": 4, "npy": 4,
 }  # fmt: skip
@@ -233,9 +224,8 @@ class MapsAnswer:
             for h, head_map in enumerate(maps):
                 rows = max(1, PIECE_BYTES // (head_map.shape[-1] * JSON_BYTES_PER_WEIGHT))
                 for start in range(0, head_map.shape[0], rows):
-                    text = ",".join(_float32_rows(head_map[start : start + rows]))
-                    opener = ("[" if h == 0 else ",[") if start == 0 else ","
-                    yield (opener + text).encode("ascii")
+                    opener = (b"[" if h == 0 else b",[") if start == 0 else b","
+                    yield opener + float32_json_rows(head_map[start : start + rows])
                 yield b"]"
             yield b"]"
         yield b"]}"

@@ -7,11 +7,12 @@ import json
 import brotli
 import numpy as np
 import pytest
+import torch
 import zstandard
 from safetensors.numpy import load
 
 from app.models.registry import MINILM_ID
-from app.serialize import decode_binary
+from app.serialize import JSON_BYTES_PER_WEIGHT, decode_binary, float32_json_rows
 
 BODY = {"model": MINILM_ID, "text": "Standard formats need no decoder.", "layers": [0, 5]}
 
@@ -104,3 +105,18 @@ def test_an_unknown_format_is_a_clear_422(client):
     response = client.post("/api/attention", json={**BODY, "format": "hdf5"})
     assert response.status_code == 422 and response.json()["code"] == "invalid_field"
     assert "safetensors" in response.json()["detail"]  # the message lists what is accepted
+
+
+def test_json_numbers_read_back_as_the_same_float32_within_the_sizing_width():
+    """Every JSON weight is the shortest decimal of its float32, never wider than the answer's
+    size bound allows: random bit patterns over [0, 1] plus the widest kind (a 15-character
+    0.00000ddddddddd) and the ends."""
+    bits = np.random.default_rng(14).integers(0, 0x3F800001, size=(500, 400), dtype=np.uint32)
+    widest = np.float32(0.0000019631896).view(np.uint32)
+    edges = np.array([0, 1, 0x34000000, widest, 0x3F7FFFFF, 0x3F800000], np.uint32)  # to 1.0
+    bits[0, : len(edges)] = edges
+    text = float32_json_rows(torch.from_numpy(bits.view(np.float32)))
+    back = np.array(json.loads(b"[" + text + b"]"), dtype=np.float32)
+    assert back.shape == bits.shape and (back.view(np.uint32) == bits).all()
+    widths = [len(number) for number in text.replace(b"[", b"").replace(b"]", b"").split(b",")]
+    assert max(widths) == JSON_BYTES_PER_WEIGHT - 1  # the widest, and a comma, fit the bound
