@@ -54,6 +54,20 @@ def float32_json_rows(block: Tensor) -> bytes:
     return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
 
 
+def json_with_float32(fields: dict) -> bytes:
+    """A JSON object of `fields` in their order, where a float tensor is written as nested arrays
+    of float32 numbers in float32_json_rows' form (shortest, exact), at orjson's speed: a
+    320 x 320 window's 102,400 weights as pydantic and json would write them (float64 digits)
+    were 2.3 MB in 11 ms. Other values must be JSON-ready (str, int, float, list, dict)."""
+
+    def ready(value):
+        if isinstance(value, Tensor):
+            return value.detach().to(torch.float32).contiguous().numpy()
+        return value
+
+    return orjson.dumps({k: ready(v) for k, v in fields.items()}, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
 # ---------------------------------------------------------------------------------------------
 # Compact binary attention maps (format=f16 and format=u8)
 #

@@ -15,8 +15,8 @@ from app.inference.inflight import AnswerBudget
 from app.inference.replay import replayed_qk
 from app.models.manager import ModelManager
 from app.models.placement import REPLAY_MAX_ABS_DIFF
-from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
-from app.serialize import to_lists
+from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest
+from app.serialize import json_with_float32
 from app.services.attention import ShouldStop, check_layer_head, held_forward, indices
 from attention_core.tiles import overview, weight_tile, window_logsumexp
 
@@ -36,9 +36,11 @@ def tiles(
     budget: AnswerBudget,
     req: TilesRequest,
     should_stop: ShouldStop = None,
-) -> TilesResponse:
-    """Sized from the request first: the window against the token count, the answer's cells
-    against MAX_TILE_CELLS; then one replay of the layer's q and k."""
+) -> bytes:
+    """The answer, TilesResponse as JSON (written here, on the compute lane, its weights as
+    float32 numbers: json_with_float32). Sized from the request first: the window against the
+    token count, the answer's cells against MAX_TILE_CELLS; then one replay of the layer's q
+    and k."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, 0)
     heads = indices(req.heads, loaded.arch.num_heads, "heads")
@@ -71,17 +73,19 @@ def tiles(
                 )
                 values = view.maximum if req.reduce == "max" else view.mean
         tokens = result.tokens
-    return TilesResponse(
-        model=loaded.id,
-        layer=req.layer,
-        heads=heads,
-        seq_len=seq,
-        rows=list(rows),
-        cols=list(cols),
-        cell=req.cell,
-        reduce=req.reduce,
-        row_tokens=tokens[rows[0] : rows[1] : req.cell],
-        col_tokens=tokens[cols[0] : cols[1] : req.cell],
-        values=to_lists(values.to(torch.float32)),
-        error_bound=REPLAY_MAX_ABS_DIFF[manager.placement.dtype_name],
+    return json_with_float32(
+        {
+            "model": loaded.id,
+            "layer": req.layer,
+            "heads": heads,
+            "seq_len": seq,
+            "rows": list(rows),
+            "cols": list(cols),
+            "cell": req.cell,
+            "reduce": req.reduce,
+            "row_tokens": tokens[rows[0] : rows[1] : req.cell],
+            "col_tokens": tokens[cols[0] : cols[1] : req.cell],
+            "values": values,  # (heads, row blocks, col blocks)
+            "error_bound": REPLAY_MAX_ABS_DIFF[manager.placement.dtype_name],
+        }
     )

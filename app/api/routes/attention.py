@@ -350,8 +350,9 @@ async def post_forward(
 )
 async def post_tiles(
     body: TilesRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> TilesResponse:
-    return await answer_from_pass(request, tiles, manager, cache, budget, body)
+) -> Response:
+    answer = await answer_from_pass(request, tiles, manager, cache, budget, body)
+    return Response(answer, media_type="application/json")  # TilesResponse, written by tiles
 
 
 @router.post(
