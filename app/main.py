@@ -17,9 +17,11 @@ from starlette_compress import CompressMiddleware, add_compress_type
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app.api.routes import attention, core, health, lab, models
+from app.compute import call_on_compute
 from app.config import Settings, get_settings
 from app.errors import AtlasError, install_error_handlers
 from app.inference.cache import ForwardCache
+from app.inference.forward import warm_up
 from app.inference.inflight import AnswerBudget
 from app.limits import RateLimit, RequestBodyGuard, SendGuard
 from app.memory import return_freed_memory_to_the_os
@@ -44,11 +46,18 @@ add_compress_type(BINARY_MEDIA_TYPE)
 
 
 def _preload(manager: ModelManager, model_ids: list[str]) -> None:
+    """Load each model, then run it once on the heavy lane (warm_up), so that the first
+    request pays for neither."""
     for model_id in model_ids:
         try:
-            manager.get(model_id)
+            loaded = manager.get(model_id)
         except AtlasError as err:
             log.warning("preloading %s failed: %s", model_id, err.message)
+            continue
+        try:
+            call_on_compute(warm_up, loaded)
+        except Exception:  # its first request will say what is wrong, as an answer
+            log.exception("a first pass of %s failed", model_id)
 
 
 @asynccontextmanager

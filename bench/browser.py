@@ -14,7 +14,10 @@ is started as `make run` starts it.
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -49,6 +52,17 @@ window.__painted = {};
 """
 RESPONSE_END = """(path) => Math.max(...performance.getEntriesByType('resource')
   .filter((e) => new URL(e.name).pathname === path).map((e) => e.responseEnd))"""
+
+
+def wait_until_loaded(base: str, model_id: str, timeout: float = 300) -> None:
+    """Until the server's preload of model_id is done: a page timed before would time the load."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{base}/api/models/{model_id}/status") as response:
+            if json.load(response)["state"] == "ready":
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"{model_id} did not load in {timeout:.0f} s")
 
 
 def heap_mb(cdp) -> float:
@@ -145,6 +159,7 @@ def run(lengths: list[int]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = start_server(Path(tmp) / "server.log", {"ATLAS_PRELOAD": f'["{SMOLLM2_ID}"]'})
         try:
+            wait_until_loaded(server.base, SMOLLM2_ID)
             with sync_playwright() as p:
                 browser = p.chromium.launch(
                     executable_path="/usr/bin/chromium", args=["--no-sandbox"]

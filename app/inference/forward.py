@@ -379,6 +379,16 @@ def run_forward(
     )
 
 
+WARM_UP_TEXT = "Attention is all you need."
+
+
+def warm_up(loaded: LoadedModel) -> None:
+    """One short pass as a request runs it, thrown away: the first pass of a model on a thread
+    pays for first uses (kernels' buffers, the thread's OpenMP team) that a user's first
+    request should not."""
+    run_forward(loaded, WARM_UP_TEXT, keep_maps=lambda _layer, _maps: None)
+
+
 def ends_after_attention(loaded: LoadedModel) -> bool:
     """Whether a pass over this model may stop at its last attention block: its maps are
     replayed from the blocks' inputs and it has no LM head wanting the last hidden state."""

@@ -26,6 +26,7 @@ from app.compute import (
 from app.errors import ServerBusy
 from app.inference.cache import ForwardCache
 from app.inference.inflight import AnswerBudget
+from app.main import _preload
 from app.models.manager import ModelManager
 from app.models.registry import MINILM_ID, build_registry
 from app.schemas.attention import AttentionRequest
@@ -84,6 +85,16 @@ def test_every_kind_of_route_computes_on_the_compute_thread(client, where_tensor
     kinds = {kind for kind, _ in where_tensors_ran}
     assert {"BertModel", "GPT2Model", "quantize", "masks"} <= kinds
     assert [kind for kind, on_it in where_tensors_ran if not on_it] == []
+
+
+def test_a_preloaded_model_is_run_once_on_the_heavy_lane(app, where_tensors_ran):
+    """Preloading ends with a thrown-away pass where requests run theirs, so a user's first
+    request pays no first-use costs; it is not cached as if someone had asked for it."""
+    cached = len(app.state.forward_cache)
+    _preload(app.state.manager, ["local/bert-tiny"])
+    ran = [on_lane for name, on_lane in where_tensors_ran if name.startswith("Bert")]
+    assert ran and all(ran)
+    assert len(app.state.forward_cache) == cached
 
 
 def test_the_heavy_lane_runs_the_earliest_deadline_first_on_one_thread():
