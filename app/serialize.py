@@ -56,14 +56,18 @@ def float32_json_rows(block: Tensor) -> bytes:
 
 def json_with_float32(fields: dict) -> bytes:
     """A JSON object of `fields` in their order, where a float tensor is written as nested arrays
-    of float32 numbers in float32_json_rows' form (shortest, exact), at orjson's speed: a
-    320 x 320 window's 102,400 weights as pydantic and json would write them (float64 digits)
-    were 2.3 MB in 11 ms. Other values must be JSON-ready (str, int, float, list, dict)."""
+    of float32 numbers in float32_json_rows' form (shortest, exact) and a bool tensor as nested
+    arrays of true and false, at orjson's speed: a 320 x 320 window's 102,400 weights as
+    pydantic and json would write them (float64 digits) were 2.3 MB in 11 ms. Other values must
+    be JSON-ready (str, int, float, list, dict, None)."""
 
     def ready(value):
-        if isinstance(value, Tensor):
-            return value.detach().to(torch.float32).contiguous().numpy()
-        return value
+        if not isinstance(value, Tensor):
+            return value
+        value = value.detach().cpu()
+        if value.dtype != torch.bool:
+            value = value.to(torch.float32)
+        return value.contiguous().numpy()
 
     return orjson.dumps({k: ready(v) for k, v in fields.items()}, option=orjson.OPT_SERIALIZE_NUMPY)
 

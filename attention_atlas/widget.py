@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import anywidget
 import numpy as np
+import orjson
 import torch
 import traitlets
 from pydantic import ValidationError
@@ -26,6 +27,7 @@ from app.errors import AtlasError
 from app.inference.forward import ForwardResult
 from app.schemas.attention import DetailRequest
 from app.schemas.qkspace import QKSpaceRequest
+from app.serialize import json_with_float32
 from app.services.attention import detail_of
 from app.services.qkspace import projection_methods, qkspace_of
 from attention_atlas.bundle import panels_html, plotly_js, widget_css, widget_esm
@@ -189,7 +191,7 @@ def replay_detail(run: AttentionRun | None, body: dict) -> dict:
     request = DetailRequest.model_validate({**body, "model": run.model_name, "text": "-"})
     _check_head(run, request.layer, request.head)
     with torch.inference_mode():
-        return detail_of(loaded, result, request).model_dump(mode="json")
+        return orjson.loads(json_with_float32(detail_of(loaded, result, request)))
 
 
 def replay_qkspace(run: AttentionRun | None, body: dict) -> dict:

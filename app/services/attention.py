@@ -34,8 +34,7 @@ from app.serialize import (
     BYTES_PER_WEIGHT,
     MapsAnswer,
     answer_bytes_bound,
-    to_bool_lists,
-    to_lists,
+    json_with_float32,
 )
 from attention_core import causal_mask, masked_softmax, replay_layer, value_weighted_norms
 from attention_core.tiles import pool_weights
@@ -337,17 +336,21 @@ def attention_detail(
     budget: AnswerBudget,
     req: DetailRequest,
     should_stop: ShouldStop = None,
-) -> DetailResponse:
-    """One head recomputed from the model's weights, with a scale/temperature counterfactual."""
+) -> bytes:
+    """One head recomputed from the model's weights, with a scale/temperature counterfactual:
+    DetailResponse as JSON, its matrices' numbers as float32 (json_with_float32), written here
+    on the compute lane."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
     with held_forward(loaded, cache, budget, req, should_stop) as result:
-        return detail_of(loaded, result, req)
+        return json_with_float32(detail_of(loaded, result, req))
 
 
-def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> DetailResponse:
+def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> dict:
     """One head of a forward pass replayed from the weights (also the notebook widget's replay,
-    which passes its own run as `loaded` and `result`)."""
+    which passes its own run as `loaded` and `result`): DetailResponse's fields in its order,
+    each matrix a tensor on the host (the mask bool, the others float32) or None where the
+    request's `fields` leave it out."""
     if req.query is not None and req.query >= result.seq_len:
         raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
     seq = result.seq_len
@@ -371,32 +374,31 @@ def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) ->
     wanted = set(req.fields or DETAIL_MATRICES)
     full_mask = mask if mask is not None else torch.ones(seq, seq, dtype=torch.bool)
     matrices = {
-        "q": lambda: to_lists(q),
-        "k": lambda: to_lists(k),
-        "v": lambda: to_lists(actual.v[0, kv_head]),
-        "output": lambda: to_lists(actual.trace.output[0, 0]),
-        "scores": lambda: to_lists(actual.trace.scores[0, 0]),
-        "scaled_scores": lambda: to_lists(actual.trace.scaled_scores[0, 0]),
-        "mask": lambda: to_bool_lists(full_mask),
-        "weights": lambda: to_lists(model_weights),
-        "counterfactual_weights": lambda: to_lists(what_if),
-        "products": lambda: None if req.query is None else to_lists(q[req.query] * k),
-        "value_weighted": lambda: to_lists(
-            value_weighted_norms(model_weights, actual.v[0, kv_head])
-        ),
+        "q": lambda: q,
+        "k": lambda: k,
+        "v": lambda: actual.v[0, kv_head],
+        "output": lambda: actual.trace.output[0, 0],
+        "scores": lambda: actual.trace.scores[0, 0],
+        "scaled_scores": lambda: actual.trace.scaled_scores[0, 0],
+        "mask": lambda: full_mask,
+        "weights": lambda: model_weights,
+        "counterfactual_weights": lambda: what_if,
+        "products": lambda: None if req.query is None else q[req.query] * k,
+        "value_weighted": lambda: value_weighted_norms(model_weights, actual.v[0, kv_head]),
     }
-    return DetailResponse(
-        model=loaded.id,
-        tokens=result.tokens,
-        special_tokens=result.special,
-        layer=req.layer,
-        head=req.head,
-        kv_head=kv_head,
-        head_dim=proj.head_dim,
-        model_scale=proj.scale,
-        replay_max_abs_diff=diff,
-        counterfactual_scale=scale,
-        counterfactual_temperature=req.temperature,
-        query=req.query,
+    fields = {
+        "model": loaded.id,
+        "tokens": result.tokens,
+        "special_tokens": result.special,
+        "layer": req.layer,
+        "head": req.head,
+        "kv_head": kv_head,
+        "head_dim": proj.head_dim,
+        "model_scale": proj.scale,
+        "replay_max_abs_diff": diff,
+        "counterfactual_scale": scale,
+        "counterfactual_temperature": req.temperature,
+        "query": req.query,
         **{name: make() if name in wanted else None for name, make in matrices.items()},
-    )
+    }
+    return {name: fields[name] for name in DetailResponse.model_fields}

@@ -2,11 +2,12 @@
 
 import threading
 
+import numpy as np
 import pytest
 import torch
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.attention import MAX_TEXT_CHARS
+from app.schemas.attention import MAX_TEXT_CHARS, DetailResponse
 from app.serialize import F16_ERROR_BOUND, U8_ERROR_BOUND, decode_binary
 
 TEXT = "The cat sat on the mat because it was tired."
@@ -240,6 +241,26 @@ def test_lone_surrogate_is_refused(client):
     )
     assert response.status_code == 422
     assert "text" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("model_id", [MINILM_ID, SMOLLM2_ID])
+def test_detail_is_its_schema_with_float32_numbers(client, model_id):
+    """The detail answer holds DetailResponse's fields in order, the mask as booleans and every
+    matrix's numbers each the shortest decimal of its float32 (no float64 digits)."""
+    body = {"model": model_id, "text": TEXT, "layer": 1, "head": 2, "query": 3}
+    response = client.post("/api/attention/detail", json=body)
+    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
+    DetailResponse.model_validate_json(response.content)
+    answer = response.json()
+    assert list(answer) == list(DetailResponse.model_fields)
+    seq = len(answer["tokens"])
+    assert all(isinstance(x, bool) for row in answer["mask"] for x in row)
+    for name in ("q", "scores", "weights", "counterfactual_weights", "products", "value_weighted"):
+        values = np.array(answer[name], dtype=np.float64)
+        assert values.shape[0] == seq
+        for value in values.ravel():
+            shortest = np.format_float_scientific(np.float32(value), unique=True)
+            assert float(shortest) == value, (name, value)
 
 
 def test_load_and_status_routes(client):

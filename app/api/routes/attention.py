@@ -137,8 +137,9 @@ async def post_attention(
 )
 async def post_detail(
     body: DetailRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> DetailResponse:
-    return await answer_from_pass(request, attention_detail, manager, cache, budget, body)
+) -> Response:
+    answer = await answer_from_pass(request, attention_detail, manager, cache, budget, body)
+    return Response(answer, media_type="application/json")  # DetailResponse, as JSON
 
 
 @router.post(
