@@ -18,7 +18,7 @@ from app.models.manager import ModelManager
 from app.models.placement import model_device
 from app.models.registry import REPLAY_FAMILIES
 from app.schemas.ablation import AblatedPosition, AblationRequest, AblationResponse
-from app.serialize import to_lists
+from app.serialize import in_order, json_with_float32
 from app.services.attention import ShouldStop, check_layer_head, held_forward
 from app.services.predictions import candidates_of, prediction_rows
 from attention_core.analysis import total_variation
@@ -75,7 +75,8 @@ def ablate(
     budget: AnswerBudget,
     req: AblationRequest,
     should_stop: ShouldStop = None,
-) -> AblationResponse:
+) -> bytes:
+    """An AblationResponse as JSON, its maps' numbers as float32 (json_with_float32)."""
     loaded = manager.get(req.model)
     heads = _checked_heads(loaded, req)
     seq = count_tokens(loaded, req.text, req.text_pair)
@@ -99,21 +100,22 @@ def ablate(
                 ]
             )
             positions = _positions(loaded, base, run.last_hidden, req.top_k)
-            weights = to_lists(base.head_map(req.layer, req.head))
-            ablated_weights = to_lists(run.attentions[req.layer, req.head])
+            weights = base.head_map(req.layer, req.head)  # (T, T)
+            ablated_weights = run.attentions[req.layer, req.head]  # (T, T)
             tokens = base.tokens
         finally:
             reservation.release()
-    return AblationResponse(
-        model=loaded.id,
-        tokens=tokens,
-        mode=req.mode,
-        ablated=req.heads,
-        predicts=predicts_of(loaded),
-        positions=positions,
-        attention_change=change.round(decimals=6).tolist(),
-        layer=req.layer,
-        head=req.head,
-        weights=weights,
-        ablated_weights=ablated_weights,
-    )
+    answer = {
+        "model": loaded.id,
+        "tokens": tokens,
+        "mode": req.mode,
+        "ablated": [head.model_dump() for head in req.heads],
+        "predicts": predicts_of(loaded),
+        "positions": [position.model_dump(mode="json") for position in positions],
+        "attention_change": change.round(decimals=6).tolist(),
+        "layer": req.layer,
+        "head": req.head,
+        "weights": weights,
+        "ablated_weights": ablated_weights,
+    }
+    return json_with_float32(in_order(answer, AblationResponse))

@@ -34,6 +34,7 @@ from app.serialize import (
     BYTES_PER_WEIGHT,
     MapsAnswer,
     answer_bytes_bound,
+    in_order,
     json_with_float32,
 )
 from attention_core import causal_mask, masked_softmax, replay_layer, value_weighted_norms
@@ -401,4 +402,4 @@ def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) ->
         "query": req.query,
         **{name: make() if name in wanted else None for name, make in matrices.items()},
     }
-    return {name: fields[name] for name in DetailResponse.model_fields}
+    return in_order(fields, DetailResponse)

@@ -12,7 +12,7 @@ from app.inference.inflight import AnswerBudget
 from app.models.manager import ModelManager
 from app.schemas.attention import MAX_JSON_WEIGHTS
 from app.schemas.compare import CompareRequest, CompareResponse, SideMap
-from app.serialize import to_lists
+from app.serialize import in_order, json_with_float32
 from app.services.attention import ShouldStop, check_layer_head, reserved_forward
 from attention_core import total_variation
 
@@ -50,8 +50,9 @@ def compare(
     budget: AnswerBudget,
     req: CompareRequest,
     should_stop: ShouldStop = None,
-) -> CompareResponse:
-    """Both heads' maps and, where the tokens line up, b - a and each row's distance."""
+) -> bytes:
+    """Both heads' maps and, where the tokens line up, b - a and each row's distance: a
+    CompareResponse as JSON, its maps' numbers as float32 (json_with_float32)."""
     other = req.other
     loaded_a = manager.get(req.model)
     loaded_b = manager.get(other.model or req.model)
@@ -83,28 +84,31 @@ def compare(
         if aligned:
             difference = map_b - map_a
             rows = total_variation(map_b, map_a)  # (T,)
-        return CompareResponse(
-            a=SideMap(
-                model=loaded_a.id,
-                text=req.text,
-                tokens=run_a.tokens,
-                layer=req.layer,
-                head=req.head,
-                weights=to_lists(map_a),
-            ),
-            b=SideMap(
-                model=loaded_b.id,
-                text=text_b,
-                tokens=run_b.tokens,
-                layer=other.layer,
-                head=other.head,
-                weights=to_lists(map_b),
-            ),
-            aligned=aligned,
-            alignment=sentence,
-            differing_tokens=differ,
-            difference=None if difference is None else to_lists(difference),
-            row_distance=None if rows is None else to_lists(rows),
-            mean_row_distance=None if rows is None else float(rows.mean()),
-            max_abs_difference=None if difference is None else float(difference.abs().max()),
-        )
+        side_a = {
+            "model": loaded_a.id,
+            "text": req.text,
+            "tokens": run_a.tokens,
+            "layer": req.layer,
+            "head": req.head,
+            "weights": map_a,
+        }
+        side_b = {
+            "model": loaded_b.id,
+            "text": text_b,
+            "tokens": run_b.tokens,
+            "layer": other.layer,
+            "head": other.head,
+            "weights": map_b,
+        }
+        answer = {
+            "a": in_order(side_a, SideMap),
+            "b": in_order(side_b, SideMap),
+            "aligned": aligned,
+            "alignment": sentence,
+            "differing_tokens": differ,
+            "difference": difference,
+            "row_distance": rows,
+            "mean_row_distance": None if rows is None else float(rows.mean()),
+            "max_abs_difference": None if difference is None else float(difference.abs().max()),
+        }
+        return json_with_float32(in_order(answer, CompareResponse))

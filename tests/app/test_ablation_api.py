@@ -9,6 +9,8 @@ import torch
 
 from app.models import families
 from app.models.registry import MINILM_ID, REPLAY_FAMILIES, Family
+from app.schemas.ablation import AblationResponse
+from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 
 TEXT = "One, two, three, four, five, six, seven"
 pytestmark = pytest.mark.slow
@@ -21,8 +23,9 @@ def ablate(client, model_id: str, heads, **extra) -> dict:
         "heads": [{"layer": layer, "head": h} for layer, h in heads],
     }
     response = client.post("/api/attention/ablate", json={**body, **extra})
-    assert response.status_code == 200, response.text
-    return response.json()
+    answer = assert_answer_is(AblationResponse, response)  # the schema, weights as float32
+    assert_float32_numbers([answer["weights"], answer["ablated_weights"]])
+    return answer
 
 
 def surgery(loaded, layer: int, head: int):

@@ -2,13 +2,13 @@
 
 import threading
 
-import numpy as np
 import pytest
 import torch
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import MAX_TEXT_CHARS, DetailResponse
 from app.serialize import F16_ERROR_BOUND, U8_ERROR_BOUND, decode_binary
+from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 
 TEXT = "The cat sat on the mat because it was tired."
 
@@ -248,19 +248,12 @@ def test_detail_is_its_schema_with_float32_numbers(client, model_id):
     """The detail answer holds DetailResponse's fields in order, the mask as booleans and every
     matrix's numbers each the shortest decimal of its float32 (no float64 digits)."""
     body = {"model": model_id, "text": TEXT, "layer": 1, "head": 2, "query": 3}
-    response = client.post("/api/attention/detail", json=body)
-    assert response.status_code == 200 and response.headers["content-type"] == "application/json"
-    DetailResponse.model_validate_json(response.content)
-    answer = response.json()
-    assert list(answer) == list(DetailResponse.model_fields)
+    answer = assert_answer_is(DetailResponse, client.post("/api/attention/detail", json=body))
     seq = len(answer["tokens"])
     assert all(isinstance(x, bool) for row in answer["mask"] for x in row)
     for name in ("q", "scores", "weights", "counterfactual_weights", "products", "value_weighted"):
-        values = np.array(answer[name], dtype=np.float64)
-        assert values.shape[0] == seq
-        for value in values.ravel():
-            shortest = np.format_float_scientific(np.float32(value), unique=True)
-            assert float(shortest) == value, (name, value)
+        assert len(answer[name]) == seq
+        assert_float32_numbers(answer[name])
 
 
 def test_load_and_status_routes(client):

@@ -6,14 +6,22 @@ import pytest
 import torch
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
+from app.schemas.compare import CompareResponse, SideMap
+from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 
 pytestmark = pytest.mark.slow
 
 
 def post(client, **body) -> dict:
-    response = client.post("/api/attention/compare", json=body)
-    assert response.status_code == 200, response.text
-    return response.json()
+    """The answer, held to CompareResponse with every weight a float32's shortest decimal."""
+    answer = assert_answer_is(CompareResponse, client.post("/api/attention/compare", json=body))
+    for name in ("difference", "row_distance"):
+        if answer[name] is not None:
+            assert_float32_numbers(answer[name])
+    for side in ("a", "b"):
+        assert list(answer[side]) == list(SideMap.model_fields)
+        assert_float32_numbers(answer[side]["weights"])
+    return answer
 
 
 def maps(client, model_id: str, text: str, layer: int) -> np.ndarray:

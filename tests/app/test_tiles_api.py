@@ -2,7 +2,6 @@
 block from the replayed q and k, equal the same cut of transformers' own maps (within the bound)."""
 
 import math
-import re
 
 import numpy as np
 import pytest
@@ -11,6 +10,7 @@ import torch
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.tiles import TilesResponse
 from bench.compression import prose
+from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 from tests.support.pooling import block_pool
 
 TEXT = "The quick brown fox jumps over the lazy dog because it wants to play outside today."
@@ -38,9 +38,7 @@ def test_windows_and_zoomed_out_blocks_equal_transformers_maps(client, model_id)
     assert answer["error_bound"] == 1e-5 and answer["seq_len"] == full.shape[-1]
     torch.testing.assert_close(torch.tensor(answer["values"]), full, atol=1e-5, rtol=0)
     response = post(client, model=model_id, layer=1, heads=[1, 0], rows=[3, 9], cols=[1, 7])
-    assert response.headers["content-type"] == "application/json"
-    window = TilesResponse.model_validate_json(response.content).model_dump()  # its schema's
-    assert list(window) == list(response.json())  # fields, in the documented order
+    window = assert_answer_is(TilesResponse, response)
     torch.testing.assert_close(
         torch.tensor(window["values"]), full[[1, 0], 3:9, 1:7], atol=1e-5, rtol=0
     )
@@ -83,11 +81,7 @@ def test_refusals_come_before_any_work_and_say_why(client, app):
 def test_weights_are_written_as_float32_numbers(client):
     """Each value is the shortest decimal of its float32: no float64 digits (0.10000000149011612
     for 0.1), so the answer is about half the size."""
-    response = post(client, model=MINILM_ID, layer=2)
-    text, seq = response.text, response.json()["seq_len"]
-    values = text[text.index('"values":') + 9 : text.index('"error_bound"')]
-    numbers = re.findall(r"[-0-9.e+]+", values)
-    assert len(numbers) == 12 * seq * seq
-    for number in numbers:
-        shortest = np.format_float_scientific(np.float32(number), unique=True)
-        assert float(number) == float(shortest), number
+    answer = assert_answer_is(TilesResponse, post(client, model=MINILM_ID, layer=2))
+    values = np.array(answer["values"])
+    assert values.shape == (12, answer["seq_len"], answer["seq_len"])
+    assert_float32_numbers(values)

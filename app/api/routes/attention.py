@@ -217,10 +217,11 @@ async def post_ablate(
     cache: CacheDep,
     budget: BudgetDep,
     request: Request,
-) -> AblationResponse:
-    return await until_disconnect(
+) -> Response:
+    answer = await until_disconnect(
         request, lambda stop: ablate(manager, cache, budget, body, stop), heavy(manager, body)
     )
+    return Response(answer, media_type="application/json")  # AblationResponse, as JSON
 
 
 @router.post(
@@ -273,8 +274,9 @@ async def post_compare(
     cache: CacheDep,
     budget: BudgetDep,
     request: Request,
-) -> CompareResponse:
-    return await answer_from_pass(request, compare, manager, cache, budget, body)
+) -> Response:
+    answer = await answer_from_pass(request, compare, manager, cache, budget, body)
+    return Response(answer, media_type="application/json")  # CompareResponse, as JSON
 
 
 @router.post(
