@@ -160,6 +160,17 @@ def quantize(weights: Tensor, fmt: str) -> bytes:
     raise ValueError(f"unknown binary format {fmt!r}")
 
 
+JSON_BYTES_PER_NUMBER = 17
+"""At most, any finite float32 in json_with_float32's JSON, with its comma: a sign and 15
+characters (measured over every positive finite float32, e.g. 0.0000019631896)."""
+
+
+def json_bytes_bound(numbers: int, tokens: int) -> int:
+    """An upper bound on a JSON answer (json_with_float32) holding `numbers` float32 values (or
+    booleans) and `tokens` token strings, from the request alone."""
+    return numbers * JSON_BYTES_PER_NUMBER + 320 * tokens + 4096
+
+
 def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:
     """An upper bound on the size of a maps answer, from the request alone (before any work):
     the weights at their format's width plus room for the metadata (tokens and ids)."""

@@ -11,15 +11,15 @@ from app.errors import InvalidInput
 from app.inference.ablation import run_ablated
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens
-from app.inference.inflight import AnswerBudget
+from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.predictions import compare_predictions
 from app.models.loader import LoadedModel, predicts_of
 from app.models.manager import ModelManager
 from app.models.placement import model_device
 from app.models.registry import REPLAY_FAMILIES
 from app.schemas.ablation import AblatedPosition, AblationRequest, AblationResponse
-from app.serialize import in_order, json_with_float32
-from app.services.attention import ShouldStop, check_layer_head, held_forward
+from app.serialize import in_order, json_bytes_bound, json_with_float32
+from app.services.attention import ShouldStop, check_layer_head, held_forward, reserved_answer
 from app.services.predictions import candidates_of, prediction_rows
 from attention_core.analysis import total_variation
 
@@ -75,11 +75,12 @@ def ablate(
     budget: AnswerBudget,
     req: AblationRequest,
     should_stop: ShouldStop = None,
-) -> bytes:
-    """An AblationResponse as JSON, its maps' numbers as float32 (json_with_float32)."""
+) -> tuple[bytes, Reservation]:
+    """An AblationResponse as JSON, its maps' numbers as float32 (json_with_float32), and its
+    bytes' reservation (reserved_answer), which the caller releases once they are sent."""
     loaded = manager.get(req.model)
     heads = _checked_heads(loaded, req)
-    seq = count_tokens(loaded, req.text, req.text_pair)
+    seq = count_tokens(loaded, req.text, req.text_pair, loaded.full_map_tokens)
     key = (
         loaded.id,
         req.text,
@@ -87,35 +88,39 @@ def ablate(
         req.mode,
         tuple((layer, tuple(hs)) for layer, hs in sorted(heads.items())),
     )
-    with held_forward(loaded, cache, budget, req, should_stop) as base:
-        reservation = budget.reserve(
-            key, ForwardResult.nbytes_for(loaded.arch, seq, replayed=False)
-        )
-        try:
-            run = run_ablated(loaded, req.text, req.text_pair, heads, req.mode)
-            change = torch.stack(  # (L, H), a layer at a time: one (H, T, T) difference held
-                [
-                    total_variation(base.layer_maps(layer), a).mean(dim=-1)
-                    for layer, a in enumerate(run.attentions)
-                ]
+    arch = loaded.arch
+    candidates = seq * 2 * req.top_k  # at most every position's, before and after
+    numbers = 2 * seq * seq + arch.num_layers * arch.num_heads + 2 * candidates + 2 * seq
+    with reserved_answer(budget, json_bytes_bound(numbers, seq + candidates)) as answer_bytes:
+        with held_forward(loaded, cache, budget, req, should_stop) as base:
+            reservation = budget.reserve(
+                key, ForwardResult.nbytes_for(loaded.arch, seq, replayed=False)
             )
-            positions = _positions(loaded, base, run.last_hidden, req.top_k)
-            weights = base.head_map(req.layer, req.head)  # (T, T)
-            ablated_weights = run.attentions[req.layer, req.head]  # (T, T)
-            tokens = base.tokens
-        finally:
-            reservation.release()
-    answer = {
-        "model": loaded.id,
-        "tokens": tokens,
-        "mode": req.mode,
-        "ablated": [head.model_dump() for head in req.heads],
-        "predicts": predicts_of(loaded),
-        "positions": [position.model_dump(mode="json") for position in positions],
-        "attention_change": change.round(decimals=6).tolist(),
-        "layer": req.layer,
-        "head": req.head,
-        "weights": weights,
-        "ablated_weights": ablated_weights,
-    }
-    return json_with_float32(in_order(answer, AblationResponse))
+            try:
+                run = run_ablated(loaded, req.text, req.text_pair, heads, req.mode)
+                change = torch.stack(  # (L, H), a layer at a time: one (H, T, T) difference held
+                    [
+                        total_variation(base.layer_maps(layer), a).mean(dim=-1)
+                        for layer, a in enumerate(run.attentions)
+                    ]
+                )
+                positions = _positions(loaded, base, run.last_hidden, req.top_k)
+                weights = base.head_map(req.layer, req.head)  # (T, T)
+                ablated_weights = run.attentions[req.layer, req.head]  # (T, T)
+                tokens = base.tokens
+            finally:
+                reservation.release()
+        answer = {
+            "model": loaded.id,
+            "tokens": tokens,
+            "mode": req.mode,
+            "ablated": [head.model_dump() for head in req.heads],
+            "predicts": predicts_of(loaded),
+            "positions": [position.model_dump(mode="json") for position in positions],
+            "attention_change": change.round(decimals=6).tolist(),
+            "layer": req.layer,
+            "head": req.head,
+            "weights": weights,
+            "ablated_weights": ablated_weights,
+        }
+        return json_with_float32(in_order(answer, AblationResponse)), answer_bytes

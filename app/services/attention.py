@@ -18,7 +18,7 @@ from app.inference.forward import (
     count_tokens,
     run_forward,
 )
-from app.inference.inflight import AnswerBudget, Reservations
+from app.inference.inflight import AnswerBudget, Reservation, Reservations
 from app.inference.replay import layer_inputs
 from app.models.loader import LoadedModel, predicts_of
 from app.models.manager import ModelManager
@@ -35,6 +35,7 @@ from app.serialize import (
     MapsAnswer,
     answer_bytes_bound,
     in_order,
+    json_bytes_bound,
     json_with_float32,
 )
 from attention_core import causal_mask, masked_softmax, replay_layer, value_weighted_norms
@@ -104,6 +105,19 @@ def reserved_forward(
         Reservations(*parts).release()
         raise
     return result, cached, Reservations(*parts)
+
+
+@contextmanager
+def reserved_answer(budget: AnswerBudget, nbytes: int) -> Iterator[Reservation]:
+    """`with reserved_answer(budget, nbytes) as reservation:` an answer's bytes, counted in the
+    in-flight budget before it is built (a stalled reader then holds no more than the budget
+    allows); released here if the block fails, else by the caller once the answer is sent."""
+    reservation = budget.reserve(answer_key("answer"), nbytes)
+    try:
+        yield reservation
+    except BaseException:
+        reservation.release()
+        raise
 
 
 @contextmanager
@@ -337,14 +351,20 @@ def attention_detail(
     budget: AnswerBudget,
     req: DetailRequest,
     should_stop: ShouldStop = None,
-) -> bytes:
+) -> tuple[bytes, Reservation]:
     """One head recomputed from the model's weights, with a scale/temperature counterfactual:
     DetailResponse as JSON, its matrices' numbers as float32 (json_with_float32), written here
-    on the compute lane."""
+    on the compute lane, and its bytes' reservation (reserved_answer), which the caller releases
+    once they are sent."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, req.head)
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
-        return json_with_float32(detail_of(loaded, result, req))
+    seq = count_tokens(loaded, req.text, req.text_pair, loaded.full_map_tokens)
+    numbers = 6 * seq * seq + 5 * seq * loaded.arch.head_dim  # (T, T) and (T, head_dim) ones
+    with (
+        reserved_answer(budget, json_bytes_bound(numbers, seq)) as reservation,
+        held_forward(loaded, cache, budget, req, should_stop) as result,
+    ):
+        return json_with_float32(detail_of(loaded, result, req)), reservation
 
 
 def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> dict:

@@ -8,12 +8,17 @@ from contextlib import ExitStack
 from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens
-from app.inference.inflight import AnswerBudget
+from app.inference.inflight import AnswerBudget, Reservation
 from app.models.manager import ModelManager
 from app.schemas.attention import MAX_JSON_WEIGHTS
 from app.schemas.compare import CompareRequest, CompareResponse, SideMap
-from app.serialize import in_order, json_with_float32
-from app.services.attention import ShouldStop, check_layer_head, reserved_forward
+from app.serialize import in_order, json_bytes_bound, json_with_float32
+from app.services.attention import (
+    ShouldStop,
+    check_layer_head,
+    reserved_answer,
+    reserved_forward,
+)
 from attention_core import total_variation
 
 
@@ -50,9 +55,10 @@ def compare(
     budget: AnswerBudget,
     req: CompareRequest,
     should_stop: ShouldStop = None,
-) -> bytes:
+) -> tuple[bytes, Reservation]:
     """Both heads' maps and, where the tokens line up, b - a and each row's distance: a
-    CompareResponse as JSON, its maps' numbers as float32 (json_with_float32)."""
+    CompareResponse as JSON, its maps' numbers as float32 (json_with_float32), and its bytes'
+    reservation (reserved_answer), which the caller releases once they are sent."""
     other = req.other
     loaded_a = manager.get(req.model)
     loaded_b = manager.get(other.model or req.model)
@@ -69,14 +75,14 @@ def compare(
             f"tokens); the limit is {MAX_JSON_WEIGHTS:,}. Compare shorter texts."
         )
     with ExitStack() as held:
-        run_a, _, reservation = reserved_forward(
+        bound = json_bytes_bound(cells + seq_a, 2 * (seq_a + seq_b))  # rows' distances, texts
+        reservation = held.enter_context(reserved_answer(budget, bound))
+        run_a, _, pass_a = reserved_forward(
             loaded_a, cache, budget, req.text, req.text_pair, should_stop
         )
-        held.callback(reservation.release)
-        run_b, _, reservation = reserved_forward(
-            loaded_b, cache, budget, text_b, pair_b, should_stop
-        )
-        held.callback(reservation.release)
+        held.callback(pass_a.release)
+        run_b, _, pass_b = reserved_forward(loaded_b, cache, budget, text_b, pair_b, should_stop)
+        held.callback(pass_b.release)
         map_a = run_a.head_map(req.layer, req.head)  # (T, T)
         map_b = run_b.head_map(other.layer, other.head)  # (T', T')
         aligned, sentence, differ = alignment_of(run_a, run_b, loaded_a is loaded_b)
@@ -111,4 +117,4 @@ def compare(
             "mean_row_distance": None if rows is None else float(rows.mean()),
             "max_abs_difference": None if difference is None else float(difference.abs().max()),
         }
-        return json_with_float32(in_order(answer, CompareResponse))
+        return json_with_float32(in_order(answer, CompareResponse)), reservation

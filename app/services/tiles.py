@@ -11,13 +11,19 @@ import torch
 from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
 from app.inference.forward import count_tokens
-from app.inference.inflight import AnswerBudget
+from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.replay import replayed_qk
 from app.models.manager import ModelManager
 from app.models.placement import REPLAY_MAX_ABS_DIFF
 from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest
-from app.serialize import json_with_float32
-from app.services.attention import ShouldStop, check_layer_head, held_forward, indices
+from app.serialize import json_bytes_bound, json_with_float32
+from app.services.attention import (
+    ShouldStop,
+    check_layer_head,
+    held_forward,
+    indices,
+    reserved_answer,
+)
 from attention_core.tiles import overview, weight_tile, window_logsumexp
 
 
@@ -36,11 +42,12 @@ def tiles(
     budget: AnswerBudget,
     req: TilesRequest,
     should_stop: ShouldStop = None,
-) -> bytes:
+) -> tuple[bytes, Reservation]:
     """The answer, TilesResponse as JSON (written here, on the compute lane, its weights as
-    float32 numbers: json_with_float32). Sized from the request first: the window against the
-    token count, the answer's cells against MAX_TILE_CELLS; then one replay of the layer's q
-    and k."""
+    float32 numbers: json_with_float32), and its bytes' reservation, which the caller releases
+    once they are sent. Sized from the request first: the window against the token count, the
+    answer's cells against MAX_TILE_CELLS, its bytes against the in-flight budget; then one
+    replay of the layer's q and k."""
     loaded = manager.get(req.model)
     check_layer_head(loaded, req.layer, 0)
     heads = indices(req.heads, loaded.arch.num_heads, "heads")
@@ -55,37 +62,47 @@ def tiles(
             f"one answer holds at most {MAX_TILE_CELLS:,}. Ask for fewer heads, a smaller "
             "window or a larger cell."
         )
-    with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
-        pair = replayed_qk(
-            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer, heads
-        )
-        q, k, factor = pair.q, pair.k, pair.factor  # (h, T, hd) each
-        with torch.inference_mode():
-            lse = q.new_full(q.shape[:-1], float("nan"))  # (h, T): only the window's rows
-            lse[:, rows[0] : rows[1]] = window_logsumexp(
-                q, k, rows, causal=loaded.causal, factor=factor
+    bound = json_bytes_bound(cells, out_rows + out_cols)
+    with reserved_answer(budget, bound) as reservation:
+        with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
+            pair = replayed_qk(
+                loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer, heads
             )
-            if req.cell == 1:
-                values = weight_tile(q, k, lse, rows, cols, causal=loaded.causal, factor=factor)
-            else:
-                view = overview(
-                    q, k, lse, req.cell, causal=loaded.causal, factor=factor, rows=rows, cols=cols
+            q, k, factor = pair.q, pair.k, pair.factor  # (h, T, hd) each
+            with torch.inference_mode():
+                lse = q.new_full(q.shape[:-1], float("nan"))  # (h, T): only the window's rows
+                lse[:, rows[0] : rows[1]] = window_logsumexp(
+                    q, k, rows, causal=loaded.causal, factor=factor
                 )
-                values = view.maximum if req.reduce == "max" else view.mean
-        tokens = result.tokens
-    return json_with_float32(
-        {
-            "model": loaded.id,
-            "layer": req.layer,
-            "heads": heads,
-            "seq_len": seq,
-            "rows": list(rows),
-            "cols": list(cols),
-            "cell": req.cell,
-            "reduce": req.reduce,
-            "row_tokens": tokens[rows[0] : rows[1] : req.cell],
-            "col_tokens": tokens[cols[0] : cols[1] : req.cell],
-            "values": values,  # (heads, row blocks, col blocks)
-            "error_bound": REPLAY_MAX_ABS_DIFF[manager.placement.dtype_name],
-        }
-    )
+                if req.cell == 1:
+                    values = weight_tile(q, k, lse, rows, cols, causal=loaded.causal, factor=factor)
+                else:
+                    view = overview(
+                        q,
+                        k,
+                        lse,
+                        req.cell,
+                        causal=loaded.causal,
+                        factor=factor,
+                        rows=rows,
+                        cols=cols,
+                    )
+                    values = view.maximum if req.reduce == "max" else view.mean
+            tokens = result.tokens
+        body = json_with_float32(
+            {
+                "model": loaded.id,
+                "layer": req.layer,
+                "heads": heads,
+                "seq_len": seq,
+                "rows": list(rows),
+                "cols": list(cols),
+                "cell": req.cell,
+                "reduce": req.reduce,
+                "row_tokens": tokens[rows[0] : rows[1] : req.cell],
+                "col_tokens": tokens[cols[0] : cols[1] : req.cell],
+                "values": values,  # (heads, row blocks, col blocks)
+                "error_bound": REPLAY_MAX_ABS_DIFF[manager.placement.dtype_name],
+            }
+        )
+        return body, reservation

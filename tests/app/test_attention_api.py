@@ -84,6 +84,42 @@ def test_every_answer_gives_back_its_reservation(client, app):
     assert budget.held_bytes == 0
 
 
+LONG = " ".join(["reserved"] * 200)
+JSON_ANSWERS = {
+    "/api/attention/detail": {"model": MINILM_ID, "text": LONG, "layer": 1, "head": 2, "query": 3},
+    "/api/attention/tiles": {"model": MINILM_ID, "text": LONG, "layer": 1, "heads": [0, 1]},
+    "/api/attention/compare": {
+        "model": MINILM_ID, "text": LONG, "layer": 1, "head": 2,
+        "other": {"text": LONG.replace("reserved", "kept", 1), "layer": 1, "head": 2},
+    },
+    "/api/attention/ablate": {
+        "model": SMOLLM2_ID, "text": LONG, "heads": [{"layer": 0, "head": 1}], "layer": 1, "head": 2,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", list(JSON_ANSWERS))
+def test_a_json_answer_is_reserved_whole_until_it_is_sent(client, app, monkeypatch, path):
+    """The JSON answers built whole (one head in depth, windows, comparisons, ablations) reserve
+    a bound on their bytes in the in-flight budget before they are built, from the request, and
+    hold it until they are sent: a reader that stalls holds no more than the budget allows."""
+    budget = app.state.answer_budget
+    reserved = []
+    real_reserve = budget.reserve
+
+    def reserve(key, nbytes):
+        if key[0] == "answer":
+            reserved.append(nbytes)
+        return real_reserve(key, nbytes)
+
+    monkeypatch.setattr(budget, "reserve", reserve)
+    response = client.post(path, json=JSON_ANSWERS[path], headers={"accept-encoding": "identity"})
+    assert response.status_code == 200, response.text
+    assert int(response.headers["content-length"]) == len(response.content) > 100_000
+    assert len(reserved) == 1 and len(response.content) <= reserved[0] < 4 * len(response.content)
+    assert budget.held_bytes == 0
+
+
 def test_layer_and_head_selection(client):
     body = post(client, layers=[5, 0], heads=[3]).json()
     full = post(client).json()

@@ -5,6 +5,7 @@ from starlette.responses import StreamingResponse
 
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
 from app.api.running import (
+    ReservedAnswer,
     ReservedStream,
     answer_from_pass,
     heavy,
@@ -138,8 +139,10 @@ async def post_attention(
 async def post_detail(
     body: DetailRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> Response:
-    answer = await answer_from_pass(request, attention_detail, manager, cache, budget, body)
-    return Response(answer, media_type="application/json")  # DetailResponse, as JSON
+    answer, reservation = await answer_from_pass(
+        request, attention_detail, manager, cache, budget, body
+    )
+    return ReservedAnswer(answer, "application/json", reservation)  # DetailResponse
 
 
 @router.post(
@@ -218,10 +221,10 @@ async def post_ablate(
     budget: BudgetDep,
     request: Request,
 ) -> Response:
-    answer = await until_disconnect(
+    answer, reservation = await until_disconnect(
         request, lambda stop: ablate(manager, cache, budget, body, stop), heavy(manager, body)
     )
-    return Response(answer, media_type="application/json")  # AblationResponse, as JSON
+    return ReservedAnswer(answer, "application/json", reservation)  # AblationResponse
 
 
 @router.post(
@@ -275,8 +278,8 @@ async def post_compare(
     budget: BudgetDep,
     request: Request,
 ) -> Response:
-    answer = await answer_from_pass(request, compare, manager, cache, budget, body)
-    return Response(answer, media_type="application/json")  # CompareResponse, as JSON
+    answer, reservation = await answer_from_pass(request, compare, manager, cache, budget, body)
+    return ReservedAnswer(answer, "application/json", reservation)  # CompareResponse
 
 
 @router.post(
@@ -354,8 +357,8 @@ async def post_forward(
 async def post_tiles(
     body: TilesRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> Response:
-    answer = await answer_from_pass(request, tiles, manager, cache, budget, body)
-    return Response(answer, media_type="application/json")  # TilesResponse, written by tiles
+    answer, reservation = await answer_from_pass(request, tiles, manager, cache, budget, body)
+    return ReservedAnswer(answer, "application/json", reservation)  # TilesResponse
 
 
 @router.post(
