@@ -165,10 +165,11 @@ JSON_BYTES_PER_NUMBER = 17
 characters (measured over every positive finite float32, e.g. 0.0000019631896)."""
 
 
-def json_bytes_bound(numbers: int, tokens: int) -> int:
+def json_bytes_bound(numbers: int, tokens: int, chars: int = 0) -> int:
     """An upper bound on a JSON answer (json_with_float32) holding `numbers` float32 values (or
-    booleans) and `tokens` token strings, from the request alone."""
-    return numbers * JSON_BYTES_PER_NUMBER + 320 * tokens + 4096
+    booleans), `tokens` token strings and `chars` characters of the request's own text (6 bytes
+    a character at most: a control character's \\u escape), from the request alone."""
+    return numbers * JSON_BYTES_PER_NUMBER + 320 * tokens + 6 * chars + 4096
 
 
 def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:

@@ -75,7 +75,8 @@ def compare(
             f"tokens); the limit is {MAX_JSON_WEIGHTS:,}. Compare shorter texts."
         )
     with ExitStack() as held:
-        bound = json_bytes_bound(cells + seq_a, 2 * (seq_a + seq_b))  # rows' distances, texts
+        texts = len(req.text) + len(text_b)  # both sides' texts are in the answer
+        bound = json_bytes_bound(cells + seq_a, seq_a + seq_b, texts)  # and rows' distances
         reservation = held.enter_context(reserved_answer(budget, bound))
         run_a, _, pass_a = reserved_forward(
             loaded_a, cache, budget, req.text, req.text_pair, should_stop
