@@ -51,8 +51,16 @@ def float32_json_rows(block: Tensor) -> bytes:
     (0.1, not 0.100000001): at most 15 characters for a weight in [0, 1] (0.0000019631896),
     checked over every float32 from 0 to 1. Non-finite values would become null.
     """
-    values = block.detach().to(torch.float32).contiguous().numpy()
-    return orjson.dumps(values, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+    return orjson.dumps(_host_array(block), option=orjson.OPT_SERIALIZE_NUMPY)[1:-1]
+
+
+def _host_array(t: Tensor):
+    """The tensor as a C-ordered numpy array on the host, as orjson writes it: float32 (bool
+    kept as bool)."""
+    t = t.detach().cpu()
+    if t.dtype != torch.bool:
+        t = t.to(torch.float32)
+    return t.contiguous().numpy()
 
 
 def json_with_float32(fields: dict) -> bytes:
@@ -65,12 +73,7 @@ def json_with_float32(fields: dict) -> bytes:
     def ready(value):
         if isinstance(value, dict):
             return {k: ready(v) for k, v in value.items()}
-        if not isinstance(value, Tensor):
-            return value
-        value = value.detach().cpu()
-        if value.dtype != torch.bool:
-            value = value.to(torch.float32)
-        return value.contiguous().numpy()
+        return _host_array(value) if isinstance(value, Tensor) else value
 
     return orjson.dumps(ready(fields), option=orjson.OPT_SERIALIZE_NUMPY)
 

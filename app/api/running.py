@@ -157,6 +157,13 @@ class ReservedAnswer(_Reserved, Response):
     stream's machinery."""
 
 
+def reserved_json(built: tuple[bytes, Reservation]) -> ReservedAnswer:
+    """A JSON answer a service built whole, (body, the reservation of its bytes), sent with
+    that reservation held until it is sent."""
+    body, reservation = built
+    return ReservedAnswer(body, "application/json", reservation)
+
+
 async def stream_maps(
     request: Request,
     build: Callable[[Callable[[], bool]], tuple[MapsAnswer, Reservation]],

@@ -15,8 +15,8 @@ from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.replay import replayed_qk
 from app.models.manager import ModelManager
 from app.models.placement import REPLAY_MAX_ABS_DIFF
-from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest
-from app.serialize import json_bytes_bound, json_with_float32
+from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
+from app.serialize import in_order, json_bytes_bound, json_with_float32
 from app.services.attention import (
     ShouldStop,
     check_layer_head,
@@ -89,7 +89,7 @@ def tiles(
                     )
                     values = view.maximum if req.reduce == "max" else view.mean
             tokens = result.tokens
-        body = json_with_float32(
+        answer = in_order(
             {
                 "model": loaded.id,
                 "layer": req.layer,
@@ -103,6 +103,7 @@ def tiles(
                 "col_tokens": tokens[cols[0] : cols[1] : req.cell],
                 "values": values,  # (heads, row blocks, col blocks)
                 "error_bound": REPLAY_MAX_ABS_DIFF[manager.placement.dtype_name],
-            }
+            },
+            TilesResponse,
         )
-        return body, reservation
+        return json_with_float32(answer), reservation

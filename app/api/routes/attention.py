@@ -5,11 +5,11 @@ from starlette.responses import StreamingResponse
 
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
 from app.api.running import (
-    ReservedAnswer,
     ReservedStream,
     answer_from_pass,
     heavy,
     progress_lines,
+    reserved_json,
     stream_maps,
     until_disconnect,
     where_to_run,
@@ -139,10 +139,9 @@ async def post_attention(
 async def post_detail(
     body: DetailRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> Response:
-    answer, reservation = await answer_from_pass(
-        request, attention_detail, manager, cache, budget, body
+    return reserved_json(
+        await answer_from_pass(request, attention_detail, manager, cache, budget, body)
     )
-    return ReservedAnswer(answer, "application/json", reservation)  # DetailResponse
 
 
 @router.post(
@@ -221,10 +220,11 @@ async def post_ablate(
     budget: BudgetDep,
     request: Request,
 ) -> Response:
-    answer, reservation = await until_disconnect(
-        request, lambda stop: ablate(manager, cache, budget, body, stop), heavy(manager, body)
+    return reserved_json(
+        await until_disconnect(
+            request, lambda stop: ablate(manager, cache, budget, body, stop), heavy(manager, body)
+        )
     )
-    return ReservedAnswer(answer, "application/json", reservation)  # AblationResponse
 
 
 @router.post(
@@ -278,8 +278,7 @@ async def post_compare(
     budget: BudgetDep,
     request: Request,
 ) -> Response:
-    answer, reservation = await answer_from_pass(request, compare, manager, cache, budget, body)
-    return ReservedAnswer(answer, "application/json", reservation)  # CompareResponse
+    return reserved_json(await answer_from_pass(request, compare, manager, cache, budget, body))
 
 
 @router.post(
@@ -357,8 +356,7 @@ async def post_forward(
 async def post_tiles(
     body: TilesRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> Response:
-    answer, reservation = await answer_from_pass(request, tiles, manager, cache, budget, body)
-    return ReservedAnswer(answer, "application/json", reservation)  # TilesResponse
+    return reserved_json(await answer_from_pass(request, tiles, manager, cache, budget, body))
 
 
 @router.post(
