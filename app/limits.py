@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import threading
 import time
+from collections.abc import Awaitable, Iterator
+from typing import TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -19,6 +22,22 @@ log = logging.getLogger("attention_atlas")
 SEND_CHUNK_BYTES = 256 * 1024
 """Largest piece of an answer handed to the server at once. The server buffers at most one
 piece (plus its socket buffers) for a reader that has stopped reading."""
+
+T = TypeVar("T")
+
+if sys.version_info >= (3, 11):
+
+    async def _within(awaitable: Awaitable[T], seconds: float) -> T:
+        """await `awaitable`, raising TimeoutError after `seconds`: in this task (wait_for
+        wraps it in a task of its own before Python 3.12, one more turn of the loop)."""
+        async with asyncio.timeout(seconds):
+            return await awaitable
+
+else:  # pragma: no cover - Python 3.10
+
+    async def _within(awaitable: Awaitable[T], seconds: float) -> T:
+        """await `awaitable`, raising TimeoutError after `seconds`."""
+        return await asyncio.wait_for(awaitable, seconds)
 
 
 async def _reject(
@@ -81,7 +100,7 @@ class RequestBodyGuard:
             if body_done:
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), self.timeout)
+                message = await _within(receive(), self.timeout)
             except asyncio.TimeoutError:
                 refused = _BodyRefused(
                     408,
@@ -121,6 +140,18 @@ class _ReaderStalled(Exception):
     pass
 
 
+def _pieces(body: bytes) -> Iterator[tuple[bytes, bool]]:
+    """(piece, whether it is the last) of at most SEND_CHUNK_BYTES each: a body that fits one
+    piece as it is, a longer one a copied slice at a time."""
+    if len(body) <= SEND_CHUNK_BYTES:
+        yield body, True
+        return
+    view = memoryview(body)
+    for start in range(0, len(body), SEND_CHUNK_BYTES):
+        end = start + SEND_CHUNK_BYTES
+        yield bytes(view[start:end]), end >= len(body)
+
+
 class SendGuard:
     """Hand answers to the server in pieces of at most SEND_CHUNK_BYTES, and give up on a
     reader that has not taken a piece within `timeout` seconds.
@@ -145,13 +176,9 @@ class SendGuard:
                 return
             body = message.get("body", b"")
             more = message.get("more_body", False)
-            view = memoryview(body)
-            offsets = range(0, max(len(body), 1), SEND_CHUNK_BYTES)
-            for start in offsets:
-                piece = bytes(view[start : start + SEND_CHUNK_BYTES])
-                last = start + SEND_CHUNK_BYTES >= len(body)
+            for piece, last in _pieces(body):
                 try:
-                    await asyncio.wait_for(
+                    await _within(
                         send({"type": "http.response.body", "body": piece,
                               "more_body": more or not last}),
                         self.timeout,
