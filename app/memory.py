@@ -37,9 +37,9 @@ def return_freed_memory_to_the_os() -> bool:
 
 
 WORKING_MARGIN_BYTES = 128 * 2**20
-"""What the sum below leaves for the rest: one forward pass's per-layer temporaries, the piece
-each streamed answer is sending (at most about 1 MiB, app.serialize.PIECE_BYTES), request bodies
-and Python objects. Answers built whole are counted in the in-flight bytes instead."""
+"""What the sum below leaves for the rest: one forward pass's per-layer temporaries, request
+bodies and Python objects. The bytes of answers being sent are counted in the in-flight bytes
+(app.serialize.held_while_sending for a streamed one, the whole body for one built whole)."""
 
 
 def worst_case_rss(resident_with_models: int, forward_cache_bytes: int, inflight_bytes: int) -> int:

@@ -14,6 +14,7 @@ import torch
 from pydantic import BaseModel
 from torch import Tensor
 
+from app.limits import SEND_CHUNK_BYTES
 from attention_atlas.formats import ATLS_MAGIC, ATLS_VERSION, decode_atls
 
 
@@ -179,6 +180,23 @@ def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:
     """An upper bound on the size of a maps answer, from the request alone (before any work):
     the weights at their format's width plus room for the metadata (tokens and ids)."""
     return weights * BYTES_PER_WEIGHT[fmt] + 320 * tokens + 4096
+
+
+PIECES_HELD = 3
+"""Pieces of a streamed maps answer that its process may hold at once: the one being sent, the
+next (the first two are made together: app.api.running.stream_maps), and the parts of the one
+after that while they are joined."""
+
+
+def held_while_sending(fmt: str, weights: int, tokens: int) -> int:
+    """At most the bytes a maps answer (MapsAnswer) holds in the process while a reader takes
+    it, from the request alone: PIECES_HELD pieces (each at most PIECE_BYTES, or the answer's
+    head where that is longer) and, of the piece being sent, the slice copied for the server
+    and the server's unsent rest of that slice (app.limits.SendGuard); each never more than
+    the whole answer."""
+    whole = answer_bytes_bound(fmt, weights, tokens)
+    piece = PIECE_BYTES + answer_bytes_bound(fmt, 0, tokens)
+    return min(whole, PIECES_HELD * piece) + 2 * min(whole, SEND_CHUNK_BYTES)
 
 
 @dataclass(frozen=True)

@@ -197,9 +197,10 @@ async def stream_maps(
 
 
 async def _after(ahead: list[bytes], rest: Iterator[bytes], lane: Lane) -> AsyncIterator[bytes]:
-    """The pieces made with the answer, then the rest, each made on `lane` when it is wanted."""
-    for piece in ahead:
-        yield piece
+    """The pieces made with the answer, then the rest, each made on `lane` when it is wanted;
+    none is held here once handed on (held_while_sending counts what is)."""
+    while ahead:
+        yield ahead.pop(0)
     async for piece in iterate_on_compute(rest, lane):
         yield piece
 

@@ -34,6 +34,7 @@ from app.serialize import (
     BYTES_PER_WEIGHT,
     MapsAnswer,
     answer_bytes_bound,
+    held_while_sending,
     in_order,
     json_bytes_bound,
     json_with_float32,
@@ -273,8 +274,13 @@ def attention_maps(
     side = math.ceil(seq / req.cell)  # values along each side of an answered map
     check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes, side)
     check_layer_bytes(len(heads), seq)  # a layer's whole maps are computed before pooling
-    # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time.
-    working = budget.reserve(answer_key("answer"), 4 * len(heads) * seq * seq)
+    # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time and
+    # the pieces it is sending (for as long as its reader takes them).
+    weights = len(layers) * len(heads) * side * side
+    working = budget.reserve(
+        answer_key("answer"),
+        4 * len(heads) * seq * seq + held_while_sending(req.format, weights, seq),
+    )
     key = (loaded.id, req.text, req.text_pair)
     asked = set(layers)
 

@@ -1,11 +1,40 @@
-"""How SendGuard hands an answer's bytes to the server: bounded pieces, none copied needlessly,
-and a reader that takes nothing dropped after the send timeout."""
+"""How a maps answer is sent: its pieces within what its reservation counts (held_while_sending),
+handed to the server by SendGuard in bounded slices, none copied needlessly, and a reader that
+takes nothing dropped after the send timeout."""
 
 import asyncio
 
 import pytest
+import torch
 
 from app.limits import SEND_CHUNK_BYTES, SendGuard, _pieces
+from app.serialize import PIECES_HELD, MapsAnswer, answer_bytes_bound, held_while_sending
+
+
+@pytest.mark.parametrize(
+    "fmt,shape,label",
+    [
+        ("f32", (6, 12, 128, 128), "word"),  # 4.7 MB: pieces of whole layers
+        ("u8", (6, 12, 16, 16), "word"),  # sent whole
+        ("json", (2, 4, 200, 200), "word"),
+        ("u8", (1, 1, 3500, 3500), "a long token label " * 16),  # the head alone > a piece
+        ("f32", (1, 2, 3000, 3000), "x"),  # rows of 12 kB
+    ],
+)
+def test_the_pieces_a_maps_answer_holds_at_once_fit_what_it_reserves(fmt, shape, label):
+    layers, heads, seq, _ = shape
+    torch.manual_seed(0)
+    maps = torch.softmax(torch.randn(heads, seq, seq), dim=-1)
+    meta = {"tokens": [label] * seq, "token_ids": list(range(seq)), "layers": list(range(layers))}
+    answer = MapsAnswer(meta, fmt, shape, lambda i: maps)
+    sizes = [len(piece) for piece in answer.chunks()]
+    if len(label) > 100:
+        assert sizes[0] > 2**20  # the case it stands for
+    weights = layers * heads * seq * seq
+    assert sum(sizes) <= answer_bytes_bound(fmt, weights, seq)
+    most = max(sum(sizes[i : i + PIECES_HELD]) for i in range(len(sizes)))
+    sending = 2 * min(sum(sizes), SEND_CHUNK_BYTES)
+    assert most + sending <= held_while_sending(fmt, weights, seq)
 
 
 def test_a_body_of_one_piece_goes_as_it_is():
