@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -22,6 +23,20 @@ log = logging.getLogger("attention_atlas")
 SEND_CHUNK_BYTES = 256 * 1024
 """Largest piece of an answer handed to the server at once. The server buffers at most one
 piece (plus its socket buffers) for a reader that has stopped reading."""
+
+
+def _kernel_send_buffer_bytes() -> int:
+    """The most one connection's kernel send buffer holds: Linux grows it up to the largest of
+    net.ipv4.tcp_wmem (4 MiB by default), read once; 4 MiB where that cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    except (OSError, ValueError, IndexError):
+        return 4 * 2**20
+
+
+KERNEL_SEND_BUFFER_BYTES = _kernel_send_buffer_bytes()
+"""What the kernel may take of an answer into its connection's send buffer while a slow reader
+takes it: memory outside the process, but charged to the server's cgroup in a container."""
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel
 from torch import Tensor
 
-from app.limits import SEND_CHUNK_BYTES
+from app.limits import KERNEL_SEND_BUFFER_BYTES, SEND_CHUNK_BYTES
 from attention_atlas.formats import ATLS_MAGIC, ATLS_VERSION, decode_atls
 
 
@@ -188,15 +188,20 @@ next (the first two are made together: app.api.running.stream_maps), and the par
 after that while they are joined."""
 
 
+def sending_overhead(nbytes: int) -> int:
+    """What sending an answer of nbytes holds besides its own bytes: the slice SendGuard copies
+    for the server, the server's unsent rest of it, and what the kernel takes into the
+    connection's send buffer (KERNEL_SEND_BUFFER_BYTES); each never more than the answer."""
+    return 2 * min(nbytes, SEND_CHUNK_BYTES) + min(nbytes, KERNEL_SEND_BUFFER_BYTES)
+
+
 def held_while_sending(fmt: str, weights: int, tokens: int) -> int:
-    """At most the bytes a maps answer (MapsAnswer) holds in the process while a reader takes
-    it, from the request alone: PIECES_HELD pieces (each at most PIECE_BYTES, or the answer's
-    head where that is longer) and, of the piece being sent, the slice copied for the server
-    and the server's unsent rest of that slice (app.limits.SendGuard); each never more than
-    the whole answer."""
+    """At most the bytes a maps answer (MapsAnswer) holds while a reader takes it, from the
+    request alone: PIECES_HELD pieces (each at most PIECE_BYTES, or the answer's head where that
+    is longer, and never more than the whole answer) and sending_overhead."""
     whole = answer_bytes_bound(fmt, weights, tokens)
     piece = PIECE_BYTES + answer_bytes_bound(fmt, 0, tokens)
-    return min(whole, PIECES_HELD * piece) + 2 * min(whole, SEND_CHUNK_BYTES)
+    return min(whole, PIECES_HELD * piece) + sending_overhead(whole)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from app.serialize import (
     in_order,
     json_bytes_bound,
     json_with_float32,
+    sending_overhead,
 )
 from attention_core import causal_mask, masked_softmax, replay_layer, value_weighted_norms
 from attention_core.tiles import pool_weights
@@ -110,10 +111,11 @@ def reserved_forward(
 
 @contextmanager
 def reserved_answer(budget: AnswerBudget, nbytes: int) -> Iterator[Reservation]:
-    """`with reserved_answer(budget, nbytes) as reservation:` an answer's bytes, counted in the
-    in-flight budget before it is built (a stalled reader then holds no more than the budget
-    allows); released here if the block fails, else by the caller once the answer is sent."""
-    reservation = budget.reserve(answer_key("answer"), nbytes)
+    """`with reserved_answer(budget, nbytes) as reservation:` an answer's bytes and what sending
+    them holds (sending_overhead), counted in the in-flight budget before it is built (a stalled
+    reader then holds no more than the budget allows); released here if the block fails, else
+    by the caller once the answer is sent."""
+    reservation = budget.reserve(answer_key("answer"), nbytes + sending_overhead(nbytes))
     try:
         yield reservation
     except BaseException:

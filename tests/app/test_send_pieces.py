@@ -7,8 +7,14 @@ import asyncio
 import pytest
 import torch
 
-from app.limits import SEND_CHUNK_BYTES, SendGuard, _pieces
-from app.serialize import PIECES_HELD, MapsAnswer, answer_bytes_bound, held_while_sending
+from app.limits import KERNEL_SEND_BUFFER_BYTES, SEND_CHUNK_BYTES, SendGuard, _pieces
+from app.serialize import (
+    PIECES_HELD,
+    MapsAnswer,
+    answer_bytes_bound,
+    held_while_sending,
+    sending_overhead,
+)
 
 
 @pytest.mark.parametrize(
@@ -33,8 +39,14 @@ def test_the_pieces_a_maps_answer_holds_at_once_fit_what_it_reserves(fmt, shape,
     weights = layers * heads * seq * seq
     assert sum(sizes) <= answer_bytes_bound(fmt, weights, seq)
     most = max(sum(sizes[i : i + PIECES_HELD]) for i in range(len(sizes)))
-    sending = 2 * min(sum(sizes), SEND_CHUNK_BYTES)
-    assert most + sending <= held_while_sending(fmt, weights, seq)
+    assert most + sending_overhead(sum(sizes)) <= held_while_sending(fmt, weights, seq)
+
+
+def test_sending_counts_the_slices_and_the_kernels_send_buffer_never_more_than_the_answer():
+    assert sending_overhead(0) == 0
+    assert sending_overhead(1000) == 3000
+    big = 10**9
+    assert sending_overhead(big) == 2 * SEND_CHUNK_BYTES + KERNEL_SEND_BUFFER_BYTES
 
 
 def test_a_body_of_one_piece_goes_as_it_is():
