@@ -183,9 +183,9 @@ def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:
 
 
 PIECES_HELD = 3
-"""Pieces of a streamed maps answer that its process may hold at once: the one being sent, the
-next (the first two are made together: app.api.running.stream_maps), and the parts of the one
-after that while they are joined."""
+"""Pieces of a streamed maps answer that its process may hold at once: a piece being made, as
+its parts and as the piece they are joined into, and the piece before it (being sent, or, at
+the start, made with it: app.api.running.stream_maps makes the first two together)."""
 
 
 def sending_overhead(nbytes: int) -> int:
