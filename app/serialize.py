@@ -164,6 +164,12 @@ def quantize(weights: Tensor, fmt: str) -> bytes:
     raise ValueError(f"unknown binary format {fmt!r}")
 
 
+def _meta_bytes(tokens: int) -> int:
+    """An upper bound on an answer's fields besides its numbers: 320 bytes a token (its label,
+    raw form, id and flags) and 4 KiB for the rest."""
+    return 320 * tokens + 4096
+
+
 JSON_BYTES_PER_NUMBER = 17
 """At most, any finite float32 in json_with_float32's JSON, with its comma: a sign and 15
 characters (measured over every positive finite float32, e.g. 0.0000019631896)."""
@@ -173,13 +179,13 @@ def json_bytes_bound(numbers: int, tokens: int, chars: int = 0) -> int:
     """An upper bound on a JSON answer (json_with_float32) holding `numbers` float32 values (or
     booleans), `tokens` token strings and `chars` characters of the request's own text (6 bytes
     a character at most: a control character's \\u escape), from the request alone."""
-    return numbers * JSON_BYTES_PER_NUMBER + 320 * tokens + 6 * chars + 4096
+    return numbers * JSON_BYTES_PER_NUMBER + 6 * chars + _meta_bytes(tokens)
 
 
 def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:
     """An upper bound on the size of a maps answer, from the request alone (before any work):
     the weights at their format's width plus room for the metadata (tokens and ids)."""
-    return weights * BYTES_PER_WEIGHT[fmt] + 320 * tokens + 4096
+    return weights * BYTES_PER_WEIGHT[fmt] + _meta_bytes(tokens)
 
 
 PIECES_HELD = 3
@@ -200,7 +206,7 @@ def held_while_sending(fmt: str, weights: int, tokens: int) -> int:
     request alone: PIECES_HELD pieces (each at most PIECE_BYTES, or the answer's head where that
     is longer, and never more than the whole answer) and sending_overhead."""
     whole = answer_bytes_bound(fmt, weights, tokens)
-    piece = PIECE_BYTES + answer_bytes_bound(fmt, 0, tokens)
+    piece = PIECE_BYTES + _meta_bytes(tokens)
     return min(whole, PIECES_HELD * piece) + sending_overhead(whole)
 
 

@@ -10,13 +10,12 @@ import torch
 
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens
-from app.inference.inflight import AnswerBudget, Reservation, Reservations
+from app.inference.inflight import AnswerBudget, Reservation
 from app.models.manager import ModelManager
 from app.schemas.aggregate import AggregateRequest, SimilarityRequest, SimilarityResponse
 from app.serialize import MapsAnswer, held_while_sending
 from app.services.attention import (
     ShouldStop,
-    answer_key,
     check_answer_size,
     held_forward,
     indices,
@@ -69,18 +68,16 @@ def aggregate_maps(
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     seq = count_tokens(loaded, req.text, req.text_pair)
     check_answer_size(req.format, len(layers), 1, seq, max_answer_bytes)
-    # the pieces it is sending, for as long as its reader takes them
-    sending = budget.reserve(
-        answer_key("answer"), held_while_sending(req.format, len(layers) * seq * seq, seq)
+    result, cached, reservation = reserved_forward(
+        loaded,
+        cache,
+        budget,
+        req.text,
+        req.text_pair,
+        should_stop,
+        # the pieces it is sending, for as long as its reader takes them
+        answer_bytes=held_while_sending(req.format, len(layers) * seq * seq, seq),
     )
-    try:
-        result, cached, reservation = reserved_forward(
-            loaded, cache, budget, req.text, req.text_pair, should_stop
-        )
-    except BaseException:
-        sending.release()
-        raise
-    reservation = Reservations(sending, reservation)
     if req.kind == "average":
 
         def layer_maps(i: int) -> torch.Tensor:

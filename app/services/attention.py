@@ -80,16 +80,21 @@ def reserved_forward(
     whole_maps: bool = True,
     progress: Progress | None = None,
     keep_maps: MapsSink | None = None,
+    answer_bytes: int = 0,
 ) -> tuple[ForwardResult, bool, Reservations]:
     """The forward pass, with its bytes reserved in the in-flight budget before it is computed
     or looked up: (result, was_cached, reservation). Release the reservation when done with it.
     whole_maps: the caller may read every map of the text at once, so the text is held to the
     model's full_map_tokens and, where maps are replayed, their bytes are reserved too (for this
-    caller alone); False for callers that read a layer or a window at a time."""
+    caller alone); False for callers that read a layer or a window at a time.
+    answer_bytes: what the caller's answer holds besides the pass (for a streamed answer, what
+    it computes at a time and the pieces it holds while sent), reserved first, for it alone."""
     limit = loaded.full_map_tokens if whole_maps else None
     seq = count_tokens(loaded, text, text_pair, limit)
     parts = []
     try:
+        if answer_bytes:
+            parts.append(budget.reserve(answer_key("answer"), answer_bytes))
         if whole_maps and loaded.maps_replayed:
             arch = loaded.arch
             maps = 4 * arch.num_layers * arch.num_heads * seq * seq
@@ -276,13 +281,6 @@ def attention_maps(
     side = math.ceil(seq / req.cell)  # values along each side of an answered map
     check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes, side)
     check_layer_bytes(len(heads), seq)  # a layer's whole maps are computed before pooling
-    # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time and
-    # the pieces it is sending (for as long as its reader takes them).
-    weights = len(layers) * len(heads) * side * side
-    working = budget.reserve(
-        answer_key("answer"),
-        4 * len(heads) * seq * seq + held_while_sending(req.format, weights, seq),
-    )
     key = (loaded.id, req.text, req.text_pair)
     asked = set(layers)
 
@@ -291,21 +289,20 @@ def attention_maps(
         next), the others where the cache has room to spare (the explorer asks for them next)."""
         cache.keep_layer(key, layer, maps, make_room=layer in asked)
 
-    try:
-        result, cached, reservation = reserved_forward(
-            loaded,
-            cache,
-            budget,
-            req.text,
-            req.text_pair,
-            should_stop,
-            whole_maps=False,
-            keep_maps=keep,
-        )
-    except BaseException:
-        working.release()
-        raise
-    reservation = Reservations(working, reservation)
+    # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time and
+    # the pieces it is sending (for as long as its reader takes them).
+    weights = len(layers) * len(heads) * side * side
+    result, cached, reservation = reserved_forward(
+        loaded,
+        cache,
+        budget,
+        req.text,
+        req.text_pair,
+        should_stop,
+        whole_maps=False,
+        keep_maps=keep,
+        answer_bytes=4 * len(heads) * seq * seq + held_while_sending(req.format, weights, seq),
+    )
     chosen = None if heads == list(range(loaded.arch.num_heads)) else heads
 
     def layer_maps(i: int) -> torch.Tensor:
