@@ -30,6 +30,8 @@ import asyncio
 import enum
 import heapq
 import itertools
+import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -70,13 +72,32 @@ MOST_PASSED_SECONDS = 60.0
 """... and at most this long, however long it is estimated to run."""
 _DEFAULT_THREADS = min(torch.get_num_threads(), cpu_quota_cores() or torch.get_num_threads())
 """The heavy lane's threads: PyTorch's own choice (one a core), within a container's CPU limit."""
+HEAVY_LANE_NICE = 10
+"""The heavy lane's scheduling priority below the rest of the server (Linux: a thread's nice
+value, which the OpenMP helpers it starts inherit). After each parallel region libgomp's helpers
+spin for a while (about 8 ms after a pass here) before they sleep: at the same priority they held
+one of this machine's two cores against the event loop and the client that were sending and
+reading the answer just made (a new 16-token answer's last byte read 1.3-3.5 ms after it was
+sent, against 0.15-0.35 ms with this: docs/performance.md). Under load the event loop and the
+quick lane, which answer from cached passes, go before passes too."""
 _threads_lock = threading.Lock()
 _lane_threads: set[int] = set()
 
 
+def _lower_priority(nice: int) -> None:
+    """Lower the calling thread's priority by `nice` more (Linux only: elsewhere a nice value
+    is the whole process's). Lowering one's own priority needs no privilege."""
+    if sys.platform == "linux" and nice > 0:
+        thread = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, thread)
+        os.setpriority(os.PRIO_PROCESS, thread, min(19, now + nice))
+
+
 def _start_heavy_thread() -> None:
     """The heavy lane keeps PyTorch's intra-op threads (a thread reads the process-wide count
-    once, the first time it needs it, and keeps its own from then on)."""
+    once, the first time it needs it, and keeps its own from then on), at HEAVY_LANE_NICE
+    before it starts them."""
+    _lower_priority(HEAVY_LANE_NICE)
     with _threads_lock:
         torch.get_num_threads()  # a thread reads the process-wide count at its first ask
         torch.set_num_threads(_DEFAULT_THREADS)

@@ -4,7 +4,6 @@ themselves only where they cannot be replayed from those."""
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import threading
@@ -19,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from app.errors import InvalidInput, RequestCancelled
+from app.inference.encoding import encode
 from app.inference.predictions import MAX_TOP_K, top_predictions
 from app.inference.replay import replayed_maps
 from app.inference.tokens import display_tokens
@@ -159,11 +159,10 @@ def tokenize(
             f"text_pair (sentence pairs) is for BERT-family encoders; '{loaded.id}' is a causal "
             "decoder. Put both sentences in 'text' instead."
         )
-    encoding = loaded.tokenizer(text, text_pair, return_tensors="pt", truncation=False)
-    n = encoding["input_ids"].shape[1]
-    check_token_count(loaded, n, limit)
-    accepted = inspect.signature(loaded.model.forward).parameters
-    return {k: v for k, v in encoding.items() if k in accepted}, _word_numbers(encoding, n)
+    encoding, words = encode(loaded.tokenizer, text, text_pair)
+    check_token_count(loaded, encoding["input_ids"].shape[1], limit)
+    accepted = loaded.forward_inputs
+    return {k: v for k, v in encoding.items() if k in accepted}, words
 
 
 def check_token_count(loaded: LoadedModel, n: int, limit: int | None) -> None:
@@ -405,24 +404,6 @@ def stack_to_host(layers: list[Tensor]) -> Tensor:
         out[i] = layers[i][0]
         layers[i] = None  # the model's own tensor is freed here, not after the loop
     return out
-
-
-def _word_numbers(encoding, n: int) -> list[int]:
-    """Word number of each token from a fast tokenizer's word_ids, numbered across a sentence
-    pair (segment B's words after segment A's); every token its own word without word_ids."""
-    try:
-        word_ids = encoding.word_ids(0)
-        sequence_ids = encoding.sequence_ids(0)
-    except (ValueError, AttributeError):  # a slow (Python) tokenizer has no word ids
-        return list(range(n))
-    offset = 1 + max(
-        (w for w, s in zip(word_ids, sequence_ids, strict=True) if s == 0 and w is not None),
-        default=-1,
-    )
-    return [
-        -1 if w is None else w + (offset if s == 1 else 0)
-        for w, s in zip(word_ids, sequence_ids, strict=True)
-    ]
 
 
 def _segments_from_separators(ids: list[int], sep_id: int | None) -> list[int]:

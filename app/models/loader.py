@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -72,6 +74,11 @@ class LoadedModel:
     @property
     def id(self) -> str:
         return self.spec.id
+
+    @cached_property
+    def forward_inputs(self) -> frozenset[str]:
+        """The names the model's forward takes (which of a tokenizer's outputs to pass it)."""
+        return frozenset(inspect.signature(self.model.forward).parameters)
 
     @property
     def maps_replayed(self) -> bool:

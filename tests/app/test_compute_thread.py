@@ -5,6 +5,7 @@ threads run PyTorch on themselves alone. Every kind of route is checked: answers
 streamed pieces, NDJSON streams, lab routes and model loading."""
 
 import asyncio
+import os
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import app.api.routes.lab as lab_routes
 import app.serialize as serialize
 from app.api.running import FIRST_LOAD_SECONDS, run_with_room, where_to_run
 from app.compute import (
+    HEAVY_LANE_NICE,
     Lane,
     call_on_compute,
     cpu_quota_cores,
@@ -137,6 +139,35 @@ def test_the_quick_lane_runs_pytorch_on_itself_alone_and_leaves_the_default_alon
     fresh.start()
     fresh.join()
     assert seen == [torch.get_num_threads()]  # a new thread still starts from the default
+
+
+def _nice_of_threads() -> dict[int, int]:
+    """Each thread of this process: its nice value (field 19 of /proc/self/task/*/stat)."""
+    values = {}
+    for task in Path("/proc/self/task").iterdir():
+        stat = (task / "stat").read_text()
+        values[int(task.name)] = int(stat[stat.rindex(")") + 2 :].split()[16])
+    return values
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="thread priorities: Linux only")
+def test_the_heavy_lane_and_its_openmp_helpers_run_below_the_rest_of_the_server():
+    def heavy_job():
+        torch.ones(512, 512) @ torch.ones(512, 512)  # a parallel region: the team is started
+        return threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0)
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = min(19, base + HEAVY_LANE_NICE)
+    heavy_thread, heavy_nice = call_on_compute(heavy_job)
+    quick_nice = asyncio.run(
+        run_on_compute(lambda: os.getpriority(os.PRIO_PROCESS, 0), lane=Lane.QUICK)
+    )
+    assert HEAVY_LANE_NICE > 0 and (heavy_nice, quick_nice) == (expected, base)
+    nice = _nice_of_threads()
+    assert nice[heavy_thread] == expected and nice[threading.get_native_id()] == base
+    lowered = [tid for tid, value in nice.items() if value == expected]
+    # the lane's thread and the OpenMP helpers it started (one a core beyond its own)
+    assert len(lowered) >= call_on_compute(torch.get_num_threads)
 
 
 def test_an_answer_from_a_cached_pass_does_not_wait_behind_a_forward_pass(client):
