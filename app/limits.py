@@ -155,11 +155,12 @@ class _ReaderStalled(Exception):
     pass
 
 
-def _pieces(body: bytes) -> Iterator[tuple[bytes, bool]]:
-    """(piece, whether it is the last) of at most SEND_CHUNK_BYTES each: a body that fits one
-    piece as it is, a longer one a copied slice at a time."""
+def _pieces(body: bytes | memoryview) -> Iterator[tuple[bytes, bool]]:
+    """(piece, whether it is the last) of at most SEND_CHUNK_BYTES each, as bytes (what ASGI
+    servers take): a bytes body that fits one piece as it is, anything else a copied slice at
+    a time (an answer's pieces may be buffers written in place: app.serialize)."""
     if len(body) <= SEND_CHUNK_BYTES:
-        yield body, True
+        yield (body if isinstance(body, bytes) else bytes(body)), True
         return
     view = memoryview(body)
     for start in range(0, len(body), SEND_CHUNK_BYTES):

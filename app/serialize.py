@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import math
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 import orjson
 import torch
@@ -16,6 +17,8 @@ from torch import Tensor
 
 from app.limits import KERNEL_SEND_BUFFER_BYTES, SEND_CHUNK_BYTES
 from attention_atlas.formats import ATLS_MAGIC, ATLS_VERSION, decode_atls
+
+T = TypeVar("T")
 
 
 def to_lists(t: Tensor, digits: int | None = None) -> list:
@@ -144,24 +147,30 @@ mapping being faulted in for every piece: a 512-token MiniLM layer (3.1 million 
 
 def quantize(weights: Tensor, fmt: str) -> bytes:
     """Attention weights in [0, 1] as f32, f16 or u8 bytes, C order, little-endian."""
-    if fmt == "f32":
-        return weights.to(torch.float32).contiguous().numpy().astype("<f4", copy=False).tobytes()
-    if fmt == "f16":
-        array = weights.to(torch.float16).contiguous().numpy()
-        return array.astype("<f2", copy=False).tobytes()
-    if fmt == "u8":
-        # In float64, w * 255 is exact for every float32 w (24 + 8 bits < 53), so the rounding
-        # is too: in float32 the product can land on k + 0.5 and round past the 1/510 bound.
-        flat = weights.reshape(-1)
-        n = flat.numel()
-        codes = torch.empty(n, dtype=torch.uint8)
-        scratch = torch.empty(min(n, U8_STEP), dtype=torch.float64)
-        for start in range(0, n, U8_STEP):
-            stop = min(n, start + U8_STEP)
-            scaled = scratch[: stop - start].copy_(flat[start:stop]).mul_(255)
-            codes[start:stop] = scaled.round_().clamp_(0, 255)  # whole numbers: exact in u8
-        return codes.numpy().tobytes()
-    raise ValueError(f"unknown binary format {fmt!r}")
+    out = torch.empty(weights.numel() * BYTES_PER_WEIGHT[fmt], dtype=torch.uint8)
+    quantize_into(weights, fmt, out)
+    return out.numpy().tobytes()
+
+
+def quantize_into(weights: Tensor, fmt: str, out: Tensor) -> None:
+    """Write attention weights in [0, 1] into `out` (uint8, as many bytes as they take in
+    `fmt`) as f32, f16 or u8, C order, little-endian: an answer's piece is coded in place."""
+    flat = weights.reshape(-1)
+    if fmt in ("f32", "f16"):
+        wire = "<f4" if fmt == "f32" else "<f2"
+        dtype = torch.float32 if fmt == "f32" else torch.float16
+        out.numpy().view(wire)[:] = flat.to(dtype).numpy()
+        return
+    if fmt != "u8":
+        raise ValueError(f"unknown binary format {fmt!r}")
+    # In float64, w * 255 is exact for every float32 w (24 + 8 bits < 53), so the rounding is
+    # too: in float32 the product can land on k + 0.5 and round past the 1/510 bound.
+    n = flat.numel()
+    scratch = torch.empty(min(n, U8_STEP), dtype=torch.float64)
+    for start in range(0, n, U8_STEP):
+        stop = min(n, start + U8_STEP)
+        scaled = scratch[: stop - start].copy_(flat[start:stop]).mul_(255)
+        out[start:stop] = scaled.round_().clamp_(0, 255)  # whole numbers: exact in u8
 
 
 def _meta_bytes(tokens: int) -> int:
@@ -263,27 +272,45 @@ class MapsAnswer:
             return None
         return len(self.head) + math.prod(self.shape) * BYTES_PER_WEIGHT[self.fmt]
 
-    def _row_blocks(self, maps: Tensor) -> Iterator[Tensor]:
-        """(heads, q, k) -> blocks of whole rows in order (a block may run on into the next
-        head), each at most about PIECE_BYTES on the wire."""
-        rows_of_all = maps.reshape(-1, maps.shape[-1])  # (heads * q, k)
-        width = maps.shape[-1] * BYTES_PER_WEIGHT[self.fmt]
-        rows = max(1, PIECE_BYTES // max(width, 1))
-        for start in range(0, rows_of_all.shape[0], rows):
-            yield rows_of_all[start : start + rows]
-
-    def chunks(self) -> Iterator[bytes]:
+    def chunks(self) -> Iterator[bytes | memoryview]:
         """The body in pieces of about PIECE_BYTES (small layers share a piece): each piece
-        costs the server a hop to its thread pool and the client a read, so fewer is faster."""
-        yield from _joined(self._json_parts() if self.fmt == "json" else self._binary_parts())
+        costs the server a hop to its thread pool and the client a read, so fewer is faster.
+        Binary pieces are buffers written in place (memoryview); JSON's are bytes."""
+        if self.fmt == "json":
+            yield from _joined(self._json_parts())
+        else:
+            yield from self._binary_pieces()
 
-    def _binary_parts(self) -> Iterator[bytes]:
-        """The binary body in the order it is written: the head, then blocks of rows."""
+    def _binary_pieces(self) -> Iterator[memoryview]:
+        """The binary body: the head, then each layer's rows in blocks of at most about
+        PIECE_BYTES, gathered into pieces as _joined gathers parts, each block coded straight
+        into its piece (coding each block to bytes and joining them copied every weight twice
+        more: 2 of the 5 copies a 128-token MiniLM answer made on its way to the socket)."""
         wire = "f32" if self.fmt in STANDARD_MEDIA_TYPES else self.fmt
-        yield self.head
-        for i in range(self.shape[0]):
-            for block in self._row_blocks(self.layer_maps(i)):
-                yield quantize(block, wire)
+        layers, heads, rows, cols = self.shape
+        row_bytes = cols * BYTES_PER_WEIGHT[wire]
+        block_rows = max(1, PIECE_BYTES // max(row_bytes, 1))
+        parts = [(-1, 0, len(self.head))] + [
+            (layer, start, min(start + block_rows, heads * rows) - start)
+            for layer in range(layers)
+            for start in range(0, heads * rows, block_rows)
+        ]  # (layer, its first row, rows), the head as layer -1 with its bytes for rows
+        current, maps = -1, None
+        for piece in _gathered(parts, lambda part: part[2] * (row_bytes if part[0] >= 0 else 1)):
+            out = torch.empty(sum(size for _, size in piece), dtype=torch.uint8)
+            offset = 0
+            for (layer, start, count), size in piece:
+                if layer < 0:
+                    out[:size] = torch.frombuffer(bytearray(self.head), dtype=torch.uint8)
+                else:
+                    if layer != current:
+                        maps = self.layer_maps(layer)
+                        if tuple(maps.shape) != (heads, rows, cols):
+                            raise ValueError(f"layer {layer}'s maps are {tuple(maps.shape)}")
+                        maps, current = maps.reshape(heads * rows, cols), layer
+                    quantize_into(maps[start : start + count], wire, out[offset : offset + size])
+                offset += size
+            yield memoryview(out.numpy())
 
     def _json_parts(self) -> Iterator[bytes]:
         """The JSON body in the order it is written, in parts of any size."""
@@ -303,18 +330,26 @@ class MapsAnswer:
 
 
 def _joined(parts: Iterator[bytes]) -> Iterator[bytes]:
-    """Parts gathered into pieces of about PIECE_BYTES (a part is never split, and a piece ends
-    before the part that would take it past PIECE_BYTES): each piece is a trip to a compute lane
-    and a read by the client, so a small answer goes out in one."""
-    pending, size = [], 0
+    """Parts gathered into pieces of about PIECE_BYTES (_gathered), each joined into one: each
+    piece is a trip to a compute lane and a read by the client, so a small answer goes out in
+    one."""
+    for piece in _gathered(parts, len):
+        yield b"".join(part for part, _ in piece)
+
+
+def _gathered(parts: Iterable[T], size: Callable[[T], int]) -> Iterator[list[tuple[T, int]]]:
+    """Parts gathered into pieces of about PIECE_BYTES, as [(part, its size)]: a part is never
+    split, and a piece ends before the part that would take it past PIECE_BYTES."""
+    pending, total = [], 0
     for part in parts:
-        if size and size + len(part) > PIECE_BYTES:
-            yield b"".join(pending)
-            pending, size = [], 0
-        pending.append(part)
-        size += len(part)
+        nbytes = size(part)
+        if total and total + nbytes > PIECE_BYTES:
+            yield pending
+            pending, total = [], 0
+        pending.append((part, nbytes))
+        total += nbytes
     if pending:
-        yield b"".join(pending)
+        yield pending
 
 
 def safetensors_head(meta: dict, shape: tuple[int, ...]) -> bytes:

@@ -189,8 +189,8 @@ async def stream_maps(
     headers = {}
     if answer.content_length is not None:
         headers["content-length"] = str(answer.content_length)
-    if len(ahead) < 2:  # the whole answer is made already
-        return ReservedAnswer(b"".join(ahead), answer.media_type, reservation, headers)
+    if len(ahead) < 2:  # the whole answer is made already: one piece
+        return ReservedAnswer(ahead[0], answer.media_type, reservation, headers)
     lane = Lane.QUICK if answer.held else lane_cost[0]
     body = _after(ahead, pieces, lane)
     return ReservedStream(body, answer.media_type, reservation, headers)

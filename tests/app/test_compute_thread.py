@@ -45,10 +45,10 @@ def where_tensors_ran(monkeypatch):
     handle = torch.nn.modules.module.register_module_forward_pre_hook(
         lambda module, args: threads.append((type(module).__name__, on_compute_thread()))
     )
-    real_quantize = serialize.quantize
+    real_quantize = serialize.quantize_into
     monkeypatch.setattr(
         serialize,
-        "quantize",
+        "quantize_into",
         lambda *a: threads.append(("quantize", on_compute_thread())) or real_quantize(*a),
     )
     real_masks = lab_routes.all_masks

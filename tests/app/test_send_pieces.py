@@ -9,10 +9,13 @@ import torch
 
 from app.limits import KERNEL_SEND_BUFFER_BYTES, SEND_CHUNK_BYTES, SendGuard, _pieces
 from app.serialize import (
+    BYTES_PER_WEIGHT,
+    PIECE_BYTES,
     PIECES_HELD,
     MapsAnswer,
     answer_bytes_bound,
     held_while_sending,
+    quantize,
     sending_overhead,
 )
 
@@ -40,6 +43,35 @@ def test_the_pieces_a_maps_answer_holds_at_once_fit_what_it_reserves(fmt, shape,
     assert sum(sizes) <= answer_bytes_bound(fmt, weights, seq)
     most = max(sum(sizes[i : i + PIECES_HELD]) for i in range(len(sizes)))
     assert most + sending_overhead(sum(sizes)) <= held_while_sending(fmt, weights, seq)
+
+
+@pytest.mark.parametrize("fmt", ["u8", "f16", "f32", "npy", "safetensors"])
+@pytest.mark.parametrize("shape", [(6, 12, 16, 16), (3, 12, 128, 128), (2, 3, 700, 700)])
+def test_pieces_coded_in_place_are_the_head_and_each_layer_coded_whole(fmt, shape):
+    layers, heads, seq, _ = shape
+    torch.manual_seed(1)
+    maps = [torch.softmax(torch.randn(heads, seq, seq), dim=-1) for _ in range(layers)]
+    meta = {"tokens": ["w"] * seq, "layers": list(range(layers))}
+    answer = MapsAnswer(meta, fmt, shape, lambda i: maps[i])
+    pieces = list(answer.chunks())
+    wire = "f32" if fmt in ("npy", "safetensors") else fmt
+    expected = answer.head + b"".join(quantize(layer, wire) for layer in maps)
+    assert b"".join(bytes(piece) for piece in pieces) == expected
+    assert len(expected) == answer.content_length
+    # gathered as before: a piece ends before the block of rows that would take it past
+    # PIECE_BYTES, and every block of rows is at most PIECE_BYTES
+    row = seq * BYTES_PER_WEIGHT[wire]
+    block = max(1, PIECE_BYTES // row) * row
+    assert all(len(piece) <= max(PIECE_BYTES, len(answer.head)) for piece in pieces)
+    assert all(len(a) + min(block, heads * seq * row) > PIECE_BYTES for a in pieces[:-1])
+
+
+def test_an_answers_piece_that_is_a_buffer_reaches_the_server_as_bytes():
+    body = memoryview(bytearray(b"abc" * 1000))
+    (piece, last), *rest = _pieces(body)
+    assert type(piece) is bytes and piece == bytes(body) and last and rest == []
+    longer = memoryview(bytearray(SEND_CHUNK_BYTES + 5))
+    assert all(type(piece) is bytes for piece, _ in _pieces(longer))
 
 
 def test_sending_counts_the_slices_and_the_kernels_send_buffer_never_more_than_the_answer():
