@@ -198,9 +198,10 @@ def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:
 
 
 PIECES_HELD = 3
-"""Pieces of a streamed maps answer that its process may hold at once: a piece being made, as
-its parts and as the piece they are joined into, and the piece before it (being sent, or, at
-the start, made with it: app.api.running.stream_maps makes the first two together)."""
+"""Pieces of a streamed maps answer that its process may hold at once: a piece being made (a
+JSON piece as its parts and as the piece they are joined into; a binary piece is written in
+place, with a scratch of U8_STEP float64s), and the piece before it (being sent, or, at the
+start, made with it: app.api.running.stream_maps makes the first two together)."""
 
 
 def sending_overhead(nbytes: int) -> int:
