@@ -77,8 +77,8 @@ HEAVY_LANE_NICE = 10
 value, which the OpenMP helpers it starts inherit). After each parallel region libgomp's helpers
 spin for a while (about 8 ms after a pass here) before they sleep: at the same priority they held
 one of this machine's two cores against the event loop and the client that were sending and
-reading the answer just made (a new 16-token answer's last byte read 1.3-3.5 ms after it was
-sent, against 0.15-0.35 ms with this: docs/performance.md). Under load the event loop and the
+reading the answer just made (a new 16-token answer's last byte read 0.4-3.5 ms after it was
+sent, against 0.2-0.4 ms with this: docs/performance.md). Under load the event loop and the
 quick lane, which answer from cached passes, go before passes too."""
 _threads_lock = threading.Lock()
 _lane_threads: set[int] = set()
