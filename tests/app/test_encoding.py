@@ -4,7 +4,7 @@ tokenizer the tests load, for single texts and sentence pairs, whatever state an
 import pytest
 import torch
 
-from app.inference.encoding import _plain_backend, encode
+from app.inference.encoding import _plain_backend, encode, word_numbers
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from tests.conftest import LOCAL_MODELS
 
@@ -23,8 +23,7 @@ MODELS = [MINILM_ID, SMOLLM2_ID, *LOCAL_MODELS]
 def reference(tokenizer, text, text_pair):
     """transformers' own call, as the server made it before, with its word numbers."""
     encoding = tokenizer(text, text_pair, return_tensors="pt", truncation=False)
-    words = encoding.word_ids(0)
-    return dict(encoding), words
+    return dict(encoding), word_numbers(encoding.word_ids(0), encoding.sequence_ids(0))
 
 
 @pytest.mark.parametrize("model_id", MODELS)
@@ -34,14 +33,13 @@ def test_the_direct_encoding_is_transformers_own(app, model_id):
     pairs = [] if loaded.causal else PAIRS
     for _ in range(2):  # the second after a call that left truncation and padding on the backend
         for text, text_pair in [(t, None) for t in TEXTS] + pairs:
-            expected, word_ids = reference(tokenizer, text, text_pair)
+            expected, expected_words = reference(tokenizer, text, text_pair)
             got, words = encode(tokenizer, text, text_pair)
             assert got.keys() == expected.keys()
             for name in expected:
                 assert got[name].dtype == torch.long and got[name].shape[0] == 1
                 assert torch.equal(got[name], expected[name]), (model_id, name, text)
-            assert len(words) == got["input_ids"].shape[1]
-            assert [w == -1 for w in words] == [w is None for w in word_ids]
+            assert words == expected_words and len(words) == got["input_ids"].shape[1]
         tokenizer(
             ["a b", "a much longer text than that"],
             padding=tokenizer.pad_token is not None,
