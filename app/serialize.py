@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TypeVar
 
+import numpy
 import orjson
 import torch
 from pydantic import BaseModel
@@ -302,7 +303,7 @@ class MapsAnswer:
             offset = 0
             for (layer, start, count), size in piece:
                 if layer < 0:
-                    out[:size] = torch.frombuffer(bytearray(self.head), dtype=torch.uint8)
+                    out.numpy()[:size] = numpy.frombuffer(self.head, dtype=numpy.uint8)
                 else:
                     if layer != current:
                         maps = self.layer_maps(layer)
