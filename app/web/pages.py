@@ -10,6 +10,7 @@ from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from app.schemas.core import SEED_EXAMPLE
 from app.schemas.generate import MAX_NEW_TOKENS
+from app.services.heads import DESCRIPTIONS
 from app.web.assets import (
     PLOTLY_JS,
     TEMPLATES_DIR,
@@ -101,7 +102,8 @@ def deep_zoom(request: Request) -> HTMLResponse:
         "zoom.html",
         {
             "page": "zoom",
-            "page_data": {"default_model": SMOLLM2_ID},
+            # [name, what it measures] in STATISTICS' order (tojson would sort a dict's keys)
+            "page_data": {"default_model": SMOLLM2_ID, "statistics": list(DESCRIPTIONS.items())},
             "max_text_chars": MAX_TEXT_CHARS,
         },
     )

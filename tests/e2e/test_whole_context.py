@@ -7,6 +7,8 @@ from urllib.parse import urlencode
 import pytest
 
 from app.models.registry import SMOLLM2_ID
+from app.services.heads import DESCRIPTIONS
+from attention_core.head_stats import STATISTICS
 from bench.compression import prose
 from tests.e2e.helpers import answer_late, wait_js
 from tests.e2e.test_long_inputs import LONG_TASKS
@@ -97,6 +99,11 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     query = urlencode({"model": SMOLLM2_ID, "layer": 0, "head": 0})
     page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
     drawn_window(page)
+    # Before any run the statistic can be chosen, and the page says what it measures.
+    options = page.eval_on_selector_all("#zoom-stat option", "os => os.map(o => o.value)")
+    assert options == list(STATISTICS)
+    assert page.input_value("#zoom-stat") == "induction"
+    assert page.inner_text("#zoom-heads-describe") == f"induction: {DESCRIPTIONS['induction']}."
     page.evaluate("window.__long = []")
     page.click("#zoom-heads-run")
     finished = "document.querySelector('#zoom-heads-status').textContent.startsWith('Every head')"

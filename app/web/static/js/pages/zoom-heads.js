@@ -10,13 +10,17 @@ import { drawHeatTable } from "../views/heat-table.js";
 import { formatNumber } from "../views/plot.js";
 
 const LISTED = 8; // strongest heads listed under the map
+const DEFAULT_STAT = "induction";
 
 /**
  * Wires the panel. state: the page's state object (model, text, pass, stat, layer, head);
- * open(layer, head): shows that head's map; writeUrl(): mirrors the state in the URL.
- * Returns {reset(), run()}: reset when a new forward pass starts, run to compute.
+ * descriptions: {statistic: what it measures}, from the page's data, so the statistic can be
+ * picked before the first run; open(layer, head): shows that head's map; writeUrl(): mirrors
+ * the state in the URL.
+ * Returns {reset(), run(), show(), ready}: reset when a new forward pass starts, run to
+ * compute, show to redraw after the state changes; ready once a run has begun.
  */
-export function headFinder(state, { open, writeUrl }) {
+export function headFinder(state, descriptions, { open, writeUrl }) {
   const statSelect = $("#zoom-stat");
   const runButton = $("#zoom-heads-run");
   const stopButton = $("#zoom-heads-stop");
@@ -27,6 +31,10 @@ export function headFinder(state, { open, writeUrl }) {
   const list = $("#zoom-heads-top");
   let found = null; // {statistics: {name: [layer][head]}, roles: [layer][head], descriptions}
   let running = null;
+  statSelect.replaceChildren(
+    ...Object.keys(descriptions).map((n) => new Option(n.replace("_", " "), n)),
+  );
+  statSelect.value = Object.hasOwn(descriptions, state.stat ?? "") ? state.stat : DEFAULT_STAT;
 
   function reset() {
     running?.abort();
@@ -37,8 +45,8 @@ export function headFinder(state, { open, writeUrl }) {
     found = null;
     grid.hidden = true;
     list.replaceChildren();
-    describe.textContent = "";
     status.textContent = "";
+    show();
   }
 
   async function run() {
@@ -70,9 +78,6 @@ export function headFinder(state, { open, writeUrl }) {
         found.roles[layer] = answer.roles[0];
         found.descriptions = answer.descriptions;
         progress.value = (layer + 1) / layers;
-        if (statSelect.options.length !== Object.keys(answer.statistics).length) {
-          statSelect.replaceChildren(...Object.keys(answer.statistics).map((n) => new Option(n.replace("_", " "), n)));
-        }
         show();
       }
       const seconds = ((performance.now() - started) / 1000).toFixed(1);
@@ -92,11 +97,17 @@ export function headFinder(state, { open, writeUrl }) {
     }
   }
 
-  /** Draws the chosen statistic of the layers found so far, and lists its strongest heads. */
+  /** Draws the chosen statistic of the layers found so far, and lists its strongest heads;
+   * before a run, says what the chosen statistic measures. */
   function show() {
-    if (!found || !Object.keys(found.statistics).length) return;
+    if (!found || !Object.keys(found.statistics).length) {
+      const stat = Object.hasOwn(descriptions, state.stat ?? "") ? state.stat : statSelect.value;
+      statSelect.value = stat; // the URL's choice, before any run
+      describe.textContent = `${stat.replace("_", " ")}: ${descriptions[stat]}.`;
+      return;
+    }
     const names = Object.keys(found.statistics);
-    const stat = names.includes(state.stat) ? state.stat : "induction";
+    const stat = [state.stat, statSelect.value].find((name) => names.includes(name)) ?? DEFAULT_STAT;
     state.stat = stat;
     statSelect.value = stat;
     writeUrl();

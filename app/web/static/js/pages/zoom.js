@@ -61,7 +61,7 @@ function openHead(layer, head, { focus = true } = {}) {
   plot.focus({ preventScroll: true });
 }
 
-const finder = headFinder(state, { open: openHead, writeUrl });
+const finder = headFinder(state, Object.fromEntries(page.statistics), { open: openHead, writeUrl });
 
 function writeUrl() {
   const query = new URLSearchParams();
@@ -346,6 +346,7 @@ async function main() {
   reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
   $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
   plot.addEventListener("keydown", onMapKey);
+  finder.show(); // the statistic the URL names, before any run
   if (state.text.trim()) await runPass({ keepView: true, findHeads: Boolean(state.stat) });
   else writeUrl();
 }
