@@ -27,8 +27,14 @@ from fastapi.testclient import TestClient
 
 from app.compute import call_on_compute
 from app.config import Settings
-from app.inference.forward import EAGER_LAYER_BYTES, ForwardResult, _attention_kernel
+from app.inference.forward import (
+    EAGER_LAYER_BYTES,
+    ForwardResult,
+    _attention_kernel,
+    reused_tensor_bytes,
+)
 from app.main import create_app
+from app.memory import tensors_reused_within
 from app.models.registry import SMOLLM2_ID
 from bench.compression import prose
 from bench.scaling import slope
@@ -57,7 +63,12 @@ def timed(fn, *args, **kwargs):
 
 def bare_pass(loaded, ids, kernel: str):
     """(milliseconds, output) of the model alone with the kernel the server picks."""
-    with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
+    reused = reused_tensor_bytes(loaded.arch, ids.shape[1], kernel)  # as the server's passes
+    with (
+        torch.inference_mode(),
+        _attention_kernel(loaded.model, kernel),
+        tensors_reused_within(reused),
+    ):
         return timed(loaded.model, input_ids=ids)
 
 
