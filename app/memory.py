@@ -8,10 +8,11 @@ heap, and freed ones stay in the process. Measured here with 12 clients that nev
 
 A forward pass is the exception (tensors_reused_within): at 1 MiB each of its larger tensors
 is a new mapping, faulted in page by page and unmapped when freed, so a 512-token MiniLM pass
-took 165 ms against 123 ms with glibc's defaults. While a pass runs, the mmap threshold is
-32 MiB, each layer reuses the heap memory the layer before it freed, and afterwards the free
-pages inside the heaps go back (malloc_trim). The same 12 clients: a peak of 1.25-1.31 GB
-against 1.17-1.18 GB (the working margin below grew by 64 MiB for it).
+took 150-168 ms against 109-132 ms with glibc's defaults (docs/performance.md). While a pass
+with eager attention runs, the mmap threshold is 32 MiB, each layer reuses the heap memory the
+layer before it freed, and afterwards the free pages inside the heaps go back (malloc_trim).
+The same 12 clients: a peak of 1.25-1.31 GB against 1.17-1.18 GB (the working margin below
+grew by 64 MiB for it).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ def tensors_reused_within(largest_tensor_bytes: int) -> Iterator[None]:
     mapping and faulting in every tensor afresh; when the
     last such block ends, the threshold is 1 MiB again and the free pages left inside the heaps
     go back to the system (malloc_trim, 0.2-1.3 ms: so a pass with no tensor over 1 MiB, which
-    the threshold never touched, skips all this). Measured: a 512-token MiniLM pass 165 -> 123
-    ms (glibc's defaults: 123-132 ms); a 512-token SmolLM2 pass 1,277 -> 868 ms."""
+    the threshold never touched, skips all this). Measured: a 512-token MiniLM pass 150-168 ->
+    118-129 ms; a 512-token SmolLM2 pass 1,277 -> 850-952 ms."""
     global _passes_running
     libc = _glibc()
     if libc is None or largest_tensor_bytes < THRESHOLD_BYTES:
