@@ -43,7 +43,7 @@ export async function drawPredictions(part, session, plot, isStale) {
   if (session.meta?.predicts === "none") {
     const name = session.meta.model.split("/").pop();
     const text = `${name} has no language-model head in its checkpoint (it is a sentence encoder, or a base model saved without its head), so it cannot predict tokens: its attention is all there is. A checkpoint saved with its head (BertForMaskedLM, a causal LM) shows its predictions here.`;
-    part.replaceChildren(el("h3", { text: "Predictions" }), el("p", { className: "help", text }));
+    part.replaceChildren(el("h2", { text: "Predictions" }), el("p", { className: "help", text }));
     return null;
   }
   let answer;
@@ -51,14 +51,14 @@ export async function drawPredictions(part, session, plot, isStale) {
     answer = await session.predictions();
   } catch (err) {
     if (err.name === "AbortError" || isStale()) return null;
-    part.replaceChildren(el("h3", { text: "Predictions" }), el("p", { className: "help", text: err.message }));
+    part.replaceChildren(el("h2", { text: "Predictions" }), el("p", { className: "help", text: err.message }));
     return null;
   }
   if (isStale()) return null;
   const detail = el("p", { className: "prediction-detail", attrs: { "aria-live": "polite" } });
   const byPosition = new Map(answer.positions.map((row) => [row.position, row]));
   part.replaceChildren(
-    el("h3", { text: "Predictions" }),
+    el("h2", { text: "Predictions" }),
     el("p", { className: "help", text: explain(answer) }),
     el("ol", { className: "prediction-strip" }, answer.positions.map((row) => chip(answer, row))),
     detail,
