@@ -4,6 +4,7 @@ import json
 import urllib.request
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 
 from app.schemas.common import NOT_BLANK
 from tests.e2e.helpers import wait_js
@@ -94,6 +95,19 @@ def test_an_opened_operation_shows_its_request_and_answer_schemas(page, live_ser
     for status in ("200", "413", "422"):  # every status is documented, and shown
         assert block.locator(f"tr.response[data-code='{status}']").count() == 1, status
     assert '"reduce"' in body.text_content()  # the example drawn from TilesRequest, its $ref
+    assert not page.errors, page.errors
+
+
+def test_an_opened_operation_with_parameters_has_no_axe_finding(page, live_server):
+    """Swagger UI's grey "(path)" beside a parameter was 3.9:1 (axe: serious); its own main
+    landmark and h1 title over h3 tags are fitted to the page's (app/.../api-docs.js)."""
+    page.goto(f"{live_server}/docs")
+    wait_js(page, "document.querySelectorAll('.opblock').length > 0")
+    block = page.locator(".opblock-get", has_text="/api/models/{model_id}/status").first
+    block.locator(".opblock-summary").click()
+    block.locator(".parameter__in").first.wait_for(timeout=10_000)
+    violations = Axe().run(page).response["violations"]
+    assert [(v["id"], v["impact"]) for v in violations] == []
     assert not page.errors, page.errors
 
 

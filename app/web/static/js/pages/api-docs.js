@@ -63,7 +63,23 @@ const resolveOnlyWhatIsShown = (system) => {
   };
 };
 
+/**
+ * Swagger UI draws its operations in a <main> of its own (so the page's box for it is a plain
+ * div), its title and description outside it, and its title as an h1 straight over h3 tag
+ * headings (axe: content outside any landmark, a heading level skipped). Whenever it draws
+ * them, the description becomes a named region and the title a level-2 heading under the
+ * page's own h1.
+ */
+function fitLandmarksAndHeadings() {
+  for (const info of root.querySelectorAll(".information-container:not([role])")) {
+    info.setAttribute("role", "region");
+    info.setAttribute("aria-label", "About this API");
+  }
+  for (const title of root.querySelectorAll("h1:not([aria-level])")) title.setAttribute("aria-level", "2");
+}
+
 if (root) {
+  new MutationObserver(fitLandmarksAndHeadings).observe(root, { childList: true, subtree: true });
   window.SwaggerUIBundle({
     url: root.dataset.specUrl,
     domNode: root,
