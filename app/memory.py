@@ -88,9 +88,11 @@ def tensors_reused_within(largest_tensor_bytes: int) -> Iterator[None]:
     finally:
         with _passes_lock:
             _passes_running -= 1
-            if _passes_running == 0:
+            last = _passes_running == 0
+            if last:
                 libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD_BYTES)
-                libc.malloc_trim(0)
+        if last:  # outside the lock: a pass starting meanwhile need not wait for it
+            libc.malloc_trim(0)
 
 
 WORKING_MARGIN_BYTES = 192 * 2**20

@@ -28,9 +28,9 @@ from fastapi.testclient import TestClient
 from app.compute import call_on_compute
 from app.config import Settings
 from app.inference.forward import (
-    EAGER_LAYER_BYTES,
     ForwardResult,
     _attention_kernel,
+    pass_kernel,
     reused_tensor_bytes,
 )
 from app.main import create_app
@@ -76,7 +76,6 @@ def run(lengths: list[int]) -> None:
     app = create_app(Settings(preload=[]))
     with TestClient(app) as client:
         loaded = call_on_compute(app.state.manager.get, SMOLLM2_ID)  # loads on that thread
-        heads = loaded.arch.num_heads
         print(
             f"SmolLM2-135M on {torch.get_num_threads()} threads; RSS with the model {rss_mb():,.0f} MB"
         )
@@ -93,7 +92,7 @@ def run(lengths: list[int]) -> None:
             text = prose(loaded.tokenizer, n + 2)  # SmolLM2 adds no special tokens
             ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"]
             seq = ids.shape[1]
-            kernel = "sdpa" if 4 * heads * seq * seq > EAGER_LAYER_BYTES else "eager"
+            kernel = pass_kernel(loaded, seq)
             bare, _ = call_on_compute(bare_pass, loaded, ids, kernel)  # where the app's runs
             body = {"model": SMOLLM2_ID, "text": text}
             api, response = timed(client.post, "/api/attention/forward", json=body)

@@ -259,6 +259,14 @@ def _attention_kernel(model: nn.Module, name: str) -> Iterator[None]:
         model.set_attn_implementation(before)
 
 
+def pass_kernel(loaded: LoadedModel, seq_len: int) -> str:
+    """The attention a pass over seq_len tokens runs: "eager" (the model's maps computed and
+    dropped layer by layer) while one layer's maps fit in EAGER_LAYER_BYTES or are kept, else
+    "sdpa" (PyTorch's fused kernel, which never materialises them)."""
+    one_layer = 4 * loaded.arch.num_heads * seq_len * seq_len
+    return "sdpa" if loaded.maps_replayed and one_layer > EAGER_LAYER_BYTES else "eager"
+
+
 def largest_tensor_bytes(arch: Architecture, seq_len: int) -> int:
     """About the largest tensor a pass over seq_len tokens makes: a layer's maps (heads x seq x
     seq floats) or an MLP's hidden activations (about 4 d_model floats a token)."""
@@ -305,8 +313,7 @@ def run_forward(
     modules = attention_modules(loaded.model, loaded.family) if loaded.family.replayable else []
     captured: list[Tensor | None] = [None] * len(modules)
 
-    one_layer = 4 * loaded.arch.num_heads * seq * seq
-    kernel = "sdpa" if replayed and one_layer > EAGER_LAYER_BYTES else "eager"
+    kernel = pass_kernel(loaded, seq)
     offers = keep_maps is not None and replayed and kernel == "eager"
     last = len(modules) - 1 if ends_after_attention(loaded) else None
 

@@ -211,3 +211,18 @@ def test_the_explorer_sends_a_text_longer_than_its_views_take_to_deep_zoom(
     page.wait_for_selector("#zoom-result:not([hidden])", timeout=120_000)
     assert "from the server's cache" in page.inner_text("#zoom-status")  # the explorer's pass
     assert "largest weight" in drawn_window(page)
+
+
+def test_a_statistic_the_finder_does_not_know_falls_back_to_induction(page, live_server):
+    """A hand-edited URL (a name no statistic has, one an object inherits) runs the finder on
+    the default statistic, with no error."""
+    query = urlencode({"model": SMOLLM2_ID, "stat": "constructor"})
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': 'The cat sat. The cat sat.'})}")
+    finished = "document.querySelector('#zoom-heads-status').textContent.startsWith('Every head')"
+    wait_js(page, finished, 60)
+    assert page.input_value("#zoom-stat") == "induction"
+    assert page.inner_text("#zoom-heads-describe").startswith(
+        f"induction: {DESCRIPTIONS['induction']}."
+    )
+    assert "stat=induction" in page.url
+    assert not page.errors, page.errors

@@ -29,12 +29,12 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   const describe = $("#zoom-heads-describe");
   const grid = $("#zoom-heads-grid");
   const list = $("#zoom-heads-top");
-  let found = null; // {statistics: {name: [layer][head]}, roles: [layer][head], descriptions}
+  let found = null; // {statistics: {name: [layer][head]}, roles: [layer][head]}
   let running = null;
   statSelect.replaceChildren(
     ...Object.keys(descriptions).map((n) => new Option(n.replace("_", " "), n)),
   );
-  statSelect.value = Object.hasOwn(descriptions, state.stat ?? "") ? state.stat : DEFAULT_STAT;
+  statSelect.value = DEFAULT_STAT; // show() puts the URL's choice in once it is read
 
   function reset() {
     running?.abort();
@@ -57,7 +57,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     running = controller;
     const layers = pass.num_layers;
     const empty = () => Array.from({ length: layers }, () => Array(pass.num_heads).fill(null));
-    found = { statistics: {}, roles: Array.from({ length: layers }, () => null), descriptions: {} };
+    found = { statistics: {}, roles: Array.from({ length: layers }, () => null) };
     runButton.disabled = true;
     stopButton.hidden = false;
     progress.hidden = false;
@@ -76,7 +76,6 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
           found.statistics[name][layer] = rows[0];
         }
         found.roles[layer] = answer.roles[0];
-        found.descriptions = answer.descriptions;
         progress.value = (layer + 1) / layers;
         show();
       }
@@ -115,7 +114,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     const values = found.statistics[stat];
     const scored = anyValue(values);
     const none = scored ? "" : ` No query row of this text qualifies${running ? " in the layers computed so far" : ""}.`;
-    describe.textContent = `${name}: ${found.descriptions[stat]}.${none}`;
+    describe.textContent = `${name}: ${descriptions[stat]}.${none}`;
     grid.hidden = !scored;
     listStrongest(values, stat);
     if (!scored) return;
