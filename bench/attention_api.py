@@ -26,9 +26,8 @@ from pathlib import Path
 import torch
 
 from app.config import Settings
-from app.inference.forward import ForwardResult, reused_tensor_bytes, tokenize
+from app.inference.forward import ForwardResult, tokenize
 from app.main import create_app
-from app.memory import tensors_reused_within
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import MAX_JSON_WEIGHTS
 from app.serialize import answer_bytes_bound
@@ -68,8 +67,7 @@ class Client:
 def forward_ms(loaded, text: str) -> tuple[float, int]:
     """(milliseconds of the model's own forward pass with attention output, tokens)."""
     encoding, _ = tokenize(loaded, text, None)  # the inputs the model's forward takes
-    reused = reused_tensor_bytes(loaded.arch, encoding["input_ids"].shape[1], "eager")
-    with torch.inference_mode(), tensors_reused_within(reused):  # as the server's passes do
+    with torch.inference_mode():
         start = time.perf_counter()
         loaded.model(**encoding, output_attentions=True)
         elapsed = (time.perf_counter() - start) * 1000

@@ -27,14 +27,8 @@ from fastapi.testclient import TestClient
 
 from app.compute import call_on_compute
 from app.config import Settings
-from app.inference.forward import (
-    ForwardResult,
-    _attention_kernel,
-    pass_kernel,
-    reused_tensor_bytes,
-)
+from app.inference.forward import ForwardResult, _attention_kernel, pass_kernel
 from app.main import create_app
-from app.memory import tensors_reused_within
 from app.models.registry import SMOLLM2_ID
 from bench.compression import prose
 from bench.scaling import slope
@@ -63,12 +57,7 @@ def timed(fn, *args, **kwargs):
 
 def bare_pass(loaded, ids, kernel: str):
     """(milliseconds, output) of the model alone with the kernel the server picks."""
-    reused = reused_tensor_bytes(loaded.arch, ids.shape[1], kernel)  # as the server's passes
-    with (
-        torch.inference_mode(),
-        _attention_kernel(loaded.model, kernel),
-        tensors_reused_within(reused),
-    ):
+    with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
         return timed(loaded.model, input_ids=ids)
 
 

@@ -22,7 +22,6 @@ from app.inference.encoding import encode
 from app.inference.predictions import MAX_TOP_K, top_predictions
 from app.inference.replay import replayed_maps
 from app.inference.tokens import display_tokens
-from app.memory import tensors_reused_within
 from app.models.families import Architecture, attention_modules, hidden_input
 from app.models.loader import LoadedModel
 from app.models.placement import model_device
@@ -267,21 +266,6 @@ def pass_kernel(loaded: LoadedModel, seq_len: int) -> str:
     return "sdpa" if loaded.maps_replayed and one_layer > EAGER_LAYER_BYTES else "eager"
 
 
-def largest_tensor_bytes(arch: Architecture, seq_len: int) -> int:
-    """About the largest tensor a pass over seq_len tokens makes: a layer's maps (heads x seq x
-    seq floats) or an MLP's hidden activations (about 4 d_model floats a token)."""
-    return 4 * max(arch.num_heads * seq_len * seq_len, 4 * seq_len * arch.d_model)
-
-
-def reused_tensor_bytes(arch: Architecture, seq_len: int, kernel: str) -> int:
-    """What a pass tells app.memory.tensors_reused_within: its largest tensor with eager
-    attention, 0 (allocate as everywhere else) with the fused kernel. A fused pass is a long
-    one, and the input it keeps of each layer (18.9 MB at 8,192 SmolLM2 tokens) sits between
-    the layers' freed temporaries: reusing the heap there raised the peak RSS of an 8,192-token
-    pass from 2.9 to 4.0 GB (bench/long_context.py)."""
-    return largest_tensor_bytes(arch, seq_len) if kernel == "eager" else 0
-
-
 def run_forward(
     loaded: LoadedModel,
     text: str,
@@ -350,11 +334,7 @@ def run_forward(
             handles += [m.register_forward_hook(offer(i)) for i, m in enumerate(modules)]
         try:
             start = time.perf_counter()
-            with (
-                torch.inference_mode(),
-                _attention_kernel(loaded.model, kernel),
-                tensors_reused_within(reused_tensor_bytes(loaded.arch, seq, kernel)),
-            ):
+            with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
                 try:
                     output = loaded.model(
                         **{k: v.to(device) for k, v in inputs.items()},
