@@ -13,8 +13,9 @@ from app.schemas.generate import MAX_NEW_TOKENS
 from app.services.heads import DESCRIPTIONS
 from app.web.assets import (
     PLOTLY_JS,
+    SWAGGER_UI_CSS,
+    SWAGGER_UI_SCRIPTS,
     TEMPLATES_DIR,
-    docs_asset_name,
     docs_assets,
     plotly_js_name,
     served_script,
@@ -58,8 +59,8 @@ def api_docs(request: Request) -> HTMLResponse:
         request,
         "api_docs.html",
         {
-            "swagger_js": docs_asset_name(".js"),
-            "swagger_css": docs_asset_name(".css"),
+            "swagger_scripts": [path.name for path in SWAGGER_UI_SCRIPTS],
+            "swagger_css": SWAGGER_UI_CSS.name,
         },
     )
 
