@@ -39,6 +39,8 @@ export function partWithReferences(doc, path) {
   return part;
 }
 
+const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
+
 const resolveOnlyWhatIsShown = (system) => {
   const swagger = window.SwaggerUIBundle.plugins.SwaggerClient({
     configs: {},
@@ -46,8 +48,11 @@ const resolveOnlyWhatIsShown = (system) => {
   });
   return {
     fn: {
-      resolveSubtree: (doc, path, options) =>
-        swagger.fn.resolveSubtree(partWithReferences(doc, path), path, options),
+      resolveSubtree: async (doc, path, options) => {
+        const resolved = await swagger.fn.resolveSubtree(partWithReferences(doc, path), path, options);
+        await nextTask(); // Swagger UI draws what was resolved in a task of its own
+        return resolved;
+      },
     },
     statePlugins: {
       spec: {
