@@ -111,6 +111,49 @@ def test_an_opened_operation_with_parameters_has_no_axe_finding(page, live_serve
     assert not page.errors, page.errors
 
 
+LONG_TASKS = """window.__long = [];
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) window.__long.push(Math.round(entry.duration));
+}).observe({ type: "longtask", buffered: true });"""
+
+
+def test_docs_load_and_open_an_operation_without_a_main_thread_task_over_200_ms(
+    browser, live_server
+):
+    """Swagger UI's script runs in two tasks (swagger-client, then the rest) and an opened
+    operation is drawn in a task after the one that resolves it: in one piece each was a task
+    of 123-208 ms on the 2-core test machine, now 90-166 ms."""
+
+    def longest_tasks() -> tuple[int, int]:
+        """The longest task while /docs loads in a fresh tab, and while an operation opens."""
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        try:
+            page = context.new_page()
+            page.add_init_script(LONG_TASKS)
+            page.goto(f"{live_server}/docs")
+            wait_js(page, "document.querySelectorAll('.opblock').length > 0")
+            page.wait_for_load_state("networkidle")
+            page.wait_for_timeout(300)
+            loading = max(page.evaluate("window.__long"), default=0)
+            page.evaluate("window.__long = []")
+            block = page.locator(".opblock-post", has_text="/api/attention/tiles").first
+            block.locator(".opblock-summary").click()
+            block.get_by_role("heading", name="Request body").wait_for(timeout=10_000)
+            page.wait_for_timeout(300)
+            return loading, max(page.evaluate("window.__long"), default=0)
+        finally:
+            context.close()
+
+    # A task over the limit is over it on every load; a moment's contention on the 2 cores (the
+    # suite's server, a GC) is not: up to three fresh loads.
+    tries = []
+    for _ in range(3):
+        tries.append(longest_tasks())
+        if max(tries[-1]) <= 200:
+            break
+    assert max(tries[-1]) <= 200, tries
+
+
 BLANK_TO_THE_BROWSER = """(pattern) => {
   const blanks = { u: [], plain: [] };
   for (const [name, flags] of [['u', 'u'], ['plain', '']]) {
