@@ -22,12 +22,23 @@ from attention_atlas.formats import ATLS_MAGIC, ATLS_VERSION, decode_atls
 T = TypeVar("T")
 
 
+NARROW_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
 def to_lists(t: Tensor, digits: int | None = None) -> list:
     """A float tensor as nested lists of Python floats, optionally rounded.
 
-    Non-finite values are not valid JSON; use to_lists_with_nulls where they can occur.
+    A float64 tensor's values are kept as they are. A float32 (or narrower) tensor's are each
+    the shortest decimal that reads back as exactly the same float32, as the maps' JSON is
+    written (float32_json_rows): 0.1 where float64's digits of the same float32 would be
+    0.10000000149011612, so a JSON answer says what the model computed, to its precision,
+    in about half the characters. Non-finite values are not valid JSON; use
+    to_lists_with_nulls where they can occur.
     """
-    values = t.detach().cpu().to(torch.float64)  # to the host first: mps has no float64
+    values = t.detach().cpu()  # to the host first: mps has no float64
+    if digits is None and values.dtype in NARROW_FLOATS and torch.isfinite(values).all():
+        return _shortest_float32(values)
+    values = values.to(torch.float64)
     if digits is not None:
         values = values.round(decimals=digits)
     return values.tolist()
@@ -35,13 +46,23 @@ def to_lists(t: Tensor, digits: int | None = None) -> list:
 
 def to_lists_with_nulls(t: Tensor) -> list:
     """Like to_lists, but -inf, +inf and NaN become None (JSON null)."""
+    values = t.detach().cpu()
+    if values.dtype in NARROW_FLOATS:
+        return _shortest_float32(values)  # orjson writes a non-finite number as null
 
     def clean(x):
         if isinstance(x, list):
             return [clean(v) for v in x]
         return x if math.isfinite(x) else None
 
-    return clean(to_lists(t))
+    return clean(values.to(torch.float64).tolist())
+
+
+def _shortest_float32(values: Tensor) -> list | float | None:
+    """Nested lists of the shortest decimals that read back as the tensor's float32 values."""
+    flat = _host_array(values.reshape(-1) if values.dim() == 0 else values)
+    read = orjson.loads(orjson.dumps(flat, option=orjson.OPT_SERIALIZE_NUMPY))
+    return read[0] if values.dim() == 0 else read
 
 
 def to_bool_lists(t: Tensor) -> list:

@@ -7,6 +7,7 @@ import torch
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_core import normalise_qk
 from attention_core.qkspace import pca_2d, umap_available
+from tests.support.float32_json import assert_float32_numbers
 
 TEXT = "The cat sat on the mat because the mat was warm."
 pytestmark = pytest.mark.slow
@@ -49,6 +50,8 @@ def test_one_head_is_the_pca_of_its_replayed_queries_and_keys(client, model_id, 
     top = weights.topk(4, dim=-1)
     assert space["strongest"] == top.indices.tolist()
     torch.testing.assert_close(torch.tensor(space["strongest_weights"]), top.values)
+    for field in ("queries", "keys", "strongest_weights"):  # float32's digits, not float64's
+        assert_float32_numbers(space[field])
 
 
 def test_a_whole_layer_gives_every_head_and_each_equals_its_own_request(client):
