@@ -122,6 +122,16 @@ def test_openapi_documents_the_limits(client):
     assert "/api/core/attention" in schema["paths"]
 
 
+def test_every_operation_has_a_summary_of_its_own(client):
+    """Not FastAPI's title-cased function name ("Load Status"), which says little in /docs."""
+    paths = client.get("/openapi.json").json()["paths"]
+    for path, item in paths.items():
+        for method, operation in item.items():
+            # FastAPI's own: the function's name, which also starts the operation's id
+            words = operation["summary"].lower().replace(" ", "_")
+            assert not operation["operationId"].startswith(f"{words}_"), (method, path)
+
+
 def test_pages_serve_plotly_locally_with_csp(client):
     page = client.get("/lab/step-by-step")
     assert page.status_code == 200

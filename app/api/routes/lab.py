@@ -82,14 +82,24 @@ async def tiling(body: TilingRequest) -> TilingResponse:
     return await run_on_compute(lab_matrices.tiling, body, lane=Lane.QUICK)
 
 
-@router.post("/linear", response_model=LinearResponse, responses=ERRORS, summary="Linear attention")
+@router.post(
+    "/linear",
+    response_model=LinearResponse,
+    responses=ERRORS,
+    summary="Linear attention: a feature map and a d × d state instead of softmax",
+)
 async def linear(body: LinearRequest) -> LinearResponse:
     """phi = elu + 1 features, the d x d state, both multiplication orders, the implied weights
     beside softmax's, and cost curves against n."""
     return await run_on_compute(lab_matrices.linear, body, lane=Lane.QUICK)
 
 
-@router.post("/positions", response_model=PositionsResponse, responses=ERRORS, summary="Positions")
+@router.post(
+    "/positions",
+    response_model=PositionsResponse,
+    responses=ERRORS,
+    summary="Positions: the sinusoidal encoding and RoPE against offset",
+)
 async def positions(body: PositionsRequest) -> PositionsResponse:
     """The sinusoidal encoding with its shift matrix, and RoPE's q·k as a function of offset."""
     return await run_on_compute(lab_matrices.positions, body, lane=Lane.QUICK)
@@ -104,7 +114,12 @@ async def attention_cost(body: CostRequest) -> CostResponse:
     return await run_on_compute(lab_matrices.attention_cost, body, lane=Lane.QUICK)
 
 
-@router.post("/kv-cache", response_model=KvCacheResponse, responses=ERRORS, summary="KV cache")
+@router.post(
+    "/kv-cache",
+    response_model=KvCacheResponse,
+    responses=ERRORS,
+    summary="KV-cache bytes for MHA, GQA and MQA",
+)
 async def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
     """KV-cache bytes per token and in all, for MHA, the configuration given and MQA."""
     return await run_on_compute(lab_matrices.kv_cache, body, lane=Lane.QUICK)
@@ -163,7 +178,12 @@ async def rope_head(
     return await run_with_room(lab_models.rope_head, manager, cache, budget, body)
 
 
-@router.post("/padding", response_model=PaddingResponse, responses=MODEL_ERRORS, summary="Padding")
+@router.post(
+    "/padding",
+    response_model=PaddingResponse,
+    responses=MODEL_ERRORS,
+    summary="Padding: a batch of sentences and its key-padding mask",
+)
 async def padding(
     body: PaddingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
 ) -> PaddingResponse:

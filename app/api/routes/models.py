@@ -46,14 +46,23 @@ NOT_FOUND = errors(
 )
 
 
-@router.get("/{model_id:path}/status", response_model=LoadStatus, responses=NOT_FOUND)
+@router.get(
+    "/{model_id:path}/status",
+    response_model=LoadStatus,
+    summary="How far a model's loading has come",
+    responses=NOT_FOUND,
+)
 def load_status(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
     """Loading progress of one model (poll it after POST .../load)."""
     return _status(manager, model_id)
 
 
 @router.post(
-    "/{model_id:path}/load", response_model=LoadStatus, status_code=202, responses=NOT_FOUND
+    "/{model_id:path}/load",
+    response_model=LoadStatus,
+    status_code=202,
+    summary="Start loading a model",
+    responses=NOT_FOUND,
 )
 def start_load(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
     """Start loading a model in the background; returns at once."""
