@@ -1,6 +1,7 @@
 """Issue 14.2: the Deep zoom page over a long text: the forward pass's progress, an overview of
 blocks, zooming in down to single weights with their tokens, the window kept in the URL."""
 
+import math
 from decimal import ROUND_HALF_UP, Decimal
 from urllib.parse import urlencode
 
@@ -86,6 +87,37 @@ def test_a_long_text_zooms_from_blocks_to_tokens_and_the_url_keeps_the_window(
     assert "keys 690–729" in page.inner_text("#zoom-window")
     page.keyboard.press("ArrowRight")
     wait_js(page, "document.querySelector('#zoom-window').textContent.includes('keys 700–739')")
+    assert page.inner_text("#zoom-error") == ""
+
+
+def test_log_colours_draw_each_weights_log10_from_a_millionth_and_the_url_keeps_them(
+    page, live_server, long_text
+):
+    window = [20, 60, 0, 40]  # single weights: the first key (a sink) and masked keys among them
+    query = urlencode({"model": SMOLLM2_ID, "layer": 3, "head": 1, "colours": "log",
+                       "win": ",".join(map(str, window))})  # fmt: skip
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
+    assert "one weight" in drawn_window(page)
+    assert page.input_value("#zoom-colours") == "log"
+    body = {"model": SMOLLM2_ID, "text": long_text, "layer": 3, "heads": [1],
+            "rows": window[:2], "cols": window[2:]}  # fmt: skip
+    weights = page.request.post(f"{live_server}/api/attention/tiles", data=body).json()
+    weights = weights["values"][0]
+    drawn = page.evaluate("document.querySelector('#zoom-map').data[0]")
+    assert (drawn["zmin"], drawn["zmax"]) == (-6, 0)
+    flat = [w for row in weights for w in row]
+    assert min(flat) == 0 and max(flat) > 0.1  # masked keys, and a sink, in the window
+    expected = [max(-6.0, math.log10(w)) if w > 0 else -6.0 for row in weights for w in row]
+    assert [z for row in drawn["z"] for z in row] == pytest.approx(expected, abs=1e-12)
+    assert drawn["colorbar"]["ticktext"] == ["10⁻⁶", "10⁻⁵", "10⁻⁴", "10⁻³", "10⁻²", "10⁻¹", "1"]
+
+    page.select_option("#zoom-colours", "linear")
+    wait_js(page, "document.querySelector('#zoom-map').data[0].zmax === undefined")
+    assert page.evaluate("document.querySelector('#zoom-map').data[0].z") == weights
+    assert "colours" not in page.url
+    page.select_option("#zoom-colours", "log")
+    wait_js(page, "document.querySelector('#zoom-map').data[0].zmax === 0")
+    assert "colours=log" in page.url
     assert page.inner_text("#zoom-error") == ""
 
 

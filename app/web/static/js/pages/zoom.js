@@ -10,6 +10,10 @@ import { headFinder } from "./zoom-heads.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
 const LABEL_PIXELS = 14; // room a token label needs across
+// The log colour scale's decades: 10^-6 to 1 (a uniform row over 8,192 keys is 1.2 × 10^-4 a
+// weight; zero, masked keys included, is drawn as 10^-6).
+const LOG_FLOOR = -6;
+const SUPERSCRIPT = "⁰¹²³⁴⁵⁶⁷⁸⁹";
 const POSITION_TICKS = { tickmode: "auto", ticktext: undefined, tickvals: undefined }; // Plotly's own
 // "Autoscale" would redraw the coarse image at full size; double-click asks for the whole map.
 const PLOT_CONFIG = {
@@ -24,6 +28,7 @@ const state = {
   layer: 0,
   head: 0,
   reduce: "max",
+  colours: "linear", // or "log": the colour of log10 of each weight, 10^-6 to 1
   window: null, // [r0, r1, c0, c1]: rows and columns shown, null for the whole map
   stat: null, // the head finder's statistic, once it has been run
   pass: null, // the forward pass's "done" line: tokens, seq_len, num_layers, num_heads...
@@ -40,6 +45,7 @@ const result = $("#zoom-result");
 const layerSelect = $("#zoom-layer");
 const headSelect = $("#zoom-head");
 const reduceSelect = $("#zoom-reduce");
+const coloursSelect = $("#zoom-colours");
 const windowLine = $("#zoom-window");
 const plot = $("#zoom-map");
 
@@ -70,6 +76,7 @@ function writeUrl() {
     query.set("layer", String(state.layer));
     query.set("head", String(state.head));
     if (state.reduce !== "max") query.set("reduce", state.reduce);
+    if (state.colours !== "linear") query.set("colours", state.colours);
     if (state.window) query.set("win", state.window.join(","));
     if (state.stat && finder.ready) query.set("stat", state.stat);
   }
@@ -85,6 +92,7 @@ function readUrl() {
   state.layer = int("layer") ?? 0;
   state.head = int("head") ?? 0;
   if (query.get("reduce") === "mean") state.reduce = "mean";
+  if (query.get("colours") === "log") state.colours = "log";
   if (/^[a-z_]+$/.test(query.get("stat") || "")) state.stat = query.get("stat");
   const win = (query.get("win") || "").split(",").map(Number);
   if (win.length === 4 && win.every((v) => Number.isInteger(v) && v >= 0)) state.window = win;
@@ -134,6 +142,7 @@ async function runPass({ keepView = false, findHeads = false } = {}) {
     state.layer = Number(layerSelect.value);
     state.head = Number(headSelect.value);
     reduceSelect.value = state.reduce;
+    coloursSelect.value = state.colours;
     state.window = clampWindow(state.window);
     result.hidden = false;
     await draw();
@@ -188,15 +197,13 @@ async function draw() {
   const height = Math.max(320, Math.min(760, width));
   const trace = {
     type: "heatmap",
-    z: answer.values[0],
+    ...colouring(answer.values[0]),
     x0: c0 + (cell - 1) / 2, dx: cell,
     y0: r0 + (cell - 1) / 2, dy: cell,
-    zmin: 0,
     colorscale: COLORSCALE,
     // Above 40,000 cells, one image a pixel a cell (a third faster to draw than a rectangle each).
     zsmooth: answer.values[0].length * (answer.values[0][0]?.length || 0) > 40_000 ? "fast" : false,
     hoverinfo: "none",
-    colorbar: { thickness: 10, outlinewidth: 0 },
   };
   const layout = {
     height,
@@ -222,6 +229,24 @@ async function draw() {
   // Said once the map and its labels are drawn (tests wait for it).
   const what = cell === 1 ? "each cell one weight" : `each cell the ${state.reduce === "max" ? "largest" : "mean"} weight of ${cell} × ${cell} tokens`;
   windowLine.textContent = `Layer ${state.layer}, head ${state.head}: queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}; ${what} (within ${answer.error_bound} of the model's own weights).`;
+}
+
+/** The heatmap's values, colour range and colour bar for the state's colour scale: the weights
+ * from 0 to the window's largest, or their log10 from 10^-6 to 1 (hovering reads the weights
+ * themselves either way). */
+function colouring(values) {
+  if (state.colours !== "log") {
+    return { z: values, zmin: 0, colorbar: { thickness: 10, outlinewidth: 0 } };
+  }
+  const z = values.map((row) => row.map((v) => (v > 0 ? Math.max(LOG_FLOOR, Math.log10(v)) : LOG_FLOOR)));
+  const decades = Array.from({ length: 1 - LOG_FLOOR }, (_, i) => LOG_FLOOR + i);
+  return {
+    z, zmin: LOG_FLOOR, zmax: 0,
+    colorbar: {
+      thickness: 10, outlinewidth: 0, tickmode: "array", tickvals: decades,
+      ticktext: decades.map((d) => (d === 0 ? "1" : `10⁻${SUPERSCRIPT[-d]}`)),
+    },
+  };
 }
 
 /** Token labels where every token in the span gets room; positions otherwise. */
@@ -344,6 +369,7 @@ async function main() {
   layerSelect.addEventListener("change", () => openHead(Number(layerSelect.value), state.head, { focus: false }));
   headSelect.addEventListener("change", () => openHead(state.layer, Number(headSelect.value), { focus: false }));
   reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
+  coloursSelect.addEventListener("change", () => { state.colours = coloursSelect.value; draw(); });
   $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
   plot.addEventListener("keydown", onMapKey);
   finder.show(); // the statistic the URL names, before any run
