@@ -1,6 +1,7 @@
 """The explorer and lab pages in a real browser, against a live server."""
 
 import json
+import math
 import urllib.parse
 import urllib.request
 
@@ -72,6 +73,35 @@ def test_heatmap_shows_the_api_numbers_and_keyboard_moves(page, live_server):
     expected = api_attention(live_server, model=MINILM, text=SENTENCE, layers=[1], heads=[2])
     z = page.evaluate("document.querySelector('#heatmap').data[0].z")
     assert_same_matrix(z, expected["attentions"][0][0])
+    assert not page.errors
+
+
+def test_log_colours_draw_log10_of_the_weights_and_hovering_still_reads_the_weight(
+    page, live_server
+):
+    run_sentence(page, live_server)
+    wait_for_plot(page, "#heatmap")
+    page.select_option("#view-heatmap [data-part=colours]", "log")
+    wait_js(page, "document.querySelector('#heatmap').data[0].zmax === 0")
+    assert urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["colours"] == ["log"]
+    weights = api_attention(live_server, model=MINILM, text=SENTENCE, layers=[0], heads=[0])
+    weights = weights["attentions"][0][0]
+    drawn = page.evaluate("document.querySelector('#heatmap').data[0]")
+    assert_same_matrix(drawn["customdata"], weights)  # the weights, as the map holds them
+    held = [w for row in drawn["customdata"] for w in row]
+    expected = [max(-6.0, math.log10(w)) if w > 0 else -6.0 for w in held]
+    assert [z for row in drawn["z"] for z in row] == pytest.approx(expected, abs=1e-12)
+    q, k = 3, 2
+    page.evaluate(f"Plotly.Fx.hover(document.querySelector('#heatmap'), {{xval: {k}, yval: {q}}})")
+    assert f"{weights[q][k]:.6f}" in page.text_content("#heatmap .hoverlayer")
+    # Reloaded, the URL brings the log colours back; linear again, z is the weights.
+    page.reload()
+    wait_js(page, "document.querySelector('#heatmap')?.data?.[0]?.zmax === 0", 60)
+    assert page.input_value("#view-heatmap [data-part=colours]") == "log"
+    page.select_option("#view-heatmap [data-part=colours]", "linear")
+    wait_js(page, "document.querySelector('#heatmap').data[0].zmax === 1")
+    assert_same_matrix(page.evaluate("document.querySelector('#heatmap').data[0].z"), weights)
+    assert "colours" not in page.url
     assert not page.errors
 
 

@@ -23,6 +23,7 @@ const FIELDS = {
   layer: ["layer", int],
   head: ["head", int],
   view: ["view", text],
+  colours: ["colours", text], // Heatmap: "linear" or "log"
   query: ["q", int],
   overlay: ["heads", intList], // Token to token: the heads drawn together
   threshold: ["min", number], // Token to token: lines below this weight are hidden

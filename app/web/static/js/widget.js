@@ -48,7 +48,7 @@ async function render({ model, el }) {
   // One state object, mirrored to the widget's traits so Python can read and set it.
   let state = {
     view: model.get("view"), layer: model.get("layer"), head: model.get("head"), query: null, threshold: 0.05, overlay: null,
-    qkScope: "head", qkMethod: "pca", generated: null,
+    qkScope: "head", qkMethod: "pca", generated: null, colours: "linear",
   };
   let token = 0;
 

@@ -25,7 +25,7 @@ import * as whatif from "../views/whatif.js";
 
 const page = readPageData();
 const state = createState({
-  model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", query: null,
+  model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", colours: "linear", query: null,
   overlay: null, threshold: 0.05, unscaled: true, temperature: 1,
   stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster", ablate: "", ablation: "zero",
   compare: "", compareText: "", compareModel: "", qkScope: "head", qkMethod: "pca", generated: null,

@@ -5,15 +5,11 @@
 
 import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
-import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, nextTask, plotlyReady, warmPlotly } from "../views/plot.js";
+import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, logColours, nextTask, plotlyReady, warmPlotly } from "../views/plot.js";
 import { headFinder } from "./zoom-heads.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
 const LABEL_PIXELS = 14; // room a token label needs across
-// The log colour scale's decades: 10^-6 to 1 (a uniform row over 8,192 keys is 1.2 × 10^-4 a
-// weight; zero, masked keys included, is drawn as 10^-6).
-const LOG_FLOOR = -6;
-const SUPERSCRIPT = "⁰¹²³⁴⁵⁶⁷⁸⁹";
 const POSITION_TICKS = { tickmode: "auto", ticktext: undefined, tickvals: undefined }; // Plotly's own
 // "Autoscale" would redraw the coarse image at full size; double-click asks for the whole map.
 const PLOT_CONFIG = {
@@ -235,18 +231,10 @@ async function draw() {
  * from 0 to the window's largest, or their log10 from 10^-6 to 1 (hovering reads the weights
  * themselves either way). */
 function colouring(values) {
-  if (state.colours !== "log") {
-    return { z: values, zmin: 0, colorbar: { thickness: 10, outlinewidth: 0 } };
-  }
-  const z = values.map((row) => row.map((v) => (v > 0 ? Math.max(LOG_FLOOR, Math.log10(v)) : LOG_FLOOR)));
-  const decades = Array.from({ length: 1 - LOG_FLOOR }, (_, i) => LOG_FLOOR + i);
-  return {
-    z, zmin: LOG_FLOOR, zmax: 0,
-    colorbar: {
-      thickness: 10, outlinewidth: 0, tickmode: "array", tickvals: decades,
-      ticktext: decades.map((d) => (d === 0 ? "1" : `10⁻${SUPERSCRIPT[-d]}`)),
-    },
-  };
+  const bar = { thickness: 10, outlinewidth: 0 };
+  if (state.colours !== "log") return { z: values, zmin: 0, colorbar: bar };
+  const log = logColours(values);
+  return { ...log, colorbar: { ...bar, ...log.colorbar } };
 }
 
 /** Token labels where every token in the span gets room; positions otherwise. */

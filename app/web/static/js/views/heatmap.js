@@ -2,7 +2,7 @@
 
 import { toMatrix } from "../binary.js";
 import { viridis } from "../colors.js";
-import { drawHeatmap } from "./plot.js";
+import { drawHeatmap, logColours } from "./plot.js";
 import { drawPredictions } from "./predictions.js";
 
 /** Dashed lines where a generated continuation begins (queries below, keys to the right). */
@@ -14,6 +14,10 @@ export function continuationEdge(generated, n) {
     { ...line, xref: "x", yref: "paper", x0: edge, x1: edge, y0: 0, y1: 1 },
     { ...line, xref: "paper", yref: "y", x0: 0, x1: 1, y0: edge, y1: edge },
   ];
+}
+
+export function bind(parts, set) {
+  parts.colours.addEventListener("change", () => set({ colours: parts.colours.value }));
 }
 
 /** Every view: render(scene) reads scene.state, draws into scene.parts and returns what the
@@ -28,7 +32,10 @@ export async function render({ session, state, parts, isStale }) {
   const z = toMatrix(maps.map(0, head), n, tokens.length);
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
   const height = Math.min(900, Math.max(420, 18 * n + 140));
-  await drawHeatmap(parts.plot, z, queries, tokens, { title, zmin: 0, zmax: 1, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
+  const log = state.colours === "log";
+  parts.colours.value = log ? "log" : "linear";
+  const colours = log ? { ...logColours(z), hoverValues: z } : { z, zmin: 0, zmax: 1 };
+  await drawHeatmap(parts.plot, colours.z, queries, tokens, { ...colours, title, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
   if (isStale()) return null;
   await drawPredictions(parts.predictions, session, parts.plot, isStale);
   return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: viridis };

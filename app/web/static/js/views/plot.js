@@ -4,6 +4,20 @@
 
 export const COLORSCALE = "Viridis";
 
+// Log colours: the decades from 10^-6 to 1. A row spread evenly over 8,192 keys gives each
+// 1.2 × 10^-4; zero (a masked key) and anything under 10^-6 take the lowest colour.
+export const LOG_FLOOR = -6;
+const SUPERSCRIPT = "⁰¹²³⁴⁵⁶⁷⁸⁹";
+
+/** Attention weights (rows of numbers in [0, 1]) for a log colour scale: their log10, clipped
+ * at 10^-6, the colour range, and a colour bar labelled with the weights (10⁻⁶ ... 1). */
+export function logColours(weights) {
+  const z = weights.map((row) => row.map((w) => (w > 0 ? Math.max(LOG_FLOOR, Math.log10(w)) : LOG_FLOOR)));
+  const decades = Array.from({ length: 1 - LOG_FLOOR }, (_, i) => LOG_FLOOR + i);
+  const ticktext = decades.map((d) => (d === 0 ? "1" : `10⁻${SUPERSCRIPT[-d]}`));
+  return { z, zmin: LOG_FLOOR, zmax: 0, colorbar: { tickmode: "array", tickvals: decades, ticktext } };
+}
+
 // Offline: no button may send a chart anywhere (plotly.js shows "Share chart..." by default).
 export const BASE_CONFIG = {
   responsive: true,
@@ -84,7 +98,9 @@ export function titleLayout(title, width, height, font = 13, above = 0) {
  * rows/cols: label arrays (raw user text); options: {title, zmin, zmax, showText, colorscale,
  * xTitle, yTitle, hoverName, height, shapes (Plotly shapes drawn over the map), numbered
  * (false: the labels are unique already, e.g. "L3", and are shown as they are), missingText
- * (written in a null cell when showText: "−∞", a masked score, unless told otherwise)}.
+ * (written in a null cell when showText: "−∞", a masked score, unless told otherwise),
+ * colorbar (merged into the colour bar's settings), hoverValues (what hovering shows when z is
+ * not the values themselves: log colours)}.
  */
 export async function drawHeatmap(el, z, rows, cols, options = {}) {
   // Each chart in a task of its own: drawing a 512 x 512 map takes ~100-180 ms, and views that
@@ -107,9 +123,11 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
     // draw than a rectangle per cell, and as sharp.
     zsmooth: rows.length * cols.length > FAST_DRAW_CELLS ? "fast" : false,
     showscale: options.showScale ?? true,
-    colorbar: { thickness: 10, outlinewidth: 0 },
+    colorbar: { thickness: 10, outlinewidth: 0, ...(options.colorbar || {}) },
   };
-  trace.hovertemplate = `%{y} → %{x}<br>${name} %{z:.6f}<extra></extra>`;
+  // Where z is not the value itself (log colours), hovering reads the values from customdata.
+  if (options.hoverValues) trace.customdata = options.hoverValues;
+  trace.hovertemplate = `%{y} → %{x}<br>${name} %{${options.hoverValues ? "customdata" : "z"}:.6f}<extra></extra>`;
   const height = options.height ?? Math.min(820, Math.max(280, 18 * rows.length + 150));
   const width = el.clientWidth || 600;
   const cellWidth = (width - 140) / cols.length;
