@@ -19,7 +19,7 @@ PLOTLY_JS_SHA256 = "d9dde5b08ebed9d5677f01d76829d3a6290fdd754ce0b18f365574fe80f1
 # Swagger UI for /docs, built from npm's swagger-ui by tools/swagger-bundle for current browsers
 # (swagger-ui-dist's bundle is ES5 with polyfills: its loading task 170-208 ms), in two scripts
 # that the page loads in order, each run in a task of its own: swagger-client, then Swagger UI
-# and the rest (in one script, one task of 123-196 ms; in two, the longer 90-140 ms).
+# and the rest (in one script, one task of 166-208 ms; in two, the longer 104-151 ms).
 SWAGGER_UI_VERSION = "5.33.0"
 SWAGGER_UI_SCRIPTS = tuple(
     WEB_DIR / "vendor" / f"swagger-ui-atlas-{SWAGGER_UI_VERSION}.part{part}.min.js"

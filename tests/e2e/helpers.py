@@ -1,6 +1,13 @@
 """Helpers for the browser tests."""
 
+import math
 import time
+
+
+def log_colours(weights) -> list[float]:
+    """What the log colour scale draws for each weight (rows of them), flat: its log10,
+    clipped at 10^-6 (zero, a masked key, there too)."""
+    return [max(-6.0, math.log10(w)) if w > 0 else -6.0 for row in weights for w in row]
 
 
 def wait_js(page, expression: str, timeout: float = 30.0):

@@ -1,13 +1,12 @@
 """The explorer and lab pages in a real browser, against a live server."""
 
 import json
-import math
 import urllib.parse
 import urllib.request
 
 import pytest
 
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import log_colours, wait_js
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -88,8 +87,7 @@ def test_log_colours_draw_log10_of_the_weights_and_hovering_still_reads_the_weig
     weights = weights["attentions"][0][0]
     drawn = page.evaluate("document.querySelector('#heatmap').data[0]")
     assert_same_matrix(drawn["customdata"], weights)  # the weights, as the map holds them
-    held = [w for row in drawn["customdata"] for w in row]
-    expected = [max(-6.0, math.log10(w)) if w > 0 else -6.0 for w in held]
+    expected = log_colours(drawn["customdata"])
     assert [z for row in drawn["z"] for z in row] == pytest.approx(expected, abs=1e-12)
     q, k = 3, 2
     page.evaluate(f"Plotly.Fx.hover(document.querySelector('#heatmap'), {{xval: {k}, yval: {q}}})")
@@ -101,6 +99,17 @@ def test_log_colours_draw_log10_of_the_weights_and_hovering_still_reads_the_weig
     page.select_option("#view-heatmap [data-part=colours]", "linear")
     wait_js(page, "document.querySelector('#heatmap').data[0].zmax === 1")
     assert_same_matrix(page.evaluate("document.querySelector('#heatmap').data[0].z"), weights)
+    assert "colours" not in urllib.parse.urlparse(page.url).query
+    assert not page.errors
+
+
+def test_a_colour_scale_the_heatmap_does_not_have_is_not_read_from_the_url(page, live_server):
+    query = urllib.parse.urlencode({"text": SENTENCE, "colours": "constructor"})
+    page.goto(f"{live_server}/?{query}")
+    wait_js(page, "document.querySelector('#heatmap')?.data?.[0]?.zmax === 1", 60)
+    assert page.input_value("#view-heatmap [data-part=colours]") == "linear"
+    page.select_option("#head", "1")  # the URL is written again from the state: without it
+    wait_js(page, "new URLSearchParams(location.search).get('head') === '1'")
     assert "colours" not in urllib.parse.urlparse(page.url).query
     assert not page.errors
 

@@ -1,7 +1,6 @@
 """Issue 14.2: the Deep zoom page over a long text: the forward pass's progress, an overview of
 blocks, zooming in down to single weights with their tokens, the window kept in the URL."""
 
-import math
 from decimal import ROUND_HALF_UP, Decimal
 from urllib.parse import urlencode, urlparse
 
@@ -11,7 +10,7 @@ from app.models.registry import SMOLLM2_ID
 from app.services.heads import DESCRIPTIONS
 from attention_core.head_stats import STATISTICS
 from bench.compression import prose
-from tests.e2e.helpers import answer_late, wait_js
+from tests.e2e.helpers import answer_late, log_colours, wait_js
 from tests.e2e.test_long_inputs import LONG_TASKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -107,7 +106,7 @@ def test_log_colours_draw_each_weights_log10_from_a_millionth_and_the_url_keeps_
     assert (drawn["zmin"], drawn["zmax"]) == (-6, 0)
     flat = [w for row in weights for w in row]
     assert min(flat) == 0 and max(flat) > 0.1  # masked keys, and a sink, in the window
-    expected = [max(-6.0, math.log10(w)) if w > 0 else -6.0 for row in weights for w in row]
+    expected = log_colours(weights)
     assert [z for row in drawn["z"] for z in row] == pytest.approx(expected, abs=1e-12)
     assert drawn["colorbar"]["ticktext"] == ["10⁻⁶", "10⁻⁵", "10⁻⁴", "10⁻³", "10⁻²", "10⁻¹", "1"]
 

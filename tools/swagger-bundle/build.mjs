@@ -5,7 +5,7 @@
 // SHA-256 are pinned in app/web/assets.py.
 //
 // The script comes in two parts, loaded one after the other by /docs, because a browser runs
-// each script in a task of its own: in one piece, running it on load was one task of 123-196 ms
+// each script in a task of its own: in one piece, running it on load was one task of 166-208 ms
 // on the 2-core test machine, most of it swagger-client's OpenAPI 3.1 resolver (ApiDOM) setting
 // itself up. Part 1 is swagger-client: what Swagger UI imports from it and everything under
 // that. Part 2 is Swagger UI and the rest. Each module is in one part only, the first that

@@ -6,6 +6,8 @@ const number = {
   parse: (raw) => (Number.isFinite(Number(raw)) && raw.trim() !== "" ? Number(raw) : undefined),
   format: String,
 };
+/** One of `values`; anything else is not read (the default stands). */
+const choice = (...values) => ({ parse: (raw) => (values.includes(raw) ? raw : undefined), format: String });
 const flag = { parse: (raw) => (raw === "1" ? true : raw === "0" ? false : undefined), format: (v) => (v ? "1" : "0") };
 const intList = {
   parse: (raw) => {
@@ -23,7 +25,7 @@ const FIELDS = {
   layer: ["layer", int],
   head: ["head", int],
   view: ["view", text],
-  colours: ["colours", text], // Heatmap: "linear" or "log"
+  colours: ["colours", choice("linear", "log")], // Heatmap
   query: ["q", int],
   overlay: ["heads", intList], // Token to token: the heads drawn together
   threshold: ["min", number], // Token to token: lines below this weight are hidden

@@ -10,6 +10,8 @@
 // operation. tests/e2e/test_api_docs.py checks every operation's resolution against Swagger UI's
 // own.
 
+import { nextTask } from "../views/plot.js";
+
 const root = document.getElementById("swagger-ui");
 
 /** The document cut to the part at `path` and the components it refers to, transitively. */
@@ -38,8 +40,6 @@ export function partWithReferences(doc, path) {
   }
   return part;
 }
-
-const nextTask = () => new Promise((resolve) => setTimeout(resolve, 0));
 
 const resolveOnlyWhatIsShown = (system) => {
   const swagger = window.SwaggerUIBundle.plugins.SwaggerClient({

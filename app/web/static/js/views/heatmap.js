@@ -32,9 +32,8 @@ export async function render({ session, state, parts, isStale }) {
   const z = toMatrix(maps.map(0, head), n, tokens.length);
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
   const height = Math.min(900, Math.max(420, 18 * n + 140));
-  const log = state.colours === "log";
-  parts.colours.value = log ? "log" : "linear";
-  const colours = log ? { ...logColours(z), hoverValues: z } : { z, zmin: 0, zmax: 1 };
+  parts.colours.value = state.colours;
+  const colours = state.colours === "log" ? { ...logColours(z), hoverValues: z } : { z, zmin: 0, zmax: 1 };
   await drawHeatmap(parts.plot, colours.z, queries, tokens, { ...colours, title, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
   if (isStale()) return null;
   await drawPredictions(parts.predictions, session, parts.plot, isStale);
