@@ -103,6 +103,64 @@ def test_log_colours_draw_log10_of_the_weights_and_hovering_still_reads_the_weig
     assert not page.errors
 
 
+def drawn_in_log_colours(page, selector: str) -> list:
+    """The weights a chart drawn in log colours holds (its customdata), once its z is checked
+    to be their log10 from 10^-6."""
+    drawn = page.evaluate(f"document.querySelector('{selector}').data[0]")
+    assert (drawn["zmin"], drawn["zmax"]) == (-6, 0), selector
+    flat = [z for row in drawn["z"] for z in row]
+    assert flat == pytest.approx(log_colours(drawn["customdata"]), abs=1e-12), selector
+    return drawn["customdata"]
+
+
+def test_log_colours_hold_in_every_view_of_weights_and_the_signed_difference_stays_linear(
+    page, live_server
+):
+    query = urllib.parse.urlencode({"text": SENTENCE, "view": "follow", "colours": "log"})
+    page.goto(f"{live_server}/?{query}")
+    follow = [
+        "#follow-query-layers",
+        "#follow-key-layers",
+        "#follow-query-heads",
+        "#follow-key-heads",
+    ]
+    wait_js(page, f"document.querySelector('{follow[-1]}')?.data?.[0]?.zmax === 0", 60)
+    assert page.input_value("#view-follow [data-part=colours]") == "log"
+    heads = [drawn_in_log_colours(page, chart) for chart in follow][2]
+    # Linear from this view's own control: the same weights, drawn as they are.
+    page.select_option("#view-follow [data-part=colours]", "linear")
+    wait_js(page, "document.querySelector('#follow-key-heads').data[0].zmax === 1")
+    assert page.evaluate("document.querySelector('#follow-query-heads').data[0].z") == heads
+    assert "colours" not in urllib.parse.urlparse(page.url).query
+    # Compare, log chosen there: A and B in log colours, B − A still signed and linear.
+    page.click("#tab-compare")
+    wait_js(page, "document.querySelector('#compare-b').data?.[0]?.zmax === 1", 60)
+    page.select_option("#view-compare [data-part=colours]", "log")
+    wait_js(page, "document.querySelector('#compare-b').data[0].zmax === 0")
+    a, b = (drawn_in_log_colours(page, side) for side in ("#compare-a", "#compare-b"))
+    difference = page.evaluate("document.querySelector('#compare-difference').data[0]")
+    assert difference["zmid"] == 0 and "customdata" not in difference
+    flat = [d for row in difference["z"] for d in row]
+    expected = [y - x for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)]
+    assert flat == pytest.approx(expected, abs=1e-6)
+    # The choice is the state's: Average & rollout opens in log colours, rollout too.
+    page.click("#tab-aggregate")
+    wait_js(page, "document.querySelector('#aggregate-map').data?.[0]?.zmax === 0", 60)
+    assert page.input_value("#view-aggregate [data-part=colours]") == "log"
+    page.select_option("#aggregate-kind", "rollout")
+    wait_js(page, "document.querySelector('#aggregate-map').layout.title.text.includes('rollout')")
+    drawn_in_log_colours(page, "#aggregate-map")
+    # Ablation: the open head as computed and with heads switched off, both in log colours.
+    page.click("#tab-ablation")
+    page.fill("#ablation-heads", "0.1")
+    page.dispatch_event("#ablation-heads", "change")
+    wait_js(page, "document.querySelector('#ablation-after').data?.[0]?.zmax === 0", 60)
+    drawn_in_log_colours(page, "#ablation-before")
+    drawn_in_log_colours(page, "#ablation-after")
+    assert urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)["colours"] == ["log"]
+    assert not page.errors
+
+
 def test_a_colour_scale_the_heatmap_does_not_have_is_not_read_from_the_url(page, live_server):
     query = urllib.parse.urlencode({"text": SENTENCE, "colours": "constructor"})
     page.goto(f"{live_server}/?{query}")

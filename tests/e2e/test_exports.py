@@ -1,6 +1,7 @@
 """Issue 9.4: every view exports what it shows, named for what it is."""
 
 import json
+import re
 
 import pytest
 import requests
@@ -106,6 +107,28 @@ def test_a_small_heatmap_exports_vector_cells(page, live_server):
     wait_js(page, "document.querySelector('#heatmap').data.length > 0")
     name, body = export(page, "svg")
     assert name.endswith(".svg") and body.count(b"<rect") > 100 and b"<image" not in body
+
+
+def test_a_heatmap_in_log_colours_exports_its_cells_in_log_colours(page, live_server):
+    open_view(page, live_server, "explorer:heatmap")
+    page.select_option("#view-heatmap [data-part=colours]", "log")
+    wait_js(page, "document.querySelector('#heatmap').data[0].zmax === 0")
+    _, body = export(page, "svg")
+    cells = re.findall(rb'fill="(rgb\([^"]+\))"><title>[^<]*: ([0-9.e-]+)</title>', body)
+    assert len(cells) > 100
+    weights = [float(weight) for _, weight in cells]
+    # The colours viridis gives each weight's place between 10^-6 and 1 on a log scale, and
+    # (to show the two differ here) the linear scale's.
+    log, linear = page.evaluate(
+        """async (weights) => {
+          const { viridis } = await import('/static/js/colors.js');
+          const place = (w) => 1 + Math.max(-6, w > 0 ? Math.log10(w) : -6) / 6;
+          return [weights.map((w) => viridis(place(w))), weights.map(viridis)];
+        }""",
+        weights,
+    )
+    assert [fill.decode() for fill, _ in cells] == log
+    assert sum(a != b for a, b in zip(log, linear, strict=True)) > len(cells) / 2
 
 
 def test_value_weighted_exports_its_norms_and_their_row_shares(page, live_server):

@@ -25,7 +25,7 @@ const FIELDS = {
   layer: ["layer", int],
   head: ["head", int],
   view: ["view", text],
-  colours: ["colours", choice("linear", "log")], // Heatmap
+  colours: ["colours", choice("linear", "log")], // every map of weights: Heatmap, Follow, Average, Ablation, Compare
   query: ["q", int],
   overlay: ["heads", intList], // Token to token: the heads drawn together
   threshold: ["min", number], // Token to token: lines below this weight are hidden

@@ -1,10 +1,9 @@
 // Switch heads off and see what changes: the predictions before and after, how far every
 // later head's rows moved, and the open head's map both ways.
 
-import { viridis } from "../colors.js";
 import { el, metricCard } from "../dom.js";
 import { headLabels } from "./heads.js";
-import { drawHeatmap, onCellClick } from "./plot.js";
+import { drawHeatmap, onCellClick, weightScale } from "./plot.js";
 
 /** "3.0, 3.4" -> [{layer: 3, head: 0}, ...]: distinct heads the model has, in the text's order. */
 export function parseHeads(text, info) {
@@ -27,6 +26,7 @@ const formatHeads = (heads) => heads.map((h) => `${h.layer}.${h.head}`).join(", 
 export function bind(parts, set) {
   parts.heads.addEventListener("change", () => set({ ablate: parts.heads.value.trim() }));
   parts.mode.addEventListener("change", () => set({ ablation: parts.mode.value }));
+  parts.colours.addEventListener("change", () => set({ colours: parts.colours.value }));
 }
 
 function table(answer) {
@@ -51,6 +51,7 @@ export async function render({ session, state, info, parts, set, open, isStale }
   const heads = parseHeads(state.ablate, info);
   parts.heads.value = state.ablate || "";
   parts.mode.value = state.ablation === "mean" ? "mean" : "zero";
+  parts.colours.value = state.colours;
   parts.addCurrent.onclick = () => set({ ablate: formatHeads([...parseHeads(state.ablate, info), { layer: state.layer, head: state.head }]) });
   parts.addCurrent.textContent = `Add the open head (${state.layer}.${state.head})`;
   if (!heads.length) {
@@ -82,14 +83,17 @@ export async function render({ session, state, info, parts, set, open, isStale }
   onCellClick(parts.change, (layer, head) => open(layer, head));
   if (isStale()) return null;
   const tokens = answer.tokens;
-  const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
-  await drawHeatmap(parts.before, answer.weights, tokens, tokens, { ...common, title: `layer ${answer.layer} · head ${answer.head}, as computed` });
+  // The open head both ways in the chosen colour scale.
+  const common = { xTitle: "key", yTitle: "query", hoverName: "weight" };
+  const before = weightScale(state.colours, answer.weights);
+  await drawHeatmap(parts.before, before.options.z, tokens, tokens, { ...common, ...before.options, title: `layer ${answer.layer} · head ${answer.head}, as computed` });
   if (isStale()) return null;
-  await drawHeatmap(parts.after, answer.ablated_weights, tokens, tokens, { ...common, title: "with the heads switched off" });
+  const after = weightScale(state.colours, answer.ablated_weights);
+  await drawHeatmap(parts.after, after.options.z, tokens, tokens, { ...common, ...after.options, title: "with the heads switched off" });
   return {
     kind: "head", element: parts.after, layer: answer.layer, head: answer.head, tokens, matrix: answer.ablated_weights,
     matrixName: "ablated_weights", title: `layer ${answer.layer} head ${answer.head} with ${formatHeads(answer.ablated)} switched off (${answer.mode})`,
-    colour: viridis, suffix: `-ablated-${answer.mode}-${answer.ablated.map((h) => `L${h.layer}H${h.head}`).join("-")}`,
+    colour: after.colour, suffix: `-ablated-${answer.mode}-${answer.ablated.map((h) => `L${h.layer}H${h.head}`).join("-")}`,
     payload: { what: "an intervention: these heads switched off, not what the model computed", ...answer },
   };
 }

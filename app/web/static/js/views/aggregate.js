@@ -2,13 +2,13 @@
 // as the row of one token (which input tokens feed it).
 
 import { toMatrix } from "../binary.js";
-import { viridis } from "../colors.js";
-import { drawChart, drawHeatmap, escapeLabel } from "./plot.js";
+import { drawChart, drawHeatmap, escapeLabel, weightScale } from "./plot.js";
 import { settle } from "./settle.js";
 import { chosenToken, fillTokenPicker } from "./tokens.js";
 
 export function bind(parts, set) {
   parts.kind.addEventListener("change", () => set({ agg: parts.kind.value }));
+  parts.colours.addEventListener("change", () => set({ colours: parts.colours.value }));
   parts.token.addEventListener("change", () => set({ query: Number(parts.token.value) }));
   parts.residual.addEventListener("input", () => {
     parts.residualValue.textContent = Number(parts.residual.value).toFixed(2);
@@ -23,6 +23,7 @@ export async function render({ session, state, parts, info, isStale }) {
   const residual = Math.min(1, Math.max(0, state.residual));
   const token = chosenToken(state, tokens);
   parts.kind.value = kind;
+  parts.colours.value = state.colours;
   parts.residual.value = String(residual);
   parts.residualValue.textContent = residual.toFixed(2);
   parts.residual.disabled = kind !== "rollout";
@@ -33,11 +34,12 @@ export async function render({ session, state, parts, info, isStale }) {
   const name = kind === "rollout"
     ? `rollout through layers 0–${state.layer} (residual ${residual.toFixed(2)})`
     : `layer ${state.layer}, all ${info.num_heads} heads averaged`;
-  // Rollout spreads weight thinly: its own largest value tops the colour scale.
+  // Rollout spreads weight thinly: in linear colours its own largest value tops the scale.
   const top = kind === "rollout" ? Math.max(...matrix.map((row) => Math.max(...row))) : 1;
+  const scale = weightScale(state.colours, matrix, top);
   const own = [{ type: "rect", x0: -0.5, x1: n - 0.5, y0: token - 0.5, y1: token + 0.5, line: { color: "#e4572e", width: 2 } }];
-  await drawHeatmap(parts.map, matrix, tokens, tokens, {
-    title: name, xTitle: kind === "rollout" ? "input token" : "key", yTitle: "", zmin: 0, zmax: top,
+  await drawHeatmap(parts.map, scale.options.z, tokens, tokens, {
+    ...scale.options, title: name, xTitle: kind === "rollout" ? "input token" : "key", yTitle: "",
     hoverName: kind === "rollout" ? "share" : "weight", shapes: own, height: Math.min(900, Math.max(420, 18 * n + 140)),
   });
   const row = matrix[token];
@@ -54,7 +56,7 @@ export async function render({ session, state, parts, info, isStale }) {
   );
   return {
     kind: "head", element: parts.map, where: `${kind}-L${state.layer}`, layer: state.layer, tokens, matrix,
-    matrixName: kind === "rollout" ? "rollout" : "head_average", title: name, colour: (v) => viridis(v / top),
+    matrixName: kind === "rollout" ? "rollout" : "head_average", title: name, colour: scale.colour,
     payload: {
       what: kind === "rollout"
         ? "attention rollout (Abnar & Zuidema, 2020): row i = how much of each input token token i holds after this layer"

@@ -2,7 +2,7 @@
 // another text or another model; their difference wherever the tokens line up.
 
 import { fillIndexSelect, metricCard } from "../dom.js";
-import { drawHeatmap } from "./plot.js";
+import { drawHeatmap, weightScale } from "./plot.js";
 
 /** "5.2" -> {layer: 5, head: 2}, or null. */
 export function parseHead(text) {
@@ -16,6 +16,7 @@ export function bind(parts, set) {
   parts.head.addEventListener("change", head);
   parts.text.addEventListener("change", () => set({ compareText: parts.text.value.trim() }));
   parts.model.addEventListener("change", () => set({ compareModel: parts.model.value }));
+  parts.colours.addEventListener("change", () => set({ colours: parts.colours.value }));
 }
 
 /** Blue below zero, white at zero, red above (B gives more weight than A). */
@@ -35,6 +36,7 @@ export async function render({ session, state, info, parts, models, isStale }) {
   );
   parts.model.value = sameModel ? "" : state.compareModel;
   parts.text.value = state.compareText || "";
+  parts.colours.value = state.colours;
   // B's layer and head: the URL's, else the open head's neighbour (the next layer down).
   const asked = parseHead(state.compare) || { layer: Math.min(state.layer + 1, info.num_layers - 1), head: state.head };
   const layers = sameModel ? info.num_layers : other?.num_layers ?? 1;
@@ -59,11 +61,14 @@ export async function render({ session, state, info, parts, models, isStale }) {
       : [metricCard("difference", "not drawn: positions do not line up")]),
   );
   const name = (side) => `${side.model.split("/").pop()} · layer ${side.layer} · head ${side.head}`;
-  const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
-  await drawHeatmap(parts.a, answer.a.weights, answer.a.tokens, answer.a.tokens, { ...common, title: `A: ${name(answer.a)}` });
+  // A and B in the chosen colour scale; their difference is signed, always linear.
+  const common = { xTitle: "key", yTitle: "query", hoverName: "weight" };
+  const scaleA = weightScale(state.colours, answer.a.weights);
+  await drawHeatmap(parts.a, scaleA.options.z, answer.a.tokens, answer.a.tokens, { ...common, ...scaleA.options, title: `A: ${name(answer.a)}` });
   if (isStale()) return null;
-  await drawHeatmap(parts.b, answer.b.weights, answer.b.tokens, answer.b.tokens, {
-    ...common, title: `B: ${name(answer.b)}${state.compareText ? " · the other text" : ""}`,
+  const scaleB = weightScale(state.colours, answer.b.weights);
+  await drawHeatmap(parts.b, scaleB.options.z, answer.b.tokens, answer.b.tokens, {
+    ...common, ...scaleB.options, title: `B: ${name(answer.b)}${state.compareText ? " · the other text" : ""}`,
   });
   if (isStale()) return null;
   parts.difference.hidden = !answer.aligned;
@@ -80,6 +85,8 @@ export async function render({ session, state, info, parts, models, isStale }) {
     kind: "head", element: answer.aligned ? parts.difference : parts.b, layer: answer.a.layer, head: answer.a.head,
     tokens: answer.b.tokens, rowTokens: answer.b.tokens, matrix: shown, matrixName: answer.aligned ? "difference" : "b_weights",
     where, title: `${name(answer.b)} minus ${name(answer.a)}`, payload: answer,
-    colour: (v) => (v >= 0 ? `rgba(178,24,43,${Math.min(1, Math.abs(v))})` : `rgba(33,102,172,${Math.min(1, Math.abs(v))})`),
+    colour: answer.aligned
+      ? (v) => (v >= 0 ? `rgba(178,24,43,${Math.min(1, Math.abs(v))})` : `rgba(33,102,172,${Math.min(1, Math.abs(v))})`)
+      : scaleB.colour,
   };
 }

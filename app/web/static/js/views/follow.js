@@ -1,14 +1,14 @@
 // Follow a token: what it attends to (its rows) and who attends to it (its columns), in every
 // layer and head at once, with each layer's heads summed up.
 
-import { viridis } from "../colors.js";
 import { headLabels } from "./heads.js";
-import { drawHeatmap, onCellClick } from "./plot.js";
+import { drawHeatmap, onCellClick, weightScale } from "./plot.js";
 import { chosenToken, fillTokenPicker } from "./tokens.js";
 
 export function bind(parts, set) {
   parts.token.addEventListener("change", () => set({ query: Number(parts.token.value) }));
   parts.summary.addEventListener("change", () => set({ summary: parts.summary.value }));
+  parts.colours.addEventListener("change", () => set({ colours: parts.colours.value }));
 }
 
 export async function render({ session, state, parts, info, open, isStale }) {
@@ -17,6 +17,7 @@ export async function render({ session, state, parts, info, open, isStale }) {
   fillTokenPicker(parts.token, tokens, token);
   const summary = state.summary === "max" ? "max" : "mean";
   parts.summary.value = summary;
+  parts.colours.value = state.colours;
   const data = await session.follow(token);
   if (isStale()) return null;
   const labels = headLabels(info);
@@ -26,29 +27,34 @@ export async function render({ session, state, parts, info, open, isStale }) {
   // The followed token's own column, outlined in the charts of what it attends to.
   const own = [{ type: "rect", x0: token - 0.5, x1: token + 0.5, y0: 0, y1: 1, yref: "paper", line: { color: "#e4572e", width: 2 } }];
   const layersHeight = Math.min(700, Math.max(300, 20 * info.num_layers + 170));
-  const common = { zmin: 0, zmax: 1, yTitle: "", hoverName: "weight", height: layersHeight };
+  const common = { yTitle: "", hoverName: "weight", height: layersHeight };
   const queryLayers = data[`query_${summary}`];
   const keyLayers = data[`key_${summary}`];
-  await drawHeatmap(parts.queryLayers, queryLayers, labels.layers, tokens, {
-    ...common, title: `what ${word} attends to, layer by layer (${how})`, xTitle: "key", shapes: own,
+  // Each chart in the chosen colour scale (weights are in [0, 1]).
+  const draw = (el, weights, rows, options) => {
+    const scale = weightScale(state.colours, weights);
+    return drawHeatmap(el, scale.options.z, rows, tokens, { ...common, ...scale.options, ...options }).then(() => scale);
+  };
+  const queryScale = await draw(parts.queryLayers, queryLayers, labels.layers, {
+    title: `what ${word} attends to, layer by layer (${how})`, xTitle: "key", shapes: own,
   });
-  await drawHeatmap(parts.keyLayers, keyLayers, labels.layers, tokens, {
-    ...common, title: `how much each token gives ${word}, layer by layer (${how})`, xTitle: "query",
+  await draw(parts.keyLayers, keyLayers, labels.layers, {
+    title: `how much each token gives ${word}, layer by layer (${how})`, xTitle: "query",
   });
   const headsHeight = Math.min(820, Math.max(360, 5 * rowsOfHeads.length + 170));
   const flat = (grid) => grid.flat(); // [layer][head][token] -> [layer * heads + head][token]
-  await drawHeatmap(parts.queryHeads, flat(data.as_query), rowsOfHeads, tokens, {
-    ...common, height: headsHeight, title: `what ${word} attends to in every head · click a row to open its head`, xTitle: "key", shapes: own,
+  await draw(parts.queryHeads, flat(data.as_query), rowsOfHeads, {
+    height: headsHeight, title: `what ${word} attends to in every head · click a row to open its head`, xTitle: "key", shapes: own,
   });
-  await drawHeatmap(parts.keyHeads, flat(data.as_key), rowsOfHeads, tokens, {
-    ...common, height: headsHeight, title: `what every token gives ${word} in every head · click a row to open its head`, xTitle: "query",
+  await draw(parts.keyHeads, flat(data.as_key), rowsOfHeads, {
+    height: headsHeight, title: `what every token gives ${word} in every head · click a row to open its head`, xTitle: "query",
   });
   const openRow = (row) => open(Math.floor(row / info.num_heads), row % info.num_heads);
   onCellClick(parts.queryHeads, openRow);
   onCellClick(parts.keyHeads, openRow);
   return {
     kind: "head", element: parts.queryLayers, where: `token-${token}`, tokens, rowTokens: labels.layers,
-    matrix: queryLayers, matrixName: `query_${summary}`, corner: "layer \\ key", colour: viridis,
+    matrix: queryLayers, matrixName: `query_${summary}`, corner: "layer \\ key", colour: queryScale.colour,
     title: `what ${word} attends to, layer by layer (${how})`,
     payload: {
       what: "token followed through the model: as_query[layer][head][key] is its row, as_key[layer][head][query] its column; *_mean and *_max sum up each layer's heads",

@@ -1,8 +1,7 @@
 // One head as a heatmap: queries down, keys across, exact weights on hover.
 
 import { toMatrix } from "../binary.js";
-import { viridis } from "../colors.js";
-import { drawHeatmap, logColours } from "./plot.js";
+import { drawHeatmap, weightScale } from "./plot.js";
 import { drawPredictions } from "./predictions.js";
 
 /** Dashed lines where a generated continuation begins (queries below, keys to the right). */
@@ -33,9 +32,9 @@ export async function render({ session, state, parts, isStale }) {
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
   const height = Math.min(900, Math.max(420, 18 * n + 140));
   parts.colours.value = state.colours;
-  const colours = state.colours === "log" ? { ...logColours(z), hoverValues: z } : { z, zmin: 0, zmax: 1 };
-  await drawHeatmap(parts.plot, colours.z, queries, tokens, { ...colours, title, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
+  const scale = weightScale(state.colours, z);
+  await drawHeatmap(parts.plot, scale.options.z, queries, tokens, { ...scale.options, title, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
   if (isStale()) return null;
   await drawPredictions(parts.predictions, session, parts.plot, isStale);
-  return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: viridis };
+  return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: scale.colour };
 }

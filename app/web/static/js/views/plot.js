@@ -2,6 +2,8 @@
 // HTML subset in labels and hovers, so every label passes through escapeLabel first, and
 // axes are numeric (tickvals/ticktext) so repeated tokens never merge into one column.
 
+import { viridis } from "../colors.js";
+
 export const COLORSCALE = "Viridis";
 
 // Log colours: the decades from 10^-6 to 1. A row spread evenly over 8,192 keys gives each
@@ -9,13 +11,30 @@ export const COLORSCALE = "Viridis";
 export const LOG_FLOOR = -6;
 const SUPERSCRIPT = "⁰¹²³⁴⁵⁶⁷⁸⁹";
 
+/** log10 of a weight, clipped at 10^-6 (zero, a masked key, too). */
+const logWeight = (w) => (w > 0 ? Math.max(LOG_FLOOR, Math.log10(w)) : LOG_FLOOR);
+
 /** Attention weights (rows of numbers in [0, 1]) for a log colour scale: their log10, clipped
  * at 10^-6, the colour range, and a colour bar labelled with the weights (10⁻⁶ ... 1). */
 export function logColours(weights) {
-  const z = weights.map((row) => row.map((w) => (w > 0 ? Math.max(LOG_FLOOR, Math.log10(w)) : LOG_FLOOR)));
+  const z = weights.map((row) => row.map(logWeight));
   const decades = Array.from({ length: 1 - LOG_FLOOR }, (_, i) => LOG_FLOOR + i);
   const ticktext = decades.map((d) => (d === 0 ? "1" : `10⁻${SUPERSCRIPT[-d]}`));
   return { z, zmin: LOG_FLOOR, zmax: 0, colorbar: { tickmode: "array", tickvals: decades, ticktext } };
+}
+
+/**
+ * A map of attention weights (rows of numbers in [0, 1]) in the scale the user chose (the
+ * state's `colours`): `options` for drawHeatmap ({z, zmin, zmax, colorbar, hoverValues}; draw
+ * options.z) and `colour(weight)`, the same colour as a CSS string, for the exports.
+ * "log": log10 of each weight from 10^-6 to 1, hovering still reads the weight; "linear": the
+ * weight from 0 to `top` (1 unless the map's own largest value should top the scale).
+ */
+export function weightScale(scale, weights, top = 1) {
+  if (scale === "log") {
+    return { options: { ...logColours(weights), hoverValues: weights }, colour: (w) => viridis(1 - logWeight(w) / LOG_FLOOR) };
+  }
+  return { options: { z: weights, zmin: 0, zmax: top }, colour: (w) => viridis(w / top) };
 }
 
 // Offline: no button may send a chart anywhere (plotly.js shows "Share chart..." by default).
