@@ -10,6 +10,15 @@ def log_colours(weights) -> list[float]:
     return [max(-6.0, math.log10(w)) if w > 0 else -6.0 for row in weights for w in row]
 
 
+def export(page, fmt: str) -> tuple[str, bytes]:
+    """(file name, bytes) of what the page's export button for `fmt` saves."""
+    with page.expect_download() as info:
+        page.click(f"[data-export='{fmt}']")
+    download = info.value
+    with open(download.path(), "rb") as f:
+        return download.suggested_filename, f.read()
+
+
 def wait_js(page, expression: str, timeout: float = 30.0):
     """Poll a JavaScript expression until it is truthy.
 

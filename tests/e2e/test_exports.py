@@ -6,18 +6,10 @@ import re
 import pytest
 import requests
 
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import export, wait_js
 from tests.e2e.pages import MINILM, open_view
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-
-def export(page, fmt):
-    with page.expect_download() as info:
-        page.click(f"[data-export='{fmt}']")
-    download = info.value
-    with open(download.path(), "rb") as f:
-        return download.suggested_filename, f.read()
 
 
 def test_what_if_exports_say_they_are_counterfactual(page, live_server):

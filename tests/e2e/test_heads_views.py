@@ -9,9 +9,8 @@ import pytest
 import torch
 
 from attention_core.aggregate import attention_rollout
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import export, wait_js
 from tests.e2e.pages import MINILM, SENTENCE, open_view, settle
-from tests.e2e.test_exports import export
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

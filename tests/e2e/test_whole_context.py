@@ -1,6 +1,10 @@
 """Issue 14.2: the Deep zoom page over a long text: the forward pass's progress, an overview of
 blocks, zooming in down to single weights with their tokens, the window kept in the URL."""
 
+import csv
+import html
+import io
+import json
 from decimal import ROUND_HALF_UP, Decimal
 from urllib.parse import urlencode, urlparse
 
@@ -10,7 +14,7 @@ from app.models.registry import SMOLLM2_ID
 from app.services.heads import DESCRIPTIONS
 from attention_core.head_stats import STATISTICS
 from bench.compression import prose
-from tests.e2e.helpers import answer_late, log_colours, wait_js
+from tests.e2e.helpers import answer_late, export, log_colours, wait_js
 from tests.e2e.test_long_inputs import LONG_TASKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -117,6 +121,56 @@ def test_log_colours_draw_each_weights_log10_from_a_millionth_and_the_url_keeps_
     page.select_option("#zoom-colours", "log")
     wait_js(page, "document.querySelector('#zoom-map').data[0].zmax === 0")
     assert "colours=log" in urlparse(page.url).query
+    assert page.inner_text("#zoom-error") == ""
+
+
+def test_the_window_shown_exports_its_values_labelled_by_position(page, live_server, long_text):
+    window = [20, 60, 0, 40]
+    query = urlencode({"model": SMOLLM2_ID, "layer": 3, "head": 1, "colours": "log",
+                       "win": ",".join(map(str, window))})  # fmt: skip
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
+    assert "one weight" in drawn_window(page)
+    body = {"model": SMOLLM2_ID, "text": long_text, "layer": 3, "heads": [1],
+            "rows": window[:2], "cols": window[2:]}  # fmt: skip
+    tiles = page.request.post(f"{live_server}/api/attention/tiles", data=body).json()
+    weights = tiles["values"][0]
+    tokens = page.evaluate("document.querySelector('#zoom-map').layout.xaxis.ticktext")
+
+    name, saved = export(page, "json")
+    data = json.loads(saved)
+    assert name == "HuggingFaceTB-SmolLM2-135M-Instruct-L3-H1-q20-59-k0-39.json"
+    assert data["values"] == weights and data["layer"] == 3 and data["head"] == 1
+    assert (data["rows"], data["cols"], data["cell"], data["reduce"]) == (
+        [20, 60],
+        [0, 40],
+        1,
+        None,
+    )
+    assert data["error_bound"] == tiles["error_bound"] and data["text"] == long_text
+    assert [label.split(" ", 1)[0] for label in data["tokens"]] == [str(i) for i in range(40)]
+    assert [label.split(" ", 1)[1] for label in data["tokens"]] == [
+        html.unescape(token) for token in tokens
+    ]
+    assert data["row_tokens"][0].startswith("20 ") and len(data["row_tokens"]) == 40
+
+    _, saved = export(page, "csv")
+    table = list(csv.reader(io.StringIO(saved.decode("utf-8"))))
+    assert table[0][:2] == ["query \\ key", data["tokens"][0]] and len(table) == 41
+    assert [[float(v) for v in row[1:]] for row in table[1:]] == weights
+
+    _, saved = export(page, "svg")  # 40 tokens a side: a rectangle a weight
+    assert saved.count(b"<rect") >= 40 * 40 and b"<image" not in saved
+    name, saved = export(page, "png")
+    assert name.endswith("-L3-H1-q20-59-k0-39.png") and saved[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # The whole map: blocks of 3 × 3 tokens, each its largest weight, labelled by their range.
+    page.click("#zoom-reset")
+    wait_js(page, "document.querySelector('#zoom-window').textContent.includes('3 × 3')", 60)
+    name, saved = export(page, "json")
+    data = json.loads(saved)
+    assert name.endswith("-L3-H1-q0-799-k0-799-max-of-3.json")
+    assert (data["cell"], data["reduce"], len(data["values"])) == (3, "max", 267)
+    assert data["tokens"][:2] == ["0–2", "3–5"] and data["tokens"][-1] == "798–799"
     assert page.inner_text("#zoom-error") == ""
 
 

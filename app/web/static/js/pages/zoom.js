@@ -5,7 +5,8 @@
 
 import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
-import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, logColours, nextTask, plotlyReady, warmPlotly } from "../views/plot.js";
+import { exportCurrent } from "../export.js";
+import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, logColours, nextTask, plotlyReady, warmPlotly, weightScale } from "../views/plot.js";
 import { headFinder } from "./zoom-heads.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
@@ -45,6 +46,7 @@ const coloursSelect = $("#zoom-colours");
 const windowLine = $("#zoom-window");
 const plot = $("#zoom-map");
 
+let shown = null; // the window drawn: {layer, head, reduce, colours, r0, r1, c0, c1, cell, values, errorBound}
 let running = null; // AbortController of the forward pass under way
 let drawing = null; // AbortController of the window being fetched
 let relayoutTimer = 0;
@@ -211,6 +213,10 @@ async function draw() {
     dragmode: "zoom",
   };
   plot._cell = { cell, r0, c0, values: answer.values[0] };
+  shown = {
+    layer: state.layer, head: state.head, reduce: state.reduce, colours: state.colours,
+    r0, r1, c0, c1, cell, values: answer.values[0], errorBound: answer.error_bound,
+  };
   await window.Plotly.react(plot, [trace], layout, PLOT_CONFIG);
   // Token labels, where they fit, each axis in a task of its own: measuring dozens of new
   // labels costs Plotly about as much as the map itself.
@@ -235,6 +241,33 @@ function colouring(values) {
   if (state.colours !== "log") return { z: values, zmin: 0, colorbar: bar };
   const log = logColours(values);
   return { ...log, colorbar: { ...bar, ...log.colorbar } };
+}
+
+/** What the export buttons save of the window drawn (see export.js): its values with a label
+ * for each row and column ("12 ␣dog" for a token, "12–14" for a block of them) and what they
+ * are; a window of at most 128 tokens a side saves as vector SVG in the colours shown. */
+function windowExport() {
+  if (!shown) throw new Error("Run the model first: there is no map to export yet.");
+  const { layer, head, reduce, r0, r1, c0, c1, cell, values } = shown;
+  const tokens = state.pass.tokens;
+  const labels = (start, stop) => Array.from({ length: Math.ceil((stop - start) / cell) }, (_, i) => {
+    const first = start + i * cell;
+    return cell === 1 ? `${first} ${tokens[first]}` : `${first}–${Math.min(first + cell, stop) - 1}`;
+  });
+  const top = Math.max(0, ...values.map((row) => Math.max(...row)));
+  const cells = cell === 1 ? "each cell one weight" : `each cell the ${reduce === "max" ? "largest" : "mean"} weight of a block of ${cell} × ${cell} tokens`;
+  return {
+    kind: "head", element: plot, layer, head, tokens: labels(c0, c1), rowTokens: labels(r0, r1), matrix: values,
+    matrixName: "values", corner: "query \\ key", where: `L${layer}-H${head}-q${r0}-${r1 - 1}-k${c0}-${c1 - 1}`,
+    suffix: cell === 1 ? "" : `-${reduce}-of-${cell}`,
+    title: `layer ${layer} · head ${head} · queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}`,
+    colour: weightScale(shown.colours, values, top || 1).colour,
+    payload: {
+      what: `Deep zoom's window: values[i][j] is for queries from ${r0} + i·${cell} and keys from ${c0} + j·${cell}, ${cells}; within error_bound of the model's own weights`,
+      rows: [r0, r1], cols: [c0, c1], cell, reduce: cell === 1 ? null : reduce, error_bound: shown.errorBound,
+      seq_len: state.pass.seq_len,
+    },
+  };
 }
 
 /** Token labels where every token in the span gets room; positions otherwise. */
@@ -359,6 +392,15 @@ async function main() {
   reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
   coloursSelect.addEventListener("change", () => { state.colours = coloursSelect.value; draw(); });
   $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
+  for (const button of document.querySelectorAll("[data-export]")) {
+    button.addEventListener("click", async () => {
+      try {
+        await exportCurrent(button.dataset.export, windowExport(), { model: state.model, text: state.text }, (note) => { windowLine.textContent = note; });
+      } catch (err) {
+        showError(errorBox, err.message);
+      }
+    });
+  }
   plot.addEventListener("keydown", onMapKey);
   finder.show(); // the statistic the URL names, before any run
   if (state.text.trim()) await runPass({ keepView: true, findHeads: Boolean(state.stat) });
