@@ -6,7 +6,7 @@ import html
 import io
 import json
 from decimal import ROUND_HALF_UP, Decimal
-from urllib.parse import urlencode, urlparse
+from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
@@ -15,6 +15,7 @@ from app.services.heads import DESCRIPTIONS
 from attention_core.head_stats import STATISTICS
 from bench.compression import prose
 from tests.e2e.helpers import answer_late, export, log_colours, wait_js
+from tests.e2e.pages import MINILM, SENTENCE
 from tests.e2e.test_long_inputs import LONG_TASKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -172,6 +173,58 @@ def test_the_window_shown_exports_its_values_labelled_by_position(page, live_ser
     assert (data["cell"], data["reduce"], len(data["values"])) == (3, "max", 267)
     assert data["tokens"][:2] == ["0–2", "3–5"] and data["tokens"][-1] == "798–799"
     assert page.inner_text("#zoom-error") == ""
+
+
+def test_a_head_opens_in_deep_zoom_from_the_explorer_and_back_with_the_same_weights(
+    page, live_server
+):
+    query = urlencode({"model": MINILM, "text": SENTENCE, "layer": 2, "head": 3, "colours": "log"})
+    page.goto(f"{live_server}/?{query}")
+    wait_js(page, "document.querySelector('#heatmap')?.data?.[0]?.zmax === 0", 60)
+    shown = page.evaluate("document.querySelector('#heatmap').data[0].customdata")
+    link = page.locator("#view-heatmap [data-part=deepZoom]")
+    assert link.is_visible()
+    target = urlparse(link.get_attribute("href"))
+    assert parse_qs(target.query) == {
+        "model": [MINILM],
+        "layer": ["2"],
+        "head": ["3"],
+        "colours": ["log"],
+    }
+    assert parse_qs(target.fragment) == {"text": [SENTENCE]}  # never sent to the server
+
+    link.click()
+    assert "Layer 2, head 3" in drawn_window(page) and "one weight" in drawn_window(page)
+    assert page.input_value("#zoom-colours") == "log"
+    page.select_option("#zoom-colours", "linear")  # z: the weights themselves
+    wait_js(page, "document.querySelector('#zoom-map').data[0].zmax === undefined")
+    replayed = page.evaluate("document.querySelector('#zoom-map').data[0].z")
+    worst = max(
+        abs(a - b)
+        for ra, rb in zip(shown, replayed, strict=True)
+        for a, b in zip(ra, rb, strict=True)
+    )
+    assert worst <= 1e-5  # the error bound Deep zoom states for its replay
+
+    # Back: the explorer opens the head Deep zoom shows, here after moving to head 4.
+    page.select_option("#zoom-head", "4")
+    wait_js(
+        page, "document.querySelector('#zoom-window').textContent.startsWith('Layer 2, head 4')"
+    )
+    page.click("#zoom-explorer")
+    wait_js(page, "document.querySelector('#heatmap')?.data?.[0]?.zmax === 1", 60)
+    assert "layer 2 · head 4" in page.evaluate(
+        "document.querySelector('#heatmap').layout.title.text"
+    )
+    assert page.input_value("#text") == SENTENCE
+    assert not page.errors
+
+
+def test_deep_zoom_offers_the_explorer_only_for_texts_its_views_take(page, live_server, long_text):
+    query = urlencode({"model": SMOLLM2_ID, "win": "0,40,0,40"})
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
+    drawn_window(page)  # 800 tokens: over the explorer's 512
+    assert page.locator("#zoom-explorer").is_hidden()
 
 
 def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(

@@ -45,7 +45,9 @@ const reduceSelect = $("#zoom-reduce");
 const coloursSelect = $("#zoom-colours");
 const windowLine = $("#zoom-window");
 const plot = $("#zoom-map");
+const explorerLink = $("#zoom-explorer");
 
+let models = []; // the models Deep zoom can open (GET /api/models)
 let shown = null; // the window drawn: {layer, head, reduce, colours, r0, r1, c0, c1, cell, values, errorBound}
 let running = null; // AbortController of the forward pass under way
 let drawing = null; // AbortController of the window being fetched
@@ -80,6 +82,18 @@ function writeUrl() {
   }
   const fragment = state.text ? `#${new URLSearchParams({ text: state.text })}` : "";
   window.history.replaceState(null, "", `${window.location.pathname}?${query}${fragment}`);
+  linkExplorer();
+}
+
+/** The open head in the explorer, with all its views, where they take a text this long (they
+ * read every map at once: up to the model's full_map_tokens). */
+function linkExplorer() {
+  const limit = models.find((m) => m.id === state.model)?.full_map_tokens;
+  explorerLink.hidden = !state.pass || !(state.pass.seq_len <= limit);
+  if (explorerLink.hidden) return;
+  const query = new URLSearchParams({ model: state.model, text: state.text, layer: String(state.layer), head: String(state.head) });
+  if (state.colours === "log") query.set("colours", "log");
+  explorerLink.href = `/?${query}`;
 }
 
 function readUrl() {
@@ -98,12 +112,11 @@ function readUrl() {
 }
 
 async function loadModels() {
-  const { models } = await api.models();
-  const usable = models.filter((m) => m.available && m.replay);
+  models = (await api.models()).models.filter((m) => m.available && m.replay);
   modelSelect.replaceChildren(
-    ...usable.map((m) => new Option(`${m.id} (up to ${m.max_tokens.toLocaleString("en")} tokens)`, m.id)),
+    ...models.map((m) => new Option(`${m.id} (up to ${m.max_tokens.toLocaleString("en")} tokens)`, m.id)),
   );
-  if (!usable.some((m) => m.id === state.model)) state.model = usable[0]?.id;
+  if (!models.some((m) => m.id === state.model)) state.model = models[0]?.id;
   modelSelect.value = state.model;
 }
 

@@ -21,7 +21,19 @@ export function bind(parts, set) {
 
 /** Every view: render(scene) reads scene.state, draws into scene.parts and returns what the
  * export buttons save (see export.js); scene = {state, session, info, parts, set, isStale}. */
-export async function render({ session, state, parts, isStale }) {
+/** The open head in Deep zoom, on the same text (in the fragment, never sent): where the
+ * model's heads replay and the text is one (Deep zoom takes no sentence pair); never in a
+ * notebook, which has no pages (no `models`). */
+function deepZoomLink(link, session, state, models) {
+  const replay = models?.find((m) => m.id === session.model)?.replay;
+  link.hidden = !replay || Boolean(session.textPair);
+  if (link.hidden) return;
+  const query = new URLSearchParams({ model: session.model, layer: String(state.layer), head: String(state.head) });
+  if (state.colours === "log") query.set("colours", "log");
+  link.href = `/zoom?${query}#${new URLSearchParams({ text: session.text })}`;
+}
+
+export async function render({ session, state, parts, models, isStale }) {
   const { layer, head } = state;
   const maps = await session.layer(layer);
   if (isStale()) return null;
@@ -32,6 +44,7 @@ export async function render({ session, state, parts, isStale }) {
   const title = `${maps.meta.model.split("/").pop()} · layer ${layer} · head ${head} · rows: queries, columns: keys`;
   const height = Math.min(900, Math.max(420, 18 * n + 140));
   parts.colours.value = state.colours;
+  deepZoomLink(parts.deepZoom, session, state, models);
   const scale = weightScale(state.colours, z);
   await drawHeatmap(parts.plot, scale.options.z, queries, tokens, { ...scale.options, title, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
   if (isStale()) return null;
