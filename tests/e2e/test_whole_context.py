@@ -227,6 +227,67 @@ def test_deep_zoom_offers_the_explorer_only_for_texts_its_views_take(page, live_
     assert page.locator("#zoom-explorer").is_hidden()
 
 
+def test_find_matches_a_phrase_across_tokens_whatever_the_tokenizer_marks(page, live_server):
+    page.goto(f"{live_server}/zoom")
+    found = page.evaluate("""async () => {
+      const { aroundMatch, findTokens } = await import('/static/js/pages/zoom-find.js');
+      return {
+        wordpiece: findTokens(['[CLS]', 'the', 'animal', '##s', 'ran', '[SEP]'], 'Animals  ran'),
+        bpe: findTokens(['The', '␣cat', '␣sat', '↵', 'the', '␣cat', 'cat'], 'the cat'),
+        inside: findTokens(['␣concatenate'], 'cat'),
+        blank: findTokens(['a', 'b'], '  '),
+        astral: findTokens(['😀', 'x', '😀', 'x'], '😀x'),
+        start: aroundMatch({ first: 3, last: 5 }, 100, 64),
+        end: aroundMatch({ first: 98, last: 99 }, 100, 64),
+        short: aroundMatch({ first: 2, last: 2 }, 10, 64),
+      };
+    }""")
+    assert found["wordpiece"] == [{"first": 2, "last": 4}]
+    assert found["bpe"] == [{"first": 0, "last": 1}, {"first": 4, "last": 5}]
+    assert found["inside"] == [{"first": 0, "last": 0}]
+    assert found["blank"] == []
+    assert found["astral"] == [{"first": 0, "last": 1}, {"first": 2, "last": 3}]
+    assert found["start"] == [0, 64, 0, 64] and found["end"] == [36, 100, 36, 100]
+    assert found["short"] == [0, 10, 0, 10]
+
+
+def test_find_marks_a_phrase_on_the_map_and_zooms_to_each_match(page, live_server, long_text):
+    phrase = "Attention"  # the README's prose says it often
+    squeezed = "".join(long_text.split()).lower()
+    expected = squeezed.count("attention")  # not overlapping, whitespace and case aside
+    assert expected >= 2
+    query = urlencode({"model": SMOLLM2_ID, "layer": 5, "head": 2})
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
+    drawn_window(page)
+    page.fill("#zoom-find", phrase)
+    page.press("#zoom-find", "Enter")
+    wait_js(page, "document.querySelector('#zoom-map').layout.shapes?.length > 0")
+    shapes = page.evaluate("document.querySelector('#zoom-map').layout.shapes")
+    assert len(shapes) == 2 * expected  # each match's keys and queries
+    assert f"{expected} matches of “Attention”" in page.inner_text("#zoom-find-status")
+    assert parse_qs(urlparse(page.url).fragment)["find"] == [phrase]
+
+    buttons = page.locator("#zoom-find-list button")
+    assert buttons.count() == min(expected, 12)
+    label = buttons.first.inner_text()  # "token 3: ␣attention", the tokens as text
+    where, spelled = label.split(": ", 1)
+    first, _, last = where.split(" ")[1].partition("–")
+    first, last = int(first), int(last or first)
+    assert "attention" in "".join(spelled.replace("␣", " ").split()).lower()
+    columns = [(s["x0"], s["x1"]) for s in shapes if s["yref"] == "paper"]
+    assert columns[0] == (first - 0.5, last + 0.5)
+
+    buttons.first.click()  # 64 tokens a side around the match's last token
+    start = max(0, min(800 - 64, last - 32))
+    span = f"queries {start}–{start + 63}, keys {start}–{start + 63}"
+    wait_js(page, f"document.querySelector('#zoom-window').textContent.includes('{span}')", 60)
+    assert "one weight" in page.inner_text("#zoom-window")
+    page.reload()  # the search comes back with the text
+    wait_js(page, "document.querySelector('#zoom-map')?.layout?.shapes?.length > 0", 120)
+    assert page.input_value("#zoom-find") == phrase
+    assert page.inner_text("#zoom-error") == ""
+
+
 def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     page, live_server, long_text
 ):

@@ -7,6 +7,7 @@ import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
 import { exportCurrent } from "../export.js";
 import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, logColours, nextTask, plotlyReady, warmPlotly, weightScale } from "../views/plot.js";
+import { aroundMatch, findTokens, MARKED, matchShapes } from "./zoom-find.js";
 import { headFinder } from "./zoom-heads.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
@@ -28,6 +29,8 @@ const state = {
   colours: "linear", // or "log": the colour of log10 of each weight, 10^-6 to 1
   window: null, // [r0, r1, c0, c1]: rows and columns shown, null for the whole map
   stat: null, // the head finder's statistic, once it has been run
+  find: "", // a word or phrase whose tokens are marked (in the fragment, with the text)
+  matches: [], // where `find` occurs: [{first, last}] token positions
   pass: null, // the forward pass's "done" line: tokens, seq_len, num_layers, num_heads...
 };
 
@@ -46,6 +49,10 @@ const coloursSelect = $("#zoom-colours");
 const windowLine = $("#zoom-window");
 const plot = $("#zoom-map");
 const explorerLink = $("#zoom-explorer");
+const findBox = $("#zoom-find");
+const findStatus = $("#zoom-find-status");
+const findList = $("#zoom-find-list");
+const LISTED_MATCHES = 12; // matches listed as buttons under the search
 
 let models = []; // the models Deep zoom can open (GET /api/models)
 let shown = null; // the window drawn: {layer, head, reduce, colours, r0, r1, c0, c1, cell, values, errorBound}
@@ -80,7 +87,9 @@ function writeUrl() {
     if (state.window) query.set("win", state.window.join(","));
     if (state.stat && finder.ready) query.set("stat", state.stat);
   }
-  const fragment = state.text ? `#${new URLSearchParams({ text: state.text })}` : "";
+  const hidden = new URLSearchParams(state.text ? { text: state.text } : {});
+  if (state.find) hidden.set("find", state.find);
+  const fragment = hidden.size ? `#${hidden}` : "";
   window.history.replaceState(null, "", `${window.location.pathname}?${query}${fragment}`);
   linkExplorer();
 }
@@ -109,6 +118,40 @@ function readUrl() {
   const win = (query.get("win") || "").split(",").map(Number);
   if (win.length === 4 && win.every((v) => Number.isInteger(v) && v >= 0)) state.window = win;
   state.text = fragment.get("text") || "";
+  state.find = fragment.get("find") || "";
+}
+
+/** Finds state.find in the text's tokens: the matches listed (each a button that zooms to
+ * it) and said; the map marks them when it is next drawn. */
+function findMatches() {
+  findBox.value = state.find;
+  state.matches = state.pass ? findTokens(state.pass.tokens, state.find) : [];
+  const count = state.matches.length;
+  const tokens = state.pass?.tokens || [];
+  const spelled = ({ first, last }) => tokens.slice(first, last + 1).join("");
+  findList.replaceChildren(...state.matches.slice(0, LISTED_MATCHES).map((match) => {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link";
+    const where = match.first === match.last ? `token ${match.first}` : `tokens ${match.first}–${match.last}`;
+    button.textContent = `${where}: ${spelled(match)}`;
+    button.addEventListener("click", () => {
+      state.window = clampWindow(aroundMatch(match, state.pass.seq_len));
+      draw();
+      plot.focus({ preventScroll: true });
+    });
+    const item = document.createElement("li");
+    item.append(button);
+    return item;
+  }));
+  findList.hidden = count === 0;
+  if (!state.find || !state.pass) findStatus.textContent = "";
+  else if (!count) findStatus.textContent = `“${state.find}” is not in the text (case and spaces aside).`;
+  else {
+    const marked = count > MARKED ? `; the first ${MARKED} are marked` : ", marked in orange on the map";
+    const listed = count > LISTED_MATCHES ? ` (the first ${LISTED_MATCHES} listed)` : "";
+    findStatus.textContent = `${count.toLocaleString("en")} ${count === 1 ? "match" : "matches"} of “${state.find}”${marked}; click one to zoom to it${listed}.`;
+  }
 }
 
 async function loadModels() {
@@ -155,6 +198,7 @@ async function runPass({ keepView = false, findHeads = false } = {}) {
     reduceSelect.value = state.reduce;
     coloursSelect.value = state.colours;
     state.window = clampWindow(state.window);
+    findMatches();
     result.hidden = false;
     await draw();
     if (findHeads) finder.run();
@@ -224,6 +268,7 @@ async function draw() {
     paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, sans-serif" },
     dragmode: "zoom",
+    shapes: matchShapes(state.matches),
   };
   plot._cell = { cell, r0, c0, values: answer.values[0] };
   shown = {
@@ -388,6 +433,7 @@ async function main() {
     return;
   }
   textBox.value = state.text;
+  findBox.value = state.find;
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     state.text = textBox.value;
@@ -405,6 +451,12 @@ async function main() {
   reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
   coloursSelect.addEventListener("change", () => { state.colours = coloursSelect.value; draw(); });
   $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
+  $("#zoom-find-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.find = findBox.value.trim();
+    findMatches();
+    draw();
+  });
   for (const button of document.querySelectorAll("[data-export]")) {
     button.addEventListener("click", async () => {
       try {
