@@ -10,6 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.models.placement import DeviceName, DtypeName
 
+TOKEN_LIMIT_CEILING = 32_768
+"""The largest token limit a server may be given (ATLAS_MAX_TOKENS)."""
+
 
 class Settings(BaseSettings):
     """Everything an operator can change. Unsafe values are refused at start-up."""
@@ -20,7 +23,7 @@ class Settings(BaseSettings):
     max_tokens: int = Field(
         8192,
         ge=2,
-        le=32_768,
+        le=TOKEN_LIMIT_CEILING,
         description="Token limit for any request (also capped by each model's positions, and at "
         "512 for routes that read every map of a text).",
     )

@@ -64,7 +64,7 @@ def _distinct(values: list[int]) -> list[int]:
     return values
 
 
-def index_list(max_items: int, what: str) -> object:
+def index_list(max_items: int, what: str, omitted: str = "all when omitted.") -> object:
     """A non-empty list of distinct indices in [0, max_items): its schema says all three."""
     return Annotated[
         list[json_int(ge=0, le=max_items - 1)],
@@ -72,8 +72,7 @@ def index_list(max_items: int, what: str) -> object:
             min_length=1,
             max_length=max_items,
             json_schema_extra={"uniqueItems": True},
-            description=f"{what} (0-based, distinct, each below the model's count); "
-            "all when omitted.",
+            description=f"{what} (0-based, distinct, each below the model's count); {omitted}",
         ),
         AfterValidator(_distinct),
     ]

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.config import TOKEN_LIMIT_CEILING
 from app.schemas.attention import EXAMPLE_TEXT, LayerList, TextRequest
+from app.schemas.common import index_list
 from attention_core.head_stats import ROLES, STATISTICS
+
+MarkedList = index_list(
+    TOKEN_LIMIT_CEILING, "Token positions", "with them the answer adds the statistic 'marked'."
+)
+MARKED = "marked"
+MARKED_DESCRIPTION = (
+    "share of attention on the marked tokens, from the rows that read them from elsewhere "
+    "(not marked themselves; in a decoder, after the first marked token): retrieval heads "
+    "score high"
+)
 
 
 class HeadsRequest(TextRequest):
@@ -20,6 +32,12 @@ class HeadsRequest(TextRequest):
     )
 
     layers: LayerList | None = Field(None, description="Which layers (all by default).")
+    marked: MarkedList | None = Field(
+        None,
+        description="Tokens to measure each head's attention to (a passage, a word found in a "
+        f"long text): the statistic '{MARKED}', {MARKED_DESCRIPTION}. Each below the text's "
+        "token count.",
+    )
 
 
 class HeadRole(BaseModel):
@@ -48,7 +66,9 @@ class HeadsResponse(BaseModel):
     num_kv_heads: int
     causal: bool
     layers: list[int] = Field(description="the layers described, in the order of the grids' rows")
-    statistics: dict[str, StatisticGrid] = Field(description=f"keys: {list(STATISTICS)}")
+    statistics: dict[str, StatisticGrid] = Field(
+        description=f"keys: {list(STATISTICS)}, and '{MARKED}' where the request marks tokens"
+    )
     descriptions: dict[str, str] = Field(description="what each statistic measures")
     roles: list[list[list[HeadRole]]]
     rules: dict[str, RoleRule] = Field(description="role -> the statistic and threshold it needs")

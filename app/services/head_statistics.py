@@ -15,12 +15,9 @@ from app.inference.forward import ForwardResult
 from app.inference.replay import replayed_qk
 from app.models.families import Architecture
 from app.models.loader import LoadedModel
-from attention_core.head_stats import (
-    HeadStatistics,
-    TokenFacts,
-    layer_statistics,
-    layer_statistics_by_rows,
-)
+from app.schemas.heads import MARKED
+from attention_core.head_stats import HeadStatistics, TokenFacts, layer_statistics_by_rows
+from attention_core.marked import MarkedShare
 from attention_core.tiles import row_weights
 
 ShouldStop = Callable[[], bool] | None
@@ -86,32 +83,50 @@ def _row_blocks(
             yield r0, row_weights(pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor)
 
 
+def _observed(
+    blocks: Iterator[tuple[int, Tensor]], share: MarkedShare
+) -> Iterator[tuple[int, Tensor]]:
+    """The blocks as they are, each also added to `share` on its way."""
+    for first_row, weights in blocks:
+        share.add(first_row, weights)
+        yield first_row, weights
+
+
 def statistics_of(
     loaded: LoadedModel,
     result: ForwardResult,
     layers: list[int] | None = None,
     should_stop: ShouldStop = None,
+    marked: Tensor | None = None,
 ) -> HeadStatistics:
     """The statistics of every head of these layers (all by default): values[name] is
     (len(layers), heads). From the kept maps a layer at a time, or from the replay a block of
     rows at a time (within the replay's bound of the model's own maps). Each layer's numbers are
     kept with the forward pass (a few hundred bytes), so a search after /heads, or a layer asked
-    again, costs nothing."""
+    again, costs nothing. marked: (seq,) bool, tokens whose share of each head's attention is
+    the statistic 'marked' (attention_core.marked), in the same pass over the blocks as the
+    others where they are not kept yet."""
     chosen = list(range(loaded.arch.num_layers)) if layers is None else layers
     facts = None  # read from the tokens only if a layer is not kept yet
     per_layer = []
     for layer in chosen:
         stats = result.statistics.get(layer)  # a layer once computed is kept with the pass
+        share = None if marked is None else MarkedShare(marked, loaded.causal)
+        if result.stored_maps is not None:
+            blocks = iter([(0, result.layer_maps(layer))])
+        else:
+            blocks = _row_blocks(loaded, result, layer, should_stop)
+        if share is not None:
+            blocks = _observed(blocks, share)
         if stats is None:
             if facts is None:
                 facts = token_facts(loaded, result)
-            if result.stored_maps is not None:
-                stats = layer_statistics(result.layer_maps(layer), facts, loaded.causal)
-            else:
-                blocks = _row_blocks(loaded, result, layer, should_stop)
-                stats = layer_statistics_by_rows(blocks, facts, loaded.causal)
+            stats = layer_statistics_by_rows(blocks, facts, loaded.causal)
             result.statistics[layer] = stats
-        per_layer.append(stats)
+        elif share is not None:
+            for _ in blocks:  # the kept statistics need no pass; the marked share does
+                pass
+        per_layer.append(stats if share is None else {**stats, MARKED: share.values()})
     return HeadStatistics(
         values={name: torch.stack([s[name] for s in per_layer]) for name in per_layer[0]}
     )

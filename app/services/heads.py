@@ -17,7 +17,14 @@ from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.attention import TextRequest
 from app.schemas.follow import FollowRequest, FollowResponse
-from app.schemas.heads import HeadRole, HeadsRequest, HeadsResponse, RoleRule
+from app.schemas.heads import (
+    MARKED,
+    MARKED_DESCRIPTION,
+    HeadRole,
+    HeadsRequest,
+    HeadsResponse,
+    RoleRule,
+)
 from app.schemas.search import FoundHead, PairQuery, RoleQuery, SearchRequest, SearchResponse
 from app.services.attention import ShouldStop, answer_key, held_forward, indices
 from app.services.head_statistics import pair_weights, statistics_of, working_bytes
@@ -82,9 +89,11 @@ def describe_heads(
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     heads = loaded.arch.num_heads
     with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
+        marked = None if req.marked is None else marked_tokens(req.marked, result.seq_len)
         start = time.perf_counter()
-        stats = statistics_of(loaded, result, layers, should_stop)
+        stats = statistics_of(loaded, result, layers, should_stop, marked)
         seconds = time.perf_counter() - start
+    names = [*STATISTICS, *([MARKED] if marked is not None else [])]
     return HeadsResponse(
         model=loaded.id,
         tokens=result.tokens,
@@ -93,8 +102,8 @@ def describe_heads(
         layers=layers,
         num_kv_heads=loaded.arch.num_kv_heads,
         causal=loaded.causal,
-        statistics={name: _grid(stats.values[name]) for name in STATISTICS},
-        descriptions=DESCRIPTIONS,
+        statistics={name: _grid(stats.values[name]) for name in names},
+        descriptions=DESCRIPTIONS | ({MARKED: MARKED_DESCRIPTION} if marked is not None else {}),
         roles=[
             [
                 [HeadRole(role=role, score=round(score, 6)) for role, score in stats.roles(row, h)]
@@ -105,6 +114,16 @@ def describe_heads(
         rules={role: RoleRule(statistic=s, threshold=t) for role, (s, t) in ROLES.items()},
         compute_ms=round(seconds * 1000, 3),
     )
+
+
+def marked_tokens(positions: list[int], seq: int) -> torch.Tensor:
+    """(seq,) bool: the marked positions, each checked against the text's token count."""
+    outside = [p for p in positions if p >= seq]
+    if outside:
+        raise InvalidInput(f"marked token {outside[0]} out of range: the text has {seq} tokens")
+    marked = torch.zeros(seq, dtype=torch.bool)
+    marked[positions] = True
+    return marked
 
 
 def follow(

@@ -1,6 +1,7 @@
 """POST /api/attention/heads on the embedded models: the heads whose jobs are known."""
 
 import pytest
+import torch
 
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_core.head_stats import STATISTICS
@@ -153,3 +154,54 @@ def test_bad_layers_are_refused_before_any_work(client, monkeypatch):
         "/api/attention/heads", json={"model": MINILM_ID, "text": TEXT, "layers": [5, 0]}
     )
     assert good.status_code == 200 and good.json()["layers"] == [5, 0]
+
+
+def marked_by_hand(maps: torch.Tensor, marked: list[int], causal: bool) -> torch.Tensor:
+    """(layers, heads): the mean share on the marked keys over rows not marked themselves
+    (and, causal, after the first marked token), from every map of the text."""
+    seq = maps.shape[-1]
+    rows = [q for q in range(seq) if q not in marked and (not causal or q > min(marked))]
+    return maps[:, :, rows][..., marked].sum(-1).mean(-1)
+
+
+@pytest.mark.parametrize("model", [MINILM_ID, SMOLLM2_ID, "local/neox-tiny"])
+def test_marked_tokens_add_each_heads_share_on_them_and_change_nothing_else(client, model):
+    """Three tokens marked: the share every head gives them equals the maps' own, whether the
+    maps are replayed (MiniLM an encoder, SmolLM2 a decoder) or kept (GPT-NeoX, no adapter), in
+    the same pass as the statistics or after they are kept; the other statistics are the same
+    with or without them."""
+    text = "The animal didn't cross the street because it was too tired, so the street waited."
+    plain = heads(client, model, text)
+    marked = [4, 5, len(plain["tokens"]) // 2 + 3]
+    answer = client.post(
+        "/api/attention", json={"model": model, "text": text, "format": "json"}
+    ).json()
+    expected = marked_by_hand(torch.tensor(answer["attentions"]), marked, plain["causal"])
+
+    # A layer's statistics already kept (by the request above): the share needs its own pass.
+    body = {"model": model, "text": text, "marked": marked}
+    kept = client.post("/api/attention/heads", json=body | {"layers": [1, 0]}).json()
+    assert kept["layers"] == [1, 0] and "retrieval" in kept["descriptions"]["marked"]
+    got = torch.tensor(kept["statistics"]["marked"])
+    assert torch.allclose(got, expected[[1, 0]], atol=1e-5), (got - expected[[1, 0]]).abs().max()
+    for name in STATISTICS:
+        assert kept["statistics"][name] == [plain["statistics"][name][i] for i in (1, 0)]
+
+    # A new text: statistics and share in one pass over each layer's blocks.
+    again = text + " It rested."
+    fresh = client.post("/api/attention/heads", json=body | {"text": again}).json()
+    answer = client.post(
+        "/api/attention", json={"model": model, "text": again, "format": "json"}
+    ).json()
+    expected = marked_by_hand(torch.tensor(answer["attentions"]), marked, plain["causal"])
+    got = torch.tensor(fresh["statistics"]["marked"])
+    assert torch.allclose(got, expected, atol=1e-5), (got - expected).abs().max()
+    assert fresh["statistics"]["entropy"] == heads(client, model, again)["statistics"]["entropy"]
+
+
+def test_marked_tokens_outside_the_text_or_repeated_are_refused(client):
+    for marked, words in [([40], "out of range"), ([2, 2], "repeats"), ([], "at least 1")]:
+        body = {"model": MINILM_ID, "text": TEXT, "marked": marked}
+        response = client.post("/api/attention/heads", json=body)
+        assert response.status_code == 422, response.text
+        assert words in response.text, response.text

@@ -339,6 +339,50 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     assert page.inner_text("#zoom-error") == ""
 
 
+def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server, long_text):
+    """With "attention" found, computing the statistics sends its tokens as `marked`: the
+    finder shows each head's share on them, equal to the API's, named for the search."""
+    fragment = urlencode({"text": long_text, "find": "attention"})
+    page.goto(f"{live_server}/zoom?{urlencode({'model': SMOLLM2_ID})}#{fragment}")
+    drawn_window(page)
+    wait_js(page, "document.querySelector('#zoom-find-status').textContent.includes('matches')")
+    sent = []
+    page.on(
+        "request",
+        lambda r: sent.append(r.post_data_json) if r.url.endswith("/api/attention/heads") else 0,
+    )
+    page.click("#zoom-heads-run")
+    three = f"{FINDER_VALUES}[2].some((v) => v !== null)"
+    wait_js(page, three, 120)
+    page.click("#zoom-heads-stop")
+    wait_js(page, "document.querySelector('#zoom-heads-status').textContent.startsWith('Stopped')")
+    assert page.input_value("#zoom-stat") == "marked"
+    assert "the found tokens (“attention”)" in page.inner_text("#zoom-stat")
+    assert page.inner_text("#zoom-heads-describe").startswith("share on “attention”: ")
+
+    # The positions sent: runs of tokens that spell "attention", as many as the text has.
+    marked = sent[0]["marked"]
+    assert all(body["marked"] == marked for body in sent)
+    tokens = page.request.post(
+        f"{live_server}/api/attention/heads",
+        data={"model": SMOLLM2_ID, "text": long_text, "layers": [0]},
+    ).json()["tokens"]
+    runs = [[marked[0]]]
+    for position in marked[1:]:
+        if position == runs[-1][-1] + 1:
+            runs[-1].append(position)
+        else:
+            runs.append([position])
+    spelled = ["".join(tokens[i] for i in run).replace("␣", "").lower() for run in runs]
+    assert all("attention" in word for word in spelled), spelled
+    assert len(runs) == "".join(long_text.split()).lower().count("attention")
+
+    body = {"model": SMOLLM2_ID, "text": long_text, "layers": [0, 1, 2], "marked": marked}
+    expected = page.request.post(f"{live_server}/api/attention/heads", data=body).json()
+    assert page.evaluate(FINDER_VALUES)[:3] == expected["statistics"]["marked"]
+    assert page.inner_text("#zoom-error") == ""
+
+
 def test_the_head_finder_writes_each_layer_as_it_arrives_and_can_be_stopped(
     page, live_server, long_text
 ):

@@ -158,7 +158,10 @@ async def post_detail(
     "long as the model takes: the statistics are computed a block of query rows at a time from "
     "the replayed queries and keys, within the replay's bound of the model's own maps. That "
     "takes a while on a long text (seconds a layer at 8,192 tokens on a CPU): ask for `layers` "
-    "one at a time to show each as it comes. Other models take up to `full_map_tokens`.",
+    "one at a time to show each as it comes. Other models take up to `full_map_tokens`. "
+    "`marked` token positions (a passage, a word found in the text) add the statistic "
+    "`marked`: each head's share of attention on them from the rows that read them from "
+    "elsewhere, in the same pass over the blocks; a retrieval head scores high.",
     responses=ERRORS,
 )
 async def post_heads(

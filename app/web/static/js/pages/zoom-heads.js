@@ -1,7 +1,9 @@
 // Deep zoom's head finder: every head's statistics over the whole text, asked of
 // POST /api/attention/heads a layer at a time (a long text's statistics take seconds a layer),
 // drawn as a layers x heads table of coloured numbers that fills in as each layer arrives, with
-// the strongest heads listed as buttons. Reads and writes the page's state object through the functions it is given.
+// the strongest heads listed as buttons. With tokens found in the text (state.matches), each
+// head's share of attention on them is measured too, in the same pass: the statistic 'marked'.
+// Reads and writes the page's state object through the functions it is given.
 
 import { api } from "../api.js";
 import { $ } from "../dom.js";
@@ -11,6 +13,14 @@ import { formatNumber } from "../views/plot.js";
 
 const LISTED = 8; // strongest heads listed under the map
 const DEFAULT_STAT = "induction";
+const MARKED = "marked"; // the statistic of the found tokens (POST /heads' `marked`)
+
+/** Every token position the matches cover, in order: [{first, last}] -> [first..last, ...]. */
+export function markedPositions(matches) {
+  const positions = new Set();
+  for (const { first, last } of matches) for (let i = first; i <= last; i++) positions.add(i);
+  return [...positions].sort((a, b) => a - b);
+}
 
 /**
  * Wires the panel. state: the page's state object (model, text, pass, stat, layer, head);
@@ -31,9 +41,19 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   const list = $("#zoom-heads-top");
   let found = null; // {statistics: {name: [layer][head]}, roles: [layer][head]}
   let running = null;
-  statSelect.replaceChildren(
-    ...Object.keys(descriptions).map((n) => new Option(n.replace("_", " "), n)),
-  );
+  const known = { ...descriptions }; // and the found tokens' share, once a run measures it
+  let markedFor = null; // the search whose tokens the run measures, if any
+  const label = (stat) => (stat === MARKED ? `share on “${markedFor}”` : stat.replace("_", " "));
+  const options = (search) => {
+    const chosen = statSelect.value;
+    markedFor = search;
+    statSelect.replaceChildren(
+      ...Object.keys(descriptions).map((n) => new Option(label(n), n)),
+      ...(search === null ? [] : [new Option(`the found tokens (“${search}”)`, MARKED)]),
+    );
+    if ([...statSelect.options].some((o) => o.value === chosen)) statSelect.value = chosen;
+  };
+  options(null);
   statSelect.value = DEFAULT_STAT; // show() puts the URL's choice in once it is read
 
   function reset() {
@@ -43,15 +63,22 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     stopButton.hidden = true;
     progress.hidden = true;
     found = null;
+    options(null);
     grid.hidden = true;
     list.replaceChildren();
     status.textContent = "";
     show();
   }
 
-  async function run() {
+  /** Computes every layer; preferMarked: show the found tokens' share once it comes (a run the
+   * user starts with tokens found; a run the URL restores keeps the URL's statistic). */
+  async function run({ preferMarked = false } = {}) {
     const pass = state.pass;
     if (!pass) return;
+    const marked = markedPositions(state.matches || []);
+    options(marked.length ? state.find : null);
+    if (marked.length && preferMarked) state.stat = MARKED;
+    if (state.stat === MARKED && marked.length) statSelect.value = MARKED;
     running?.abort();
     const controller = new AbortController();
     running = controller;
@@ -67,10 +94,11 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     try {
       for (let layer = 0; layer < layers; layer++) {
         status.textContent = `Layer ${layer + 1} of ${layers}…`;
-        const answer = await api.heads(
-          { model: state.model, text: state.text, layers: [layer] }, { signal: controller.signal },
-        );
+        const body = { model: state.model, text: state.text, layers: [layer] };
+        if (marked.length) body.marked = marked;
+        const answer = await api.heads(body, { signal: controller.signal });
         if (running !== controller) return;
+        Object.assign(known, answer.descriptions);
         for (const [name, rows] of Object.entries(answer.statistics)) {
           found.statistics[name] ??= empty();
           found.statistics[name][layer] = rows[0];
@@ -102,7 +130,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     if (!found || !Object.keys(found.statistics).length) {
       const stat = Object.hasOwn(descriptions, state.stat ?? "") ? state.stat : statSelect.value;
       statSelect.value = stat; // the URL's choice, before any run
-      describe.textContent = `${stat.replace("_", " ")}: ${descriptions[stat]}.`;
+      describe.textContent = `${label(stat)}: ${known[stat] ?? "measured with the first layer"}.`;
       return;
     }
     const names = Object.keys(found.statistics);
@@ -110,11 +138,11 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     state.stat = stat;
     statSelect.value = stat;
     writeUrl();
-    const name = stat.replace("_", " ");
+    const name = label(stat);
     const values = found.statistics[stat];
     const scored = anyValue(values);
     const none = scored ? "" : ` No query row of this text qualifies${running ? " in the layers computed so far" : ""}.`;
-    describe.textContent = `${name}: ${descriptions[stat]}.${none}`;
+    describe.textContent = `${name}: ${known[stat]}.${none}`;
     grid.hidden = !scored;
     listStrongest(values, stat);
     if (!scored) return;
@@ -135,7 +163,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
       const button = document.createElement("button");
       button.type = "button";
       button.className = "link";
-      button.textContent = `Layer ${l}, head ${h}: ${stat.replace("_", " ")} ${formatNumber(v, stat === "distance" ? 1 : 3)}${roles ? ` (${roles})` : ""}`;
+      button.textContent = `Layer ${l}, head ${h}: ${label(stat)} ${formatNumber(v, stat === "distance" ? 1 : 3)}${roles ? ` (${roles})` : ""}`;
       button.addEventListener("click", () => open(l, h));
       const item = document.createElement("li");
       item.append(button);
@@ -144,7 +172,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   }
 
   statSelect.addEventListener("change", () => { state.stat = statSelect.value; show(); });
-  runButton.addEventListener("click", run);
+  runButton.addEventListener("click", () => run({ preferMarked: true }));
   stopButton.addEventListener("click", () => running?.abort());
   return { reset, run, show, get ready() { return found !== null; } };
 }

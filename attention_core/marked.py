@@ -1,0 +1,77 @@
+"""How much each head attends to a set of marked tokens: a passage, a word found in a long text.
+
+The share of a query row's attention that falls on the marked keys, averaged over the rows
+that read them from elsewhere: rows that are not marked themselves and, in a causal model,
+come after the first marked token (earlier rows cannot see it). Retrieval heads, which fetch
+a passage from far back in a long context, score high; a head that stays local scores near
+zero. Computed a block of query rows at a time, like attention_core.head_stats, so no
+(seq, seq) matrix need exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+
+class MarkedShare:
+    """Accumulates, block by block, each head's mean share of attention on the marked keys.
+
+    marked: (seq,) bool, the marked tokens; causal: whether rows see only earlier keys.
+    add(first_row, weights) takes whole softmax rows, weights (heads, rows, keys) with keys the
+    first `keys` of the text (a causal block may stop after its last row); values() is (heads,)
+    float32, NaN for every head where no row qualifies.
+    """
+
+    def __init__(self, marked: Tensor, causal: bool) -> None:
+        if marked.dim() != 1 or marked.dtype != torch.bool:
+            raise ValueError(f"marked must be a (seq,) bool tensor; got {tuple(marked.shape)}")
+        self.marked = marked
+        self.causal = causal
+        positions = marked.nonzero()
+        self.first = int(positions[0]) if positions.numel() else None
+        self.total: Tensor | None = None
+        self.rows = 0
+
+    def add(self, first_row: int, weights: Tensor) -> None:
+        heads, rows, keys = weights.shape
+        if first_row + rows > self.marked.shape[0] or keys > self.marked.shape[0]:
+            raise ValueError(
+                f"rows {first_row}..{first_row + rows} and {keys} keys exceed the "
+                f"{self.marked.shape[0]} marked tokens' text"
+            )
+        if self.total is None:
+            self.total = torch.zeros(heads, dtype=torch.float64)
+        if self.first is None:
+            return
+        row_index = torch.arange(first_row, first_row + rows)
+        counted = ~self.marked[first_row : first_row + rows]
+        if self.causal:
+            counted &= row_index > self.first
+        if not counted.any():
+            return
+        marked_keys = self.marked[:keys].to(weights.device, weights.dtype)
+        on_marked = weights @ marked_keys  # (heads, rows): each row's share, no copy of the block
+        self.total += (
+            on_marked[:, counted.to(weights.device)].sum(dim=-1, dtype=torch.float64).cpu()
+        )
+        self.rows += int(counted.sum())
+
+    def values(self) -> Tensor:
+        if self.total is None:
+            raise ValueError("no block was added")
+        if self.rows == 0:
+            return torch.full_like(self.total, math.nan, dtype=torch.float32)
+        return (self.total / self.rows).to(torch.float32)
+
+
+def marked_share(blocks: Iterable[tuple[int, Tensor]], marked: Tensor, *, causal: bool) -> Tensor:
+    """Each head's mean share of attention on the marked tokens, from blocks of query rows
+    (first_row, weights (heads, rows, keys)) -> (heads,); a whole layer's maps are one block."""
+    share = MarkedShare(marked, causal)
+    for first_row, weights in blocks:
+        share.add(first_row, weights)
+    return share.values()
