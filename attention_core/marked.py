@@ -1,11 +1,12 @@
 """How much each head attends to a set of marked tokens: a passage, a word found in a long text.
 
-The share of a query row's attention that falls on the marked keys, averaged over the rows
-that read them from elsewhere: rows that are not marked themselves and, in a causal model,
-come after the first marked token (earlier rows cannot see it). Retrieval heads, which fetch
-a passage from far back in a long context, score high; a head that stays local scores near
-zero. Computed a block of query rows at a time, like attention_core.head_stats, so no
-(seq, seq) matrix need exist.
+The share of a query row's attention that falls on the marked keys, averaged over chosen
+reader rows: by default the rows that read them from elsewhere (not marked themselves and, in a
+causal model, after the first marked token, since earlier rows cannot see it). Retrieval heads
+fetch a passage from far back only where it is needed: read from the row that asks for it (the
+last token of "... What is the pass key? The pass key is"), they give it most of their
+attention, while their mean over every later row stays small. Computed a block of query rows at
+a time, like attention_core.head_stats, so no (seq, seq) matrix need exist.
 """
 
 from __future__ import annotations
@@ -20,17 +21,22 @@ from torch import Tensor
 class MarkedShare:
     """Accumulates, block by block, each head's mean share of attention on the marked keys.
 
-    marked: (seq,) bool, the marked tokens; causal: whether rows see only earlier keys.
-    add(first_row, weights) takes whole softmax rows, weights (heads, rows, keys) with keys the
-    first `keys` of the text (a causal block may stop after its last row); values() is (heads,)
-    float32, NaN for every head where no row qualifies.
+    marked: (seq,) bool, the marked tokens; causal: whether rows see only earlier keys;
+    readers: (seq,) bool, the rows to average over (None: the rows that read the marked tokens
+    from elsewhere, as above). add(first_row, weights) takes whole softmax rows, weights
+    (heads, rows, keys) with keys the first `keys` of the text (a causal block may stop after
+    its last row); values() is (heads,) float32, NaN for every head where no row qualifies.
     """
 
-    def __init__(self, marked: Tensor, causal: bool) -> None:
-        if marked.dim() != 1 or marked.dtype != torch.bool:
-            raise ValueError(f"marked must be a (seq,) bool tensor; got {tuple(marked.shape)}")
+    def __init__(self, marked: Tensor, causal: bool, readers: Tensor | None = None) -> None:
+        for name, mask in (("marked", marked), ("readers", readers)):
+            if mask is not None and (mask.dim() != 1 or mask.dtype != torch.bool):
+                raise ValueError(f"{name} must be a (seq,) bool tensor; got {tuple(mask.shape)}")
+        if readers is not None and readers.shape != marked.shape:
+            raise ValueError(f"readers {tuple(readers.shape)} and marked {tuple(marked.shape)}")
         self.marked = marked
         self.causal = causal
+        self.readers = readers
         positions = marked.nonzero()
         self.first = int(positions[0]) if positions.numel() else None
         self.total: Tensor | None = None
@@ -47,10 +53,12 @@ class MarkedShare:
             self.total = torch.zeros(heads, dtype=torch.float64)
         if self.first is None:
             return
-        row_index = torch.arange(first_row, first_row + rows)
-        counted = ~self.marked[first_row : first_row + rows]
-        if self.causal:
-            counted &= row_index > self.first
+        if self.readers is not None:
+            counted = self.readers[first_row : first_row + rows]
+        else:
+            counted = ~self.marked[first_row : first_row + rows]
+            if self.causal:
+                counted &= torch.arange(first_row, first_row + rows) > self.first
         if not counted.any():
             return
         marked_keys = self.marked[:keys].to(weights.device, weights.dtype)
@@ -68,10 +76,17 @@ class MarkedShare:
         return (self.total / self.rows).to(torch.float32)
 
 
-def marked_share(blocks: Iterable[tuple[int, Tensor]], marked: Tensor, *, causal: bool) -> Tensor:
-    """Each head's mean share of attention on the marked tokens, from blocks of query rows
-    (first_row, weights (heads, rows, keys)) -> (heads,); a whole layer's maps are one block."""
-    share = MarkedShare(marked, causal)
+def marked_share(
+    blocks: Iterable[tuple[int, Tensor]],
+    marked: Tensor,
+    *,
+    causal: bool,
+    readers: Tensor | None = None,
+) -> Tensor:
+    """Each head's mean share of attention on the marked tokens over the reader rows, from
+    blocks of query rows (first_row, weights (heads, rows, keys)) -> (heads,); a whole layer's
+    maps are one block."""
+    share = MarkedShare(marked, causal, readers)
     for first_row, weights in blocks:
         share.add(first_row, weights)
     return share.values()

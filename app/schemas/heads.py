@@ -12,11 +12,15 @@ from attention_core.head_stats import ROLES, STATISTICS
 MarkedList = index_list(
     TOKEN_LIMIT_CEILING, "Token positions", "with them the answer adds the statistic 'marked'."
 )
+ReaderList = index_list(TOKEN_LIMIT_CEILING, "Query positions", "with `marked` only.")
 MARKED = "marked"
 MARKED_DESCRIPTION = (
-    "share of attention on the marked tokens, from the rows that read them from elsewhere "
-    "(not marked themselves; in a decoder, after the first marked token): retrieval heads "
-    "score high"
+    "share of attention on the marked tokens, averaged over the rows that read them from "
+    "elsewhere (not marked themselves; in a decoder, after the first marked token)"
+)
+READERS_DESCRIPTION = (
+    "share of attention on the marked tokens, averaged over the chosen query rows (read from "
+    "the row that asks for a passage, retrieval heads give it most of their attention)"
 )
 
 
@@ -37,6 +41,11 @@ class HeadsRequest(TextRequest):
         description="Tokens to measure each head's attention to (a passage, a word found in a "
         f"long text): the statistic '{MARKED}', {MARKED_DESCRIPTION}. Each below the text's "
         "token count.",
+    )
+    read_from: ReaderList | None = Field(
+        None,
+        description=f"The query rows that '{MARKED}' averages instead (the last token of a "
+        "question about the passage, say); each below the text's token count.",
     )
 
 

@@ -98,20 +98,21 @@ def statistics_of(
     layers: list[int] | None = None,
     should_stop: ShouldStop = None,
     marked: Tensor | None = None,
+    readers: Tensor | None = None,
 ) -> HeadStatistics:
     """The statistics of every head of these layers (all by default): values[name] is
     (len(layers), heads). From the kept maps a layer at a time, or from the replay a block of
     rows at a time (within the replay's bound of the model's own maps). Each layer's numbers are
     kept with the forward pass (a few hundred bytes), so a search after /heads, or a layer asked
     again, costs nothing. marked: (seq,) bool, tokens whose share of each head's attention is
-    the statistic 'marked' (attention_core.marked), in the same pass over the blocks as the
-    others where they are not kept yet."""
+    the statistic 'marked' (attention_core.marked; readers: (seq,) bool, the rows it averages),
+    in the same pass over the blocks as the others where they are not kept yet."""
     chosen = list(range(loaded.arch.num_layers)) if layers is None else layers
     facts = None  # read from the tokens only if a layer is not kept yet
     per_layer = []
     for layer in chosen:
         stats = result.statistics.get(layer)  # a layer once computed is kept with the pass
-        share = None if marked is None else MarkedShare(marked, loaded.causal)
+        share = None if marked is None else MarkedShare(marked, loaded.causal, readers)
         if result.stored_maps is not None:
             blocks = iter([(0, result.layer_maps(layer))])
         else:

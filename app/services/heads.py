@@ -20,6 +20,7 @@ from app.schemas.follow import FollowRequest, FollowResponse
 from app.schemas.heads import (
     MARKED,
     MARKED_DESCRIPTION,
+    READERS_DESCRIPTION,
     HeadRole,
     HeadsRequest,
     HeadsResponse,
@@ -89,11 +90,19 @@ def describe_heads(
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     heads = loaded.arch.num_heads
     with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
-        marked = None if req.marked is None else marked_tokens(req.marked, result.seq_len)
+        marked = positions_mask(req.marked, result.seq_len, "marked token")
+        readers = positions_mask(req.read_from, result.seq_len, "read_from row")
+        if readers is not None and marked is None:
+            raise InvalidInput("read_from names the rows that read the marked tokens: mark some")
         start = time.perf_counter()
-        stats = statistics_of(loaded, result, layers, should_stop, marked)
+        stats = statistics_of(loaded, result, layers, should_stop, marked, readers)
         seconds = time.perf_counter() - start
     names = [*STATISTICS, *([MARKED] if marked is not None else [])]
+    marked_description = (
+        {}
+        if marked is None
+        else {MARKED: MARKED_DESCRIPTION if readers is None else READERS_DESCRIPTION}
+    )
     return HeadsResponse(
         model=loaded.id,
         tokens=result.tokens,
@@ -103,7 +112,7 @@ def describe_heads(
         num_kv_heads=loaded.arch.num_kv_heads,
         causal=loaded.causal,
         statistics={name: _grid(stats.values[name]) for name in names},
-        descriptions=DESCRIPTIONS | ({MARKED: MARKED_DESCRIPTION} if marked is not None else {}),
+        descriptions=DESCRIPTIONS | marked_description,
         roles=[
             [
                 [HeadRole(role=role, score=round(score, 6)) for role, score in stats.roles(row, h)]
@@ -116,11 +125,13 @@ def describe_heads(
     )
 
 
-def marked_tokens(positions: list[int], seq: int) -> torch.Tensor:
-    """(seq,) bool: the marked positions, each checked against the text's token count."""
+def positions_mask(positions: list[int] | None, seq: int, what: str) -> torch.Tensor | None:
+    """(seq,) bool: the positions asked for, each checked against the text's token count."""
+    if positions is None:
+        return None
     outside = [p for p in positions if p >= seq]
     if outside:
-        raise InvalidInput(f"marked token {outside[0]} out of range: the text has {seq} tokens")
+        raise InvalidInput(f"{what} {outside[0]} out of range: the text has {seq} tokens")
     marked = torch.zeros(seq, dtype=torch.bool)
     marked[positions] = True
     return marked

@@ -181,7 +181,7 @@ def test_marked_tokens_add_each_heads_share_on_them_and_change_nothing_else(clie
     # A layer's statistics already kept (by the request above): the share needs its own pass.
     body = {"model": model, "text": text, "marked": marked}
     kept = client.post("/api/attention/heads", json=body | {"layers": [1, 0]}).json()
-    assert kept["layers"] == [1, 0] and "retrieval" in kept["descriptions"]["marked"]
+    assert kept["layers"] == [1, 0] and "from elsewhere" in kept["descriptions"]["marked"]
     got = torch.tensor(kept["statistics"]["marked"])
     assert torch.allclose(got, expected[[1, 0]], atol=1e-5), (got - expected[[1, 0]]).abs().max()
     for name in STATISTICS:
@@ -200,8 +200,54 @@ def test_marked_tokens_add_each_heads_share_on_them_and_change_nothing_else(clie
 
 
 def test_marked_tokens_outside_the_text_or_repeated_are_refused(client):
-    for marked, words in [([40], "out of range"), ([2, 2], "repeats"), ([], "at least 1")]:
-        body = {"model": MINILM_ID, "text": TEXT, "marked": marked}
+    for extra, words in [
+        ({"marked": [40]}, "out of range"),
+        ({"marked": [2, 2]}, "repeats"),
+        ({"marked": []}, "at least 1"),
+        ({"marked": [2], "read_from": [40]}, "out of range"),
+        ({"read_from": [3]}, "mark some"),
+    ]:
+        body = {"model": MINILM_ID, "text": TEXT, **extra}
         response = client.post("/api/attention/heads", json=body)
         assert response.status_code == 422, response.text
         assert words in response.text, response.text
+
+
+FILLER = (
+    " The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+)
+PASS_KEY = (
+    "There is an important piece of information hidden inside a lot of irrelevant text. Find it "
+    "and memorise it."
+    + FILLER * 2
+    + " The pass key is 71432. Remember it. 71432 is the pass key."
+    + FILLER * 6
+    + " What is the pass key? The pass key is"
+)
+
+
+def test_read_from_the_question_retrieval_heads_give_the_pass_key_most_of_their_attention(client):
+    """SmolLM2 on a pass-key text: from its last token, which asks for the key, heads 22.4 and
+    23.2 give the key's two mentions more weight than any other head (the same numbers as the
+    last row of their maps), while over every later row their mean stays small."""
+    tokens = heads(client, SMOLLM2_ID, PASS_KEY)["tokens"]
+    n = len(tokens)
+    starts = [i for i in range(n) if "".join(tokens[i : i + 5]).strip("␣") == "71432"]
+    assert len(starts) == 2
+    marked = [i + digit for i in starts for digit in range(5)]
+    body = {"model": SMOLLM2_ID, "text": PASS_KEY, "marked": marked}
+    asked = client.post("/api/attention/heads", json=body | {"read_from": [n - 1]}).json()
+    assert "chosen query rows" in asked["descriptions"]["marked"]
+    grid = asked["statistics"]["marked"]
+    ranked = sorted(((v, layer, h) for layer, row in enumerate(grid) for h, v in enumerate(row)))
+    top = ranked[::-1][:2]
+    assert {(layer, h) for _, layer, h in top} == {(22, 4), (23, 2)}, top
+    for value, layer, head in top:
+        tile = {"rows": [n - 1, n], "cols": [0, n], "layer": layer, "heads": [head]}
+        row = client.post(
+            "/api/attention/tiles", json={"model": SMOLLM2_ID, "text": PASS_KEY} | tile
+        ).json()["values"][0][0]
+        assert value == pytest.approx(sum(row[i] for i in marked), abs=1e-5)
+        assert value > 0.4
+    everywhere = client.post("/api/attention/heads", json=body).json()["statistics"]["marked"]
+    assert all(everywhere[layer][h] < value / 4 for value, layer, h in top)

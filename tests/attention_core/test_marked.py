@@ -78,3 +78,19 @@ def test_a_block_outside_the_text_or_a_mask_that_is_not_bool_is_refused():
         share.add(3, causal_maps(1, 5)[:, :3])
     with pytest.raises(ValueError, match="no block"):
         MarkedShare(mask(5, [1]), causal=True).values()
+
+
+def test_chosen_reader_rows_are_averaged_instead_marked_or_not():
+    maps = causal_maps(3, 30, seed=5)
+    marked = [4, 5, 6]
+    last = torch.zeros(30, dtype=torch.bool)
+    last[-1] = True
+    got = marked_share([(0, maps)], mask(30, marked), causal=True, readers=last)
+    assert got.tolist() == pytest.approx(maps[:, -1, marked].sum(-1).tolist(), abs=1e-6)
+    some = mask(30, [5, 20, 29])  # a marked row among them counts too, when chosen
+    blocks = [(0, maps[:, :10, :10]), (10, maps[:, 10:, :])]
+    got = marked_share(blocks, mask(30, marked), causal=True, readers=some)
+    expected = maps[:, [5, 20, 29]][..., marked].sum(-1).mean(-1)
+    assert got.tolist() == pytest.approx(expected.tolist(), abs=1e-6)
+    with pytest.raises(ValueError, match="readers"):
+        MarkedShare(mask(30, marked), causal=True, readers=mask(29, [1]))

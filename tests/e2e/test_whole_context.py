@@ -5,6 +5,7 @@ import csv
 import html
 import io
 import json
+import time
 from decimal import ROUND_HALF_UP, Decimal
 from urllib.parse import parse_qs, urlencode, urlparse
 
@@ -339,6 +340,14 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     assert page.inner_text("#zoom-error") == ""
 
 
+def three_layers_in(page, sent: list, timeout: float = 120) -> None:
+    """Waits until the finder asks for its fourth layer: the first three are in its table."""
+    deadline = time.monotonic() + timeout
+    while len(sent) < 4:
+        assert time.monotonic() < deadline, f"{len(sent)} layers asked for in {timeout} s"
+        page.wait_for_timeout(20)
+
+
 def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server, long_text):
     """With "attention" found, computing the statistics sends its tokens as `marked`: the
     finder shows each head's share on them, equal to the API's, named for the search."""
@@ -352,8 +361,7 @@ def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server
         lambda r: sent.append(r.post_data_json) if r.url.endswith("/api/attention/heads") else 0,
     )
     page.click("#zoom-heads-run")
-    three = f"{FINDER_VALUES}[2].some((v) => v !== null)"
-    wait_js(page, three, 120)
+    three_layers_in(page, sent)
     page.click("#zoom-heads-stop")
     wait_js(page, "document.querySelector('#zoom-heads-status').textContent.startsWith('Stopped')")
     assert page.input_value("#zoom-stat") == "marked"
@@ -379,6 +387,20 @@ def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server
 
     body = {"model": SMOLLM2_ID, "text": long_text, "layers": [0, 1, 2], "marked": marked}
     expected = page.request.post(f"{live_server}/api/attention/heads", data=body).json()
+    assert page.evaluate(FINDER_VALUES)[:3] == expected["statistics"]["marked"]
+
+    # Read from the last token instead: measured again, that row only, and kept in the URL.
+    sent.clear()
+    page.select_option("#zoom-read-from", "last")
+    three_layers_in(page, sent)
+    page.click("#zoom-heads-stop")
+    wait_js(page, "document.querySelector('#zoom-heads-status').textContent.startsWith('Stopped')")
+    assert sent[0]["read_from"] == [len(tokens) - 1] and sent[0]["marked"] == marked
+    assert "from=last" in page.url
+    assert "from the last token" in page.inner_text("#zoom-heads-describe")
+    expected = page.request.post(
+        f"{live_server}/api/attention/heads", data=body | {"read_from": [len(tokens) - 1]}
+    ).json()
     assert page.evaluate(FINDER_VALUES)[:3] == expected["statistics"]["marked"]
     assert page.inner_text("#zoom-error") == ""
 

@@ -161,7 +161,9 @@ async def post_detail(
     "one at a time to show each as it comes. Other models take up to `full_map_tokens`. "
     "`marked` token positions (a passage, a word found in the text) add the statistic "
     "`marked`: each head's share of attention on them from the rows that read them from "
-    "elsewhere, in the same pass over the blocks; a retrieval head scores high.",
+    "elsewhere, in the same pass over the blocks, or over the `read_from` rows instead: from "
+    "the last token of a question about a passage, retrieval heads give it most of their "
+    "attention.",
     responses=ERRORS,
 )
 async def post_heads(

@@ -32,6 +32,7 @@ export function markedPositions(matches) {
  */
 export function headFinder(state, descriptions, { open, writeUrl }) {
   const statSelect = $("#zoom-stat");
+  const readFromSelect = $("#zoom-read-from");
   const runButton = $("#zoom-heads-run");
   const stopButton = $("#zoom-heads-stop");
   const progress = $("#zoom-heads-progress");
@@ -43,13 +44,15 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   let running = null;
   const known = { ...descriptions }; // and the found tokens' share, once a run measures it
   let markedFor = null; // the search whose tokens the run measures, if any
-  const label = (stat) => (stat === MARKED ? `share on “${markedFor}”` : stat.replace("_", " "));
+  let readFromLast = false; // whether the run reads them from the last token only
+  const fromWhere = () => (readFromLast ? " from the last token" : "");
+  const label = (stat) => (stat === MARKED ? `share on “${markedFor}”${fromWhere()}` : stat.replace("_", " "));
   const options = (search) => {
     const chosen = statSelect.value;
     markedFor = search;
     statSelect.replaceChildren(
       ...Object.keys(descriptions).map((n) => new Option(label(n), n)),
-      ...(search === null ? [] : [new Option(`the found tokens (“${search}”)`, MARKED)]),
+      ...(search === null ? [] : [new Option(`the found tokens (“${search}”)${fromWhere()}`, MARKED)]),
     );
     if ([...statSelect.options].some((o) => o.value === chosen)) statSelect.value = chosen;
   };
@@ -76,6 +79,8 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     const pass = state.pass;
     if (!pass) return;
     const marked = markedPositions(state.matches || []);
+    readFromLast = state.readFrom === "last";
+    readFromSelect.value = state.readFrom;
     options(marked.length ? state.find : null);
     if (marked.length && preferMarked) state.stat = MARKED;
     if (state.stat === MARKED && marked.length) statSelect.value = MARKED;
@@ -96,6 +101,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
         status.textContent = `Layer ${layer + 1} of ${layers}…`;
         const body = { model: state.model, text: state.text, layers: [layer] };
         if (marked.length) body.marked = marked;
+        if (marked.length && readFromLast) body.read_from = [pass.seq_len - 1];
         const answer = await api.heads(body, { signal: controller.signal });
         if (running !== controller) return;
         Object.assign(known, answer.descriptions);
@@ -127,6 +133,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   /** Draws the chosen statistic of the layers found so far, and lists its strongest heads;
    * before a run, says what the chosen statistic measures. */
   function show() {
+    readFromSelect.value = state.readFrom;
     if (!found || !Object.keys(found.statistics).length) {
       const stat = Object.hasOwn(descriptions, state.stat ?? "") ? state.stat : statSelect.value;
       statSelect.value = stat; // the URL's choice, before any run
@@ -172,6 +179,12 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   }
 
   statSelect.addEventListener("change", () => { state.stat = statSelect.value; show(); });
+  // Another choice of rows changes the found tokens' numbers: measured again where shown.
+  readFromSelect.addEventListener("change", () => {
+    state.readFrom = readFromSelect.value;
+    writeUrl();
+    if (found && markedFor !== null) run({ preferMarked: true });
+  });
   runButton.addEventListener("click", () => run({ preferMarked: true }));
   stopButton.addEventListener("click", () => running?.abort());
   return { reset, run, show, get ready() { return found !== null; } };

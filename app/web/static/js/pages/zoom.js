@@ -30,6 +30,7 @@ const state = {
   window: null, // [r0, r1, c0, c1]: rows and columns shown, null for the whole map
   stat: null, // the head finder's statistic, once it has been run
   find: "", // a word or phrase whose tokens are marked (in the fragment, with the text)
+  readFrom: "later", // the rows the finder reads the found tokens from: "later" or "last"
   matches: [], // where `find` occurs: [{first, last}] token positions
   pass: null, // the forward pass's "done" line: tokens, seq_len, num_layers, num_heads...
 };
@@ -86,6 +87,7 @@ function writeUrl() {
     if (state.colours !== "linear") query.set("colours", state.colours);
     if (state.window) query.set("win", state.window.join(","));
     if (state.stat && finder.ready) query.set("stat", state.stat);
+    if (state.readFrom === "last") query.set("from", "last");
   }
   const hidden = new URLSearchParams(state.text ? { text: state.text } : {});
   if (state.find) hidden.set("find", state.find);
@@ -114,6 +116,7 @@ function readUrl() {
   state.head = int("head") ?? 0;
   if (query.get("reduce") === "mean") state.reduce = "mean";
   if (query.get("colours") === "log") state.colours = "log";
+  if (query.get("from") === "last") state.readFrom = "last";
   if (/^[a-z_]+$/.test(query.get("stat") || "")) state.stat = query.get("stat");
   const win = (query.get("win") || "").split(",").map(Number);
   if (win.length === 4 && win.every((v) => Number.isInteger(v) && v >= 0)) state.window = win;
