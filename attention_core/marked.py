@@ -21,14 +21,17 @@ from torch import Tensor
 class MarkedShare:
     """Accumulates, block by block, each head's mean share of attention on the marked keys.
 
-    marked: (seq,) bool, the marked tokens; causal: whether rows see only earlier keys;
-    readers: (seq,) bool, the rows to average over (None: the rows that read the marked tokens
-    from elsewhere, as above). add(first_row, weights) takes whole softmax rows, weights
-    (heads, rows, keys) with keys the first `keys` of the text (a causal block may stop after
-    its last row); values() is (heads,) float32, NaN for every head where no row qualifies.
+    marked: (seq,) bool, the marked tokens; heads: how many heads the blocks hold; causal:
+    whether rows see only earlier keys; readers: (seq,) bool, the rows to average over (None:
+    the rows that read the marked tokens from elsewhere, as above). add(first_row, weights)
+    takes whole softmax rows, weights (heads, rows, keys) with keys the first `keys` of the text
+    (a causal block may stop after its last row); span() says which rows can count; values() is
+    (heads,) float32, NaN for every head where no row qualified (or none was added).
     """
 
-    def __init__(self, marked: Tensor, causal: bool, readers: Tensor | None = None) -> None:
+    def __init__(
+        self, marked: Tensor, heads: int, causal: bool, readers: Tensor | None = None
+    ) -> None:
         for name, mask in (("marked", marked), ("readers", readers)):
             if mask is not None and (mask.dim() != 1 or mask.dtype != torch.bool):
                 raise ValueError(f"{name} must be a (seq,) bool tensor; got {tuple(mask.shape)}")
@@ -39,7 +42,7 @@ class MarkedShare:
         self.readers = readers
         positions = marked.nonzero()
         self.first = int(positions[0]) if positions.numel() else None
-        self.total: Tensor | None = None
+        self.total = torch.zeros(heads, dtype=torch.float64)
         self.rows = 0
 
     def add(self, first_row: int, weights: Tensor) -> None:
@@ -49,8 +52,8 @@ class MarkedShare:
                 f"rows {first_row}..{first_row + rows} and {keys} keys exceed the "
                 f"{self.marked.shape[0]} marked tokens' text"
             )
-        if self.total is None:
-            self.total = torch.zeros(heads, dtype=torch.float64)
+        if heads != self.total.shape[0]:
+            raise ValueError(f"a block of {heads} heads; the share counts {self.total.shape[0]}")
         if self.first is None:
             return
         if self.readers is not None:
@@ -68,9 +71,17 @@ class MarkedShare:
         )
         self.rows += int(counted.sum())
 
+    def span(self) -> tuple[int, int] | None:
+        """(first, stop): the rows that can count, so a caller can compute only those; None
+        where none can (no token marked)."""
+        if self.first is None:
+            return None
+        if self.readers is not None:
+            rows = self.readers.nonzero()
+            return (int(rows[0]), int(rows[-1]) + 1) if rows.numel() else None
+        return (self.first + 1 if self.causal else 0), self.marked.shape[0]
+
     def values(self) -> Tensor:
-        if self.total is None:
-            raise ValueError("no block was added")
         if self.rows == 0:
             return torch.full_like(self.total, math.nan, dtype=torch.float32)
         return (self.total / self.rows).to(torch.float32)
@@ -85,8 +96,10 @@ def marked_share(
 ) -> Tensor:
     """Each head's mean share of attention on the marked tokens over the reader rows, from
     blocks of query rows (first_row, weights (heads, rows, keys)) -> (heads,); a whole layer's
-    maps are one block."""
-    share = MarkedShare(marked, causal, readers)
+    maps are one block. No blocks: an empty (0,) answer."""
+    share = None
     for first_row, weights in blocks:
+        if share is None:
+            share = MarkedShare(marked, weights.shape[0], causal, readers)
         share.add(first_row, weights)
-    return share.values()
+    return torch.empty(0) if share is None else share.values()

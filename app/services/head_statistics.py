@@ -66,19 +66,28 @@ def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
 
 
 def _row_blocks(
-    loaded: LoadedModel, result: ForwardResult, layer: int, should_stop: ShouldStop
+    loaded: LoadedModel,
+    result: ForwardResult,
+    layer: int,
+    should_stop: ShouldStop,
+    span: tuple[int, int] | None = None,
 ) -> Iterator[tuple[int, torch.Tensor]]:
-    """(first row, whole rows of every head (heads, rows, keys)) of one replayed layer."""
+    """(first row, whole rows of every head (heads, rows, keys)) of one layer, over the rows
+    span[0]:span[1] (every row by default): a view of its kept maps, or replayed."""
+    seq = result.seq_len
+    start, stop = span or (0, seq)
+    if result.stored_maps is not None:
+        yield start, result.layer_maps(layer)[:, start:stop]
+        return
     heads = list(range(loaded.arch.num_heads))
     pair = replayed_qk(
         loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer, heads
     )
-    seq = result.seq_len
     step = rows_per_block(len(heads), seq)
-    for r0 in range(0, seq, step):
+    for r0 in range(start, stop, step):
         if should_stop is not None and should_stop():
             raise RequestCancelled("the client went away before the statistics were done")
-        rows = (r0, min(r0 + step, seq))
+        rows = (r0, min(r0 + step, stop))
         with torch.inference_mode():
             yield r0, row_weights(pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor)
 
@@ -112,21 +121,21 @@ def statistics_of(
     per_layer = []
     for layer in chosen:
         stats = result.statistics.get(layer)  # a layer once computed is kept with the pass
-        share = None if marked is None else MarkedShare(marked, loaded.causal, readers)
-        if result.stored_maps is not None:
-            blocks = iter([(0, result.layer_maps(layer))])
-        else:
-            blocks = _row_blocks(loaded, result, layer, should_stop)
-        if share is not None:
-            blocks = _observed(blocks, share)
+        share = None
+        if marked is not None:
+            share = MarkedShare(marked, loaded.arch.num_heads, loaded.causal, readers)
         if stats is None:
             if facts is None:
                 facts = token_facts(loaded, result)
+            blocks = _row_blocks(loaded, result, layer, should_stop)
+            if share is not None:
+                blocks = _observed(blocks, share)
             stats = layer_statistics_by_rows(blocks, facts, loaded.causal)
             result.statistics[layer] = stats
-        elif share is not None:
-            for _ in blocks:  # the kept statistics need no pass; the marked share does
-                pass
+        elif share is not None and share.span() is not None:
+            # The statistics are kept; the share needs only the rows it averages.
+            for first_row, weights in _row_blocks(loaded, result, layer, should_stop, share.span()):
+                share.add(first_row, weights)
         per_layer.append(stats if share is None else {**stats, MARKED: share.values()})
     return HeadStatistics(
         values={name: torch.stack([s[name] for s in per_layer]) for name in per_layer[0]}

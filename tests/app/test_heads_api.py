@@ -251,3 +251,16 @@ def test_read_from_the_question_retrieval_heads_give_the_pass_key_most_of_their_
         assert value > 0.4
     everywhere = client.post("/api/attention/heads", json=body).json()["statistics"]["marked"]
     assert all(everywhere[layer][h] < value / 4 for value, layer, h in top)
+
+
+def test_marking_the_last_token_of_a_decoder_leaves_no_row_to_read_it(client):
+    """No row comes after it: the share is null for every head, whether the statistics are
+    computed with it or were kept before."""
+    text = "Nothing reads the last token of this sentence"
+    first = {"model": SMOLLM2_ID, "text": text, "layers": [0]}
+    n = len(client.post("/api/attention/heads", json=first).json()["tokens"])
+    body = {"model": SMOLLM2_ID, "text": text, "marked": [n - 1], "layers": [3]}
+    for _ in range(2):  # layer 3's statistics computed with it, then kept
+        response = client.post("/api/attention/heads", json=body)
+        assert response.status_code == 200, response.text
+        assert response.json()["statistics"]["marked"] == [[None] * 9]

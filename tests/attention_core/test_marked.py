@@ -72,12 +72,30 @@ def test_no_row_that_qualifies_gives_nan_for_every_head():
 
 def test_a_block_outside_the_text_or_a_mask_that_is_not_bool_is_refused():
     with pytest.raises(ValueError, match="bool"):
-        MarkedShare(torch.zeros(5), causal=True)
-    share = MarkedShare(mask(5, [1]), causal=True)
+        MarkedShare(torch.zeros(5), 1, causal=True)
+    share = MarkedShare(mask(5, [1]), 1, causal=True)
     with pytest.raises(ValueError, match="exceed"):
         share.add(3, causal_maps(1, 5)[:, :3])
-    with pytest.raises(ValueError, match="no block"):
-        MarkedShare(mask(5, [1]), causal=True).values()
+    with pytest.raises(ValueError, match="2 heads"):
+        share.add(0, causal_maps(2, 5))
+    assert marked_share([], mask(5, [1]), causal=True).shape == (0,)
+
+
+def test_the_span_is_the_rows_that_can_count_and_those_rows_alone_give_the_answer():
+    maps = causal_maps(2, 20, seed=7)
+    marked = mask(20, [4, 5])
+    last = mask(20, [12, 19])
+    assert MarkedShare(marked, 2, causal=True).span() == (5, 20)
+    assert MarkedShare(marked, 2, causal=False).span() == (0, 20)
+    assert MarkedShare(marked, 2, causal=True, readers=last).span() == (12, 20)
+    assert MarkedShare(mask(20, []), 2, causal=True).span() is None
+    share = MarkedShare(marked, 2, causal=True, readers=last)
+    share.add(12, maps[:, 12:20, :20])  # only the span's rows
+    whole = marked_share([(0, maps)], marked, causal=True, readers=last)
+    assert torch.allclose(share.values(), whole)
+    nothing_after = MarkedShare(mask(20, [19]), 2, causal=True)  # no row after the last token
+    assert nothing_after.span() == (20, 20)
+    assert all(math.isnan(v) for v in nothing_after.values().tolist())  # no block: NaN
 
 
 def test_chosen_reader_rows_are_averaged_instead_marked_or_not():
@@ -93,4 +111,4 @@ def test_chosen_reader_rows_are_averaged_instead_marked_or_not():
     expected = maps[:, [5, 20, 29]][..., marked].sum(-1).mean(-1)
     assert got.tolist() == pytest.approx(expected.tolist(), abs=1e-6)
     with pytest.raises(ValueError, match="readers"):
-        MarkedShare(mask(30, marked), causal=True, readers=mask(29, [1]))
+        MarkedShare(mask(30, marked), 3, causal=True, readers=mask(29, [1]))
