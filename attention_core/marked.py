@@ -42,7 +42,7 @@ class MarkedShare:
         self.readers = readers
         positions = marked.nonzero()
         self.first = int(positions[0]) if positions.numel() else None
-        self.total = torch.zeros(heads, dtype=torch.float64)
+        self.total = torch.zeros(heads, dtype=torch.float64, device=marked.device)
         self.rows = 0
 
     def add(self, first_row: int, weights: Tensor) -> None:
@@ -61,13 +61,16 @@ class MarkedShare:
         else:
             counted = ~self.marked[first_row : first_row + rows]
             if self.causal:
-                counted &= torch.arange(first_row, first_row + rows) > self.first
+                rows_at = torch.arange(first_row, first_row + rows, device=self.marked.device)
+                counted &= rows_at > self.first
         if not counted.any():
             return
         marked_keys = self.marked[:keys].to(weights.device, weights.dtype)
         on_marked = weights @ marked_keys  # (heads, rows): each row's share, no copy of the block
         self.total += (
-            on_marked[:, counted.to(weights.device)].sum(dim=-1, dtype=torch.float64).cpu()
+            on_marked[:, counted.to(weights.device)]
+            .sum(dim=-1, dtype=torch.float64)
+            .to(self.total.device)
         )
         self.rows += int(counted.sum())
 
@@ -102,4 +105,4 @@ def marked_share(
         if share is None:
             share = MarkedShare(marked, weights.shape[0], causal, readers)
         share.add(first_row, weights)
-    return torch.empty(0) if share is None else share.values()
+    return torch.empty(0, device=marked.device) if share is None else share.values()
