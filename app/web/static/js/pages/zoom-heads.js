@@ -16,7 +16,7 @@ const DEFAULT_STAT = "induction";
 const MARKED = "marked"; // the statistic of the found tokens (POST /heads' `marked`)
 
 /** Every token position the matches cover, in order: [{first, last}] -> [first..last, ...]. */
-export function markedPositions(matches) {
+function markedPositions(matches) {
   const positions = new Set();
   for (const { first, last } of matches) for (let i = first; i <= last; i++) positions.add(i);
   return [...positions].sort((a, b) => a - b);
