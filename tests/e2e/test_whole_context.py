@@ -402,6 +402,17 @@ def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server
         f"{live_server}/api/attention/heads", data=body | {"read_from": [len(tokens) - 1]}
     ).json()
     assert page.evaluate(FINDER_VALUES)[:3] == expected["statistics"]["marked"]
+
+    # The link brings it all back: the search, the rows, and the statistic, for every layer.
+    assert "stat=marked" in page.url
+    page.reload()
+    finished = "document.querySelector('#zoom-heads-status').textContent.startsWith('Every head')"
+    wait_js(page, finished, 240)
+    assert page.input_value("#zoom-stat") == "marked"
+    assert page.input_value("#zoom-read-from") == "last"
+    every = body | {"layers": list(range(30)), "read_from": [len(tokens) - 1]}
+    expected = page.request.post(f"{live_server}/api/attention/heads", data=every).json()
+    assert page.evaluate(FINDER_VALUES) == expected["statistics"]["marked"]
     assert page.inner_text("#zoom-error") == ""
 
 

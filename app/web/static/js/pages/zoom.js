@@ -153,7 +153,7 @@ function findMatches() {
   else {
     const marked = count > MARKED ? `; the first ${MARKED} are marked` : ", marked in orange on the map";
     const listed = count > LISTED_MATCHES ? ` (the first ${LISTED_MATCHES} listed)` : "";
-    findStatus.textContent = `${count.toLocaleString("en")} ${count === 1 ? "match" : "matches"} of “${state.find}”${marked}; click one to zoom to it${listed}.`;
+    findStatus.textContent = `${count.toLocaleString("en")} ${count === 1 ? "match" : "matches"} of “${state.find}”${marked}; click one to zoom to it${listed}. Computing every head's statistics below measures which heads read them.`;
   }
 }
 
