@@ -45,6 +45,28 @@ class Maps:
         return self.meta.get("tokens")
 
 
+@dataclass(frozen=True)
+class HeadStatistics:
+    """statistics[name][i, h]: the statistic of head h of layers[i] (NaN where no query row
+    qualifies); roles[i][h]: its roles, strongest first; descriptions[name]: what each
+    measures. 'marked' is there where the request marked tokens."""
+
+    statistics: dict[str, np.ndarray]
+    roles: list[list[list[dict]]]
+    layers: list[int]
+    tokens: list[str]
+    descriptions: dict[str, str]
+
+    def strongest(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:
+        """The `count` heads with the largest `name`, as (layer, head, value), largest first."""
+        grid = self.statistics[name]
+        order = np.argsort(np.nan_to_num(grid, nan=-np.inf), axis=None)[::-1][:count]
+        rows, heads = np.unravel_index(order, grid.shape)
+        return [
+            (self.layers[r], int(h), float(grid[r, h])) for r, h in zip(rows, heads, strict=True)
+        ]
+
+
 def _decompress(body: bytes, encoding: str | None) -> bytes:
     if not encoding or encoding == "identity":
         return body
@@ -121,6 +143,35 @@ class AtlasClient:
         """Each layer's head average ("average") or attention rollout ("rollout")."""
         body = {"kind": kind, "residual": residual}
         return self._maps("/api/attention/aggregate", model, text, None, layers, None, format, body)
+
+    def heads(
+        self,
+        model: str,
+        text: str,
+        *,
+        layers: list[int] | None = None,
+        marked: list[int] | None = None,
+        read_from: list[int] | None = None,
+    ) -> HeadStatistics:
+        """Every head's statistics and roles on `text` (POST /api/attention/heads). marked:
+        token positions whose share of each head's attention becomes the statistic 'marked',
+        averaged over the rows that read them from elsewhere, or over the `read_from` rows (the
+        last token of a question about a passage finds retrieval heads)."""
+        body = {"model": model, "text": text}
+        for name, value in (("layers", layers), ("marked", marked), ("read_from", read_from)):
+            if value is not None:
+                body[name] = value
+        answer = self.post_json("/api/attention/heads", body)
+        return HeadStatistics(
+            statistics={
+                name: np.array(grid, dtype=np.float64).astype(np.float32)
+                for name, grid in answer["statistics"].items()
+            },
+            roles=answer["roles"],
+            layers=answer["layers"],
+            tokens=answer["tokens"],
+            descriptions=answer["descriptions"],
+        )
 
     def _maps(self, path, model, text, text_pair, layers, heads, format, extra=None) -> Maps:
         if format not in FORMATS:

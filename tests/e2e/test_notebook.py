@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from app.models.registry import MINILM_ID
+from app.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_atlas import AtlasClient, AtlasError
+from tests.app.test_heads_api import PASS_KEY
 from tests.support.live import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -54,6 +55,34 @@ def test_client_reads_every_format_as_the_same_numpy_maps(live_server):
     with pytest.raises(AtlasError) as refused:
         atlas.attention("no/such-model", "x")
     assert refused.value.status == 404 and "no/such-model" in refused.value.detail
+
+
+def test_client_finds_the_heads_that_read_a_pass_key(live_server):
+    atlas = AtlasClient(live_server)
+    first = atlas.heads(SMOLLM2_ID, PASS_KEY, layers=[0])
+    assert set(first.statistics) == set(first.descriptions) and first.layers == [0]
+    assert first.statistics["entropy"].shape == (1, 9)
+    tokens = first.tokens
+    starts = [i for i in range(len(tokens)) if "".join(tokens[i : i + 5]).strip("␣") == "71432"]
+    marked = [i + digit for i in starts for digit in range(5)]
+    found = atlas.heads(
+        SMOLLM2_ID, PASS_KEY, layers=[20, 21, 22, 23], marked=marked, read_from=[len(tokens) - 1]
+    )
+    raw = atlas.post_json(
+        "/api/attention/heads",
+        {"model": SMOLLM2_ID, "text": PASS_KEY, "layers": [20, 21, 22, 23], "marked": marked,
+         "read_from": [len(tokens) - 1]},
+    )  # fmt: skip
+    expected = np.array(raw["statistics"]["marked"], dtype=np.float32)
+    assert found.statistics["marked"].dtype == np.float32
+    # The second request reads the last row alone (the statistics are kept by then): the
+    # same numbers within the replay's bound, not bit for bit.
+    assert np.allclose(found.statistics["marked"], expected, atol=1e-5, rtol=0)
+    assert [(layer, head) for layer, head, _ in found.strongest("marked", 2)] == [(22, 4), (23, 2)]
+    assert found.strongest("marked", 1)[0][2] > 0.4
+    with pytest.raises(AtlasError) as refused:
+        atlas.heads(SMOLLM2_ID, PASS_KEY, read_from=[0])
+    assert refused.value.status == 422 and "mark some" in refused.value.detail
 
 
 def test_the_example_notebook_runs_headlessly():

@@ -340,6 +340,18 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     assert page.inner_text("#zoom-error") == ""
 
 
+def assert_same_shares(drawn: list, answered: list) -> None:
+    """The finder's table against an API answer for the same marked tokens: null where it is
+    null, else within the replay's 1e-5 (the API may read the rows in other blocks once the
+    statistics are kept, which can move the sixth decimal)."""
+    assert len(drawn) == len(answered)
+    for row, expected in zip(drawn, answered, strict=True):
+        assert [v is None for v in row] == [v is None for v in expected]
+        assert [v for v in row if v is not None] == pytest.approx(
+            [v for v in expected if v is not None], abs=1e-5
+        )
+
+
 def three_layers_in(page, sent: list, timeout: float = 120) -> None:
     """Waits until the finder asks for its fourth layer: the first three are in its table."""
     deadline = time.monotonic() + timeout
@@ -387,7 +399,7 @@ def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server
 
     body = {"model": SMOLLM2_ID, "text": long_text, "layers": [0, 1, 2], "marked": marked}
     expected = page.request.post(f"{live_server}/api/attention/heads", data=body).json()
-    assert page.evaluate(FINDER_VALUES)[:3] == expected["statistics"]["marked"]
+    assert_same_shares(page.evaluate(FINDER_VALUES)[:3], expected["statistics"]["marked"])
 
     # Read from the last token instead: measured again, that row only, and kept in the URL.
     sent.clear()
@@ -401,7 +413,7 @@ def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server
     expected = page.request.post(
         f"{live_server}/api/attention/heads", data=body | {"read_from": [len(tokens) - 1]}
     ).json()
-    assert page.evaluate(FINDER_VALUES)[:3] == expected["statistics"]["marked"]
+    assert_same_shares(page.evaluate(FINDER_VALUES)[:3], expected["statistics"]["marked"])
 
     # The link brings it all back: the search, the rows, and the statistic, for every layer.
     assert "stat=marked" in page.url
@@ -412,7 +424,7 @@ def test_the_found_tokens_share_of_every_head_fills_the_finder(page, live_server
     assert page.input_value("#zoom-read-from") == "last"
     every = body | {"layers": list(range(30)), "read_from": [len(tokens) - 1]}
     expected = page.request.post(f"{live_server}/api/attention/heads", data=every).json()
-    assert page.evaluate(FINDER_VALUES) == expected["statistics"]["marked"]
+    assert_same_shares(page.evaluate(FINDER_VALUES), expected["statistics"]["marked"])
     assert page.inner_text("#zoom-error") == ""
 
 
