@@ -89,11 +89,14 @@ def describe_heads(
     loaded = manager.get(req.model)
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     heads = loaded.arch.num_heads
-    with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
-        marked = positions_mask(req.marked, result.seq_len, "marked token")
-        readers = positions_mask(req.read_from, result.seq_len, "read_from row")
-        if readers is not None and marked is None:
+    marked = readers = None
+    if req.marked is not None or req.read_from is not None:  # checked before any pass runs
+        if req.marked is None:
             raise InvalidInput("read_from names the rows that read the marked tokens: mark some")
+        seq = count_tokens(loaded, req.text, req.text_pair)
+        marked = positions_mask(req.marked, seq, "marked token")
+        readers = positions_mask(req.read_from, seq, "read_from row")
+    with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
         start = time.perf_counter()
         stats = statistics_of(loaded, result, layers, should_stop, marked, readers)
         seconds = time.perf_counter() - start

@@ -138,7 +138,7 @@ def test_statistics_stop_between_blocks_when_the_client_has_gone(app):
     assert statistics_of(loaded, result, [0, 1, 2]).values["entropy"].shape == (3, 9)
 
 
-def test_bad_layers_are_refused_before_any_work(client, monkeypatch):
+def test_bad_layers_and_marks_are_refused_before_any_work(client, monkeypatch):
     def never(*_args, **_kwargs):
         raise AssertionError("a forward pass ran for a bad request")
 
@@ -147,6 +147,16 @@ def test_bad_layers_are_refused_before_any_work(client, monkeypatch):
     for layers, words in [([6], "out of range"), ([], "at least 1"), ([1, 1], "repeats")]:
         body = {"model": MINILM_ID, "text": text, "layers": layers}
         response = client.post("/api/attention/heads", json=body)
+        assert response.status_code == 422, response.text
+        assert words in response.text, response.text
+    for extra, words in [
+        ({"marked": [60]}, "out of range"),
+        ({"marked": [1], "read_from": [60]}, "out of range"),
+        ({"read_from": [1]}, "mark some"),
+    ]:
+        response = client.post(
+            "/api/attention/heads", json={"model": MINILM_ID, "text": text} | extra
+        )
         assert response.status_code == 422, response.text
         assert words in response.text, response.text
     monkeypatch.undo()
