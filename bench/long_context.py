@@ -9,7 +9,9 @@ which also keeps the hidden states), then windows of the cached pass (POST /api/
 an overview of one head and of all 9 heads of a layer at about 340 cells across, and a 64 x 64
 window of single weights at the end of the text; and one layer of maps in u8 where the API
 computes one (up to 2,181 tokens); and every head statistic of one layer (POST
-/api/attention/heads, computed a block of query rows at a time). The process's RSS after each
+/api/attention/heads, computed a block of query rows at a time), then, with those kept, each
+head's share of attention on 16 marked tokens a quarter into the text, read from the last token
+(one row) and over every later row. The process's RSS after each
 length and its peak are the server's memory: the bench runs the app in process. Last, the
 fitted exponent of each against the tokens (bench.scaling's least-squares slope).
 """
@@ -71,11 +73,11 @@ def run(lengths: list[int]) -> None:
         print(
             f"{'tokens':>6} {'kernel':>6} {'bare fwd':>9} {'API fwd':>9} {'ratio':>5} "
             f"{'1 head':>8} {'9 heads':>8} {'64x64':>7} {'layer u8':>9} {'hit':>7} {'stats':>8} "
-            f"{'pass MB':>7} {'RSS MB':>7} {'peak MB':>7}"
+            f"{'mark·1':>8} {'mark·all':>8} {'pass MB':>7} {'RSS MB':>7} {'peak MB':>7}"
         )
         fits: dict[str, list[float]] = {
             "tokens": [], "API pass": [], "bare pass": [], "pass bytes": [], "overview": [],
-            "statistics of a layer": [],
+            "statistics of a layer": [], "marked, the last row": [], "marked, every later row": [],
         }  # fmt: skip
         for n in lengths:
             text = prose(loaded.tokenizer, n + 2)  # SmolLM2 adds no special tokens
@@ -111,23 +113,31 @@ def run(lengths: list[int]) -> None:
                 client.post, "/api/attention/heads", json={**body, "layers": [15]}
             )
             assert answer.status_code == 200, answer.text
+            marked = {**body, "layers": [15], "marked": list(range(seq // 4, seq // 4 + 16))}
+            last, _ = timed(
+                client.post, "/api/attention/heads", json={**marked, "read_from": [seq - 1]}
+            )
+            later, _ = timed(client.post, "/api/attention/heads", json=marked)
             kept = app.state.forward_cache.nbytes / 2**20
             for name, value in (
                 ("tokens", seq), ("API pass", api), ("bare pass", bare), ("overview", one),
                 ("pass bytes", ForwardResult.nbytes_for(loaded.arch, seq, replayed=True)),
-                ("statistics of a layer", statistics),
+                ("statistics of a layer", statistics), ("marked, the last row", last),
+                ("marked, every later row", later),
             ):  # fmt: skip
                 fits[name].append(value)
             print(
                 f"{seq:>6} {kernel:>6} {bare:>7,.0f}ms {api:>7,.0f}ms {api / bare:>5.2f} "
                 f"{one:>6,.0f}ms {nine:>6,.0f}ms {small:>5,.0f}ms {layer:>7,.0f}ms {hit:>5,.0f}ms "
-                f"{statistics:>6,.0f}ms "
+                f"{statistics:>6,.0f}ms {last:>6,.0f}ms {later:>6,.0f}ms "
                 f"{kept:>7,.0f} {rss_mb():>7,.0f} {peak_mb():>7,.0f}"
             )
         print(
             "'layer u8': one layer's maps in u8 (its first request replays the layer; the pass was "
             "cached by /forward); 'hit': the same again; nan where the API refuses a whole layer; "
-            "'stats': every head statistic of one layer (/heads, a block of query rows at a time)."
+            "'stats': every head statistic of one layer (/heads, a block of query rows at a time); "
+            "'mark·1' and 'mark·all': then, the statistics kept, each head's share on 16 marked "
+            "tokens read from the last token (one row) and over every later row."
         )
         if len(fits["tokens"]) > 1:
             print("Fitted exponents (slope of log against log tokens; 1 linear, 2 quadratic):")
