@@ -31,7 +31,8 @@ class HeadsRequest(TextRequest):
 
     model_config = ConfigDict(
         json_schema_extra={
-            "examples": [{"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "text": EXAMPLE_TEXT}]
+            "examples": [{"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "text": EXAMPLE_TEXT}],
+            "dependentRequired": {"read_from": ["marked"]},  # the rows that read marked tokens
         }
     )
 
