@@ -132,9 +132,9 @@ def statistics_of(
                 blocks = _observed(blocks, share)
             stats = layer_statistics_by_rows(blocks, facts, loaded.causal)
             result.statistics[layer] = stats
-        elif share is not None and share.span() is not None:
+        elif share is not None and (span := share.span()) is not None:
             # The statistics are kept; the share needs only the rows it averages.
-            for first_row, weights in _row_blocks(loaded, result, layer, should_stop, share.span()):
+            for first_row, weights in _row_blocks(loaded, result, layer, should_stop, span):
                 share.add(first_row, weights)
         per_layer.append(stats if share is None else {**stats, MARKED: share.values()})
     return HeadStatistics(

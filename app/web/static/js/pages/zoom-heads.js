@@ -80,7 +80,6 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     if (!pass) return;
     const marked = markedPositions(state.matches || []);
     readFromLast = state.readFrom === "last";
-    readFromSelect.value = state.readFrom;
     options(marked.length ? state.find : null);
     if (marked.length && preferMarked) state.stat = MARKED;
     if (state.stat === MARKED && marked.length) statSelect.value = MARKED;

@@ -56,7 +56,7 @@ const findList = $("#zoom-find-list");
 const LISTED_MATCHES = 12; // matches listed as buttons under the search
 
 let models = []; // the models Deep zoom can open (GET /api/models)
-let shown = null; // the window drawn: {layer, head, reduce, colours, r0, r1, c0, c1, cell, values, errorBound}
+let shown = null; // the window drawn, for hovering and export: {layer, head, reduce, colours, r0, r1, c0, c1, cell, values, errorBound}
 let running = null; // AbortController of the forward pass under way
 let drawing = null; // AbortController of the window being fetched
 let relayoutTimer = 0;
@@ -273,7 +273,6 @@ async function draw() {
     dragmode: "zoom",
     shapes: matchShapes(state.matches),
   };
-  plot._cell = { cell, r0, c0, values: answer.values[0] };
   shown = {
     layer: state.layer, head: state.head, reduce: state.reduce, colours: state.colours,
     r0, r1, c0, c1, cell, values: answer.values[0], errorBound: answer.error_bound,
@@ -363,7 +362,7 @@ function wirePlot() {
   });
   plot.on("plotly_hover", (event) => {
     const point = event.points?.[0];
-    const info = plot._cell;
+    const info = shown; // the window drawn, which hovering reads
     if (!point || !info) return;
     const [i, j] = point.pointIndex;
     const value = info.values[i]?.[j];
@@ -373,7 +372,7 @@ function wirePlot() {
     if (info.cell === 1) {
       windowLine.textContent = `query ${row} “${tokens[row]}” → key ${col} “${tokens[col]}”: ${formatNumber(value, 6)}`;
     } else {
-      windowLine.textContent = `queries ${row}–${Math.min(row + info.cell, state.pass.seq_len) - 1}, keys ${col}–${Math.min(col + info.cell, state.pass.seq_len) - 1}: ${state.reduce} ${formatNumber(value, 6)}`;
+      windowLine.textContent = `queries ${row}–${Math.min(row + info.cell, state.pass.seq_len) - 1}, keys ${col}–${Math.min(col + info.cell, state.pass.seq_len) - 1}: ${info.reduce} ${formatNumber(value, 6)}`;
     }
   });
 }
