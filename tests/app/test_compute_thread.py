@@ -141,6 +141,31 @@ def test_the_quick_lane_runs_pytorch_on_itself_alone_and_leaves_the_default_alon
     assert seen == [torch.get_num_threads()]  # a new thread still starts from the default
 
 
+def test_both_lanes_compute_the_same_bits_whatever_their_thread_counts():
+    """A replay on the quick lane (one thread) equals the model's own pass on the heavy lane
+    (one thread a core) only if a matrix product's sums do not depend on the thread count:
+    MKL splits them by it on some CPUs unless MKL_CBWR is strict (app/__init__.py). These
+    shapes are SmolLM2's and MiniLM's projections of a 13-token text; on an AVX-512 Xeon the
+    first differed by 5e-5 between one and two threads without it."""
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(13, 576, 1536), (13, 1536, 576), (13, 576, 192), (13, 384, 1536), (13, 384, 384)]
+    products = [
+        (torch.randn(m, k, generator=generator), torch.randn(n, k, generator=generator))
+        for m, k, n in shapes
+    ]
+
+    def multiply():
+        return [torch.nn.functional.linear(a, w) for a, w in products]
+
+    async def on_quick():
+        return await run_on_compute(multiply, lane=Lane.QUICK)
+
+    assert os.environ.get("MKL_CBWR", "").startswith("AUTO,STRICT")
+    quick, heavy = asyncio.run(on_quick()), call_on_compute(multiply)
+    for shape, one, every in zip(shapes, quick, heavy, strict=True):
+        assert torch.equal(one, every), shape
+
+
 def _nice_of_threads() -> dict[int, int]:
     """Each thread of this process: its nice value (field 19 of /proc/self/task/*/stat)."""
     values = {}
