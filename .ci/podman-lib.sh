@@ -55,7 +55,11 @@ build_image() {  # build_image NAME: the project's Dockerfile, from the local ba
   if [ -n "$wheels" ] && [ -d "$wheels" ]; then
     build_args+=(-v "$wheels:/wheels:ro" --build-arg PIP_FIND_LINKS=/wheels)
   fi
-  podman build "${build_args[@]}" -t "$1" . > "$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; return 1; }
+  podman build "${build_args[@]}" -t "$1" . > "$WORK/build.log" 2>&1 || {
+    tail -40 "$WORK/build.log"
+    df -h / "$(podman info --format '{{.Store.GraphRoot}}' 2>/dev/null || echo /)" || true  # disk left
+    return 1
+  }
   step "built the image"
 }
 
