@@ -143,6 +143,63 @@ def test_search_by_pair_matches_the_maps_and_survives_a_reload(page, live_server
     assert (url_state(page)["layer"], url_state(page)["head"]) == (str(layer), str(head))
 
 
+def test_search_by_a_span_ranks_every_head_by_its_share_as_the_api_measures_it(page, live_server):
+    open_view(page, live_server, "explorer:search", model=SMOLLM2)
+    every = post(live_server, "/api/attention/heads", model=SMOLLM2, text=SENTENCE, marked=[1, 2])
+    last = len(every["tokens"]) - 1
+    from_last = post(
+        live_server,
+        "/api/attention/heads",
+        model=SMOLLM2,
+        text=SENTENCE,
+        marked=[1, 2],
+        read_from=[last],
+    )
+
+    def search(read_from):
+        page.select_option("#search-kind", "marked")
+        page.select_option("#search-marked-first", "2")  # either order: the span is 1-2
+        page.select_option("#search-marked-last", "1")
+        page.select_option("#search-read-from", read_from)
+        page.click("#search-form button[type=submit]")
+
+    def shown_matches(answer, readers):
+        wait_js(
+            page, f"document.querySelector('#search-summary').textContent.includes('{readers}')"
+        )
+        settle(page)
+        grid = answer["statistics"]["marked"]
+        ranked = sorted(
+            (-value, layer, head)
+            for layer, row in enumerate(grid)
+            for head, value in enumerate(row)
+        )
+        rows = page.locator("#search-results tbody tr")
+        assert rows.locator("th").all_inner_texts() == [
+            f"L{layer} H{head}" for _, layer, head in ranked
+        ]
+        shares = [float(text) for text in rows.locator("td:nth-child(2)").all_inner_texts()]
+        assert shares == pytest.approx([-value for value, _, _ in ranked], abs=5e-4)
+        torch.testing.assert_close(
+            torch.tensor(plotted(page, "#search-map")), torch.tensor(grid), atol=1e-6, rtol=0
+        )
+
+    summary = "tokens 1–2 “␣animal ␣didn”"
+    search("last")
+    shown_matches(from_last, "read from the last token")
+    assert summary in page.inner_text("#search-summary")
+    assert url_state(page)["find"] == "marked:1:2:last"
+    assert from_last["statistics"]["marked"] != every["statistics"]["marked"]
+    search("later")
+    shown_matches(every, "read from every later token")
+    assert url_state(page)["find"] == "marked:1:2:later"
+    page.reload()
+    page.wait_for_selector("#result:not([hidden])", timeout=90_000)
+    shown_matches(every, "read from every later token")
+    assert page.input_value("#search-kind") == "marked"
+    assert page.input_value("#search-marked-first") == "1"
+
+
 def test_one_click_on_a_token_follows_it_through_every_layer(page, live_server):
     open_view(page, live_server, "explorer:heatmap", model=SMOLLM2)
     it = page.locator("#tokens .token", has_text="it").first

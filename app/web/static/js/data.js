@@ -109,6 +109,14 @@ export class AttentionSession {
     return this.remember(this.answers, "heads", 1, () => api.heads(this.body({}), { signal: this.controller.signal }));
   }
 
+  /** Every head's share of attention on the `marked` positions, read from the `readFrom` rows
+   * (null: every row that reads them from elsewhere), with its statistics (POST /heads). */
+  markedHeads(marked, readFrom) {
+    const extra = readFrom ? { marked, read_from: readFrom } : { marked };
+    return this.remember(this.answers, `heads:${JSON.stringify(extra)}`, 1, () =>
+      api.heads(this.body(extra), { signal: this.controller.signal }));
+  }
+
   /** How alike every two heads are (POST /api/attention/similarity). */
   similarity() {
     return this.remember(this.answers, "similarity", 1, () => api.similarity(this.body({}), { signal: this.controller.signal }));

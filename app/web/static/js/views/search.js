@@ -1,5 +1,6 @@
-// Find heads: by a weight between two tokens, by role, or ranked by a statistic. The query
-// lives in the state as one string (state.find), so a search is a link.
+// Find heads: by a weight between two tokens, by role, ranked by a statistic, or ranked by
+// their share of attention on a span of tokens (POST /heads' `marked`). The query lives in the
+// state as one string (state.find), so a search is a link.
 
 import { viridis } from "../colors.js";
 import { el as make } from "../dom.js";
@@ -16,6 +17,10 @@ export function parseFind(find, tokens, roles, statistics) {
   if (kind === "rank" && statistics.includes(rest[0]) && ["descending", "ascending"].includes(rest[1] ?? "descending")) {
     return { kind, statistic: rest[0], order: rest[1] ?? "descending" };
   }
+  if (kind === "marked" && rest.length === 3 && ["later", "last"].includes(rest[2])) {
+    const [first, last] = rest.slice(0, 2).map((v) => (/^\d+$/.test(v) ? Number(v) : -1));
+    if (first >= 0 && first <= last && last < tokens.length) return { kind, first, last, from: rest[2] };
+  }
   if (kind === "pair" && rest.length === 3) {
     const [source, target] = rest.slice(0, 2).map((v) => (/^\d+$/.test(v) ? Number(v) : -1));
     const above = Number(rest[2]);
@@ -29,6 +34,7 @@ export function parseFind(find, tokens, roles, statistics) {
 function encodeFind(query) {
   if (query.kind === "role") return `role:${query.role}`;
   if (query.kind === "rank") return `rank:${query.statistic}:${query.order}`;
+  if (query.kind === "marked") return `marked:${query.first}:${query.last}:${query.from}`;
   return `pair:${query.source}:${query.target}:${query.above}`;
 }
 
@@ -43,15 +49,28 @@ export function bind(parts, set) {
     event.preventDefault();
     const kind = parts.kind.value;
     const above = Math.min(1, Math.max(0, Number(parts.above.value) || 0));
+    const [first, last] = [Number(parts.markedFirst.value), Number(parts.markedLast.value)].sort((a, b) => a - b);
     const query = kind === "role" ? { kind, role: parts.role.value }
       : kind === "rank" ? { kind, statistic: parts.statistic.value, order: parts.order.value }
+      : kind === "marked" ? { kind, first, last, from: parts.readFrom.value }
       : { kind, source: Number(parts.source.value), target: Number(parts.target.value), above };
     set({ find: encodeFind(query) });
   });
 }
 
-function describe(query, tokens) {
+/** The rows a marked search averages, in words: a decoder's rows read only earlier tokens. */
+function readers(query, causal) {
+  if (query.from === "last") return "the last token";
+  return causal ? "every later token" : "every other token";
+}
+
+function describe(query, tokens, causal) {
   if (query.kind === "role") return `heads with the role “${query.role}”, strongest first`;
+  if (query.kind === "marked") {
+    const span = tokens.slice(query.first, query.last + 1).join(" ");
+    const where = query.first === query.last ? `token ${query.first}` : `tokens ${query.first}–${query.last}`;
+    return `every head ranked by its share of attention on ${where} “${span}”, read from ${readers(query, causal)}`;
+  }
   if (query.kind === "rank") return `every head ranked by ${query.statistic.replace("_", " ")}, ${query.order === "descending" ? "highest" : "lowest"} first`;
   return `heads where token ${query.source} “${tokens[query.source]}” gives token ${query.target} “${tokens[query.target]}” more than ${query.above}`;
 }
@@ -71,6 +90,9 @@ export async function render({ session, state, parts, info, open, isStale }) {
   parts.kind.value = query.kind;
   fillTokenPicker(parts.source, tokens, query.source ?? chosenToken(state, tokens));
   fillTokenPicker(parts.target, tokens, query.target ?? 0);
+  fillTokenPicker(parts.markedFirst, tokens, query.first ?? chosenToken(state, tokens));
+  fillTokenPicker(parts.markedLast, tokens, query.last ?? chosenToken(state, tokens));
+  if (query.kind === "marked") parts.readFrom.value = query.from;
   if (query.kind === "pair") parts.above.value = String(query.above);
   if (query.kind === "role") parts.role.value = query.role;
   if (query.kind === "rank") {
@@ -79,18 +101,20 @@ export async function render({ session, state, parts, info, open, isStale }) {
   }
   showKind(parts);
 
-  const found = await session.search(query);
+  const found = query.kind === "marked" ? await markedHeads(session, query, tokens.length) : await session.search(query);
   if (isStale()) return null;
   const labels = headLabels(info);
   const grid = labels.layers.map(() => labels.heads.map(() => null));
   for (const f of found.heads) grid[f.layer][f.head] = f.value;
   const values = found.heads.map((f) => f.value);
-  const top = Math.max(1e-9, ...values, query.kind === "rank" && query.statistic === "distance" ? 0 : 1);
-  const what = describe(query, tokens);
+  const ranked = query.kind === "marked" || (query.kind === "rank" && query.statistic === "distance");
+  const top = Math.max(1e-9, ...values, ranked ? 0 : 1); // a share's colours reach the largest one
+  const what = describe(query, tokens, info.causal);
   parts.summary.textContent = `${found.matches} head${found.matches === 1 ? "" : "s"} found: ${what}.`;
   await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
-    title: `${found.matches} found · blank: not found · click a cell to open it`, zmin: 0, zmax: top, numbered: false,
-    hoverName: query.kind === "pair" ? "weight" : query.kind === "role" ? "score" : query.statistic,
+    title: `${found.matches} found · blank: ${query.kind === "marked" ? "no row reads the span" : "not found"} · click a cell to open it`,
+    zmin: 0, zmax: top, numbered: false,
+    hoverName: valueName(query),
     height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
   });
   onCellClick(parts.map, (layer, head) => open(layer, head));
@@ -103,9 +127,26 @@ export async function render({ session, state, parts, info, open, isStale }) {
   };
 }
 
+/** Every head's share of attention on the query's span, as a search's answer ({matches, heads}
+ * strongest first); a head with no row to average (null) is left out. */
+async function markedHeads(session, query, length) {
+  const marked = Array.from({ length: query.last - query.first + 1 }, (_, i) => query.first + i);
+  const answer = await session.markedHeads(marked, query.from === "last" ? [length - 1] : null);
+  const heads = answer.layers.flatMap((layer, i) => answer.statistics.marked[i]
+    .map((value, head) => ({ layer, head, value }))
+    .filter((found) => found.value !== null));
+  heads.sort((a, b) => b.value - a.value || a.layer - b.layer || a.head - b.head);
+  return { matches: heads.length, heads };
+}
+
+function valueName(query) {
+  if (query.kind === "pair") return "weight";
+  if (query.kind === "role") return "score";
+  return query.kind === "marked" ? "share" : query.statistic.replace("_", " ");
+}
+
 function showResults(table, found, roles, query, open) {
-  const valueName = query.kind === "pair" ? "weight" : query.kind === "role" ? "score" : query.statistic.replace("_", " ");
-  const header = make("tr", {}, ["head", valueName, "roles"].map((text) => make("th", { text, attrs: { scope: "col" } })));
+  const header = make("tr", {}, ["head", valueName(query), "roles"].map((text) => make("th", { text, attrs: { scope: "col" } })));
   const body = make("tbody");
   for (const f of found) {
     const opener = make("button", { text: `L${f.layer} H${f.head}`, className: "link", attrs: { type: "button", title: `open layer ${f.layer} head ${f.head}` } });
