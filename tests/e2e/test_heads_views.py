@@ -200,6 +200,25 @@ def test_search_by_a_span_ranks_every_head_by_its_share_as_the_api_measures_it(p
     assert page.input_value("#search-marked-first") == "1"
 
 
+def test_following_a_token_finds_the_heads_that_read_it(page, live_server):
+    open_view(page, live_server, "explorer:follow")
+    page.select_option("#follow-token", "8")
+    settle(page)
+    page.click("#follow-find-heads")
+    wait_js(page, "!document.querySelector('#view-search').hidden")
+    wait_js(page, "document.querySelector('#search-summary').textContent.includes('token 8 ')")
+    settle(page)
+    assert (url_state(page)["view"], url_state(page)["find"]) == ("search", "marked:8:8:later")
+    answer = post(live_server, "/api/attention/heads", model=MINILM, text=SENTENCE, marked=[8])
+    grid = answer["statistics"]["marked"]
+    best = max(
+        (value, -layer, -head) for layer, row in enumerate(grid) for head, value in enumerate(row)
+    )
+    first = page.inner_text("#search-results tbody tr:first-child th")
+    assert first == f"L{-best[1]} H{-best[2]}"
+    assert "read from every other token" in page.inner_text("#search-summary")  # an encoder
+
+
 def test_one_click_on_a_token_follows_it_through_every_layer(page, live_server):
     open_view(page, live_server, "explorer:heatmap", model=SMOLLM2)
     it = page.locator("#tokens .token", has_text="it").first

@@ -9,6 +9,11 @@ export function bind(parts, set) {
   parts.token.addEventListener("change", () => set({ query: Number(parts.token.value) }));
   parts.summary.addEventListener("change", () => set({ summary: parts.summary.value }));
   parts.colours.addEventListener("change", () => set({ colours: parts.colours.value }));
+  // Every head ranked by its share of attention on this token (Find heads' span search).
+  parts.findHeads.addEventListener("click", () => {
+    const token = Number(parts.token.value);
+    set({ view: "search", find: `marked:${token}:${token}:later` });
+  });
 }
 
 export async function render({ session, state, parts, info, open, isStale }) {
