@@ -104,17 +104,11 @@ export class AttentionSession {
     return store.get(key);
   }
 
-  /** Every head's statistics and roles (POST /api/attention/heads). */
-  heads() {
-    return this.remember(this.answers, "heads", 1, () => api.heads(this.body({}), { signal: this.controller.signal }));
-  }
-
-  /** Every head's share of attention on the `marked` positions, read from the `readFrom` rows
-   * (null: every row that reads them from elsewhere), with its statistics (POST /heads). */
-  markedHeads(marked, readFrom) {
-    const extra = readFrom ? { marked, read_from: readFrom } : { marked };
-    return this.remember(this.answers, `heads:${JSON.stringify(extra)}`, 1, () =>
-      api.heads(this.body(extra), { signal: this.controller.signal }));
+  /** Every head's statistics and roles (POST /api/attention/heads); `extra` may add `marked`
+   * positions (and the `read_from` rows), whose share of each head's attention comes too. */
+  heads(extra = {}) {
+    const key = Object.keys(extra).length ? `heads:${JSON.stringify(extra)}` : "heads";
+    return this.remember(this.answers, key, 1, () => api.heads(this.body(extra), { signal: this.controller.signal }));
   }
 
   /** How alike every two heads are (POST /api/attention/similarity). */

@@ -10,17 +10,11 @@ import { $ } from "../dom.js";
 import { anyValue, gridMax, headLabels, NO_VALUE } from "../views/heads.js";
 import { drawHeatTable } from "../views/heat-table.js";
 import { formatNumber } from "../views/plot.js";
+import { spanPositions } from "../views/tokens.js";
 
 const LISTED = 8; // strongest heads listed under the map
 const DEFAULT_STAT = "induction";
 const MARKED = "marked"; // the statistic of the found tokens (POST /heads' `marked`)
-
-/** Every token position the matches cover, in order: [{first, last}] -> [first..last, ...]. */
-function markedPositions(matches) {
-  const positions = new Set();
-  for (const { first, last } of matches) for (let i = first; i <= last; i++) positions.add(i);
-  return [...positions].sort((a, b) => a - b);
-}
 
 /**
  * Wires the panel. state: the page's state object (model, text, pass, stat, layer, head);
@@ -78,7 +72,7 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   async function run({ preferMarked = false } = {}) {
     const pass = state.pass;
     if (!pass) return;
-    const marked = markedPositions(state.matches || []);
+    const marked = spanPositions(state.matches || []);
     readFromLast = state.readFrom === "last";
     options(marked.length ? state.find : null);
     if (marked.length && preferMarked) state.stat = MARKED;

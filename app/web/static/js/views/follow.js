@@ -3,6 +3,7 @@
 
 import { headLabels } from "./heads.js";
 import { drawHeatmap, onCellClick, weightScale } from "./plot.js";
+import { encodeFind } from "./search.js";
 import { chosenToken, fillTokenPicker } from "./tokens.js";
 
 export function bind(parts, set) {
@@ -12,7 +13,7 @@ export function bind(parts, set) {
   // Every head ranked by its share of attention on this token (Find heads' span search).
   parts.findHeads.addEventListener("click", () => {
     const token = Number(parts.token.value);
-    set({ view: "search", find: `marked:${token}:${token}:later` });
+    set({ view: "search", find: encodeFind({ kind: "marked", first: token, last: token, from: "later" }) });
   });
 }
 

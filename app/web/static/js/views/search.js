@@ -6,7 +6,7 @@ import { viridis } from "../colors.js";
 import { el as make } from "../dom.js";
 import { headLabels } from "./heads.js";
 import { drawHeatmap, onCellClick } from "./plot.js";
-import { chosenToken, fillTokenPicker } from "./tokens.js";
+import { chosenToken, fillTokenPicker, spanPositions } from "./tokens.js";
 
 const DEFAULT_FIND = "role:previous-token";
 
@@ -31,7 +31,8 @@ export function parseFind(find, tokens, roles, statistics) {
   return null;
 }
 
-function encodeFind(query) {
+/** A query as state.find writes it. */
+export function encodeFind(query) {
   if (query.kind === "role") return `role:${query.role}`;
   if (query.kind === "rank") return `rank:${query.statistic}:${query.order}`;
   if (query.kind === "marked") return `marked:${query.first}:${query.last}:${query.from}`;
@@ -130,8 +131,8 @@ export async function render({ session, state, parts, info, open, isStale }) {
 /** Every head's share of attention on the query's span, as a search's answer ({matches, heads}
  * strongest first); a head with no row to average (null) is left out. */
 async function markedHeads(session, query, length) {
-  const marked = Array.from({ length: query.last - query.first + 1 }, (_, i) => query.first + i);
-  const answer = await session.markedHeads(marked, query.from === "last" ? [length - 1] : null);
+  const marked = spanPositions([query]);
+  const answer = await session.heads(query.from === "last" ? { marked, read_from: [length - 1] } : { marked });
   const heads = answer.layers.flatMap((layer, i) => answer.statistics.marked[i]
     .map((value, head) => ({ layer, head, value }))
     .filter((found) => found.value !== null));

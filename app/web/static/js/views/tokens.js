@@ -6,6 +6,13 @@ export function chosenToken(state, tokens) {
   return Math.min(state.query ?? middle, tokens.length - 1);
 }
 
+/** Every token position that spans [{first, last}] cover, in order, each once. */
+export function spanPositions(spans) {
+  const positions = new Set();
+  for (const { first, last } of spans) for (let i = first; i <= last; i++) positions.add(i);
+  return [...positions].sort((a, b) => a - b);
+}
+
 /** Fills a <select> with "i: token" options (once per text) and selects `chosen`. */
 export function fillTokenPicker(select, tokens, chosen) {
   const key = tokens.join("\u0000");
