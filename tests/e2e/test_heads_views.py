@@ -200,6 +200,25 @@ def test_search_by_a_span_ranks_every_head_by_its_share_as_the_api_measures_it(p
     assert page.input_value("#search-marked-first") == "1"
 
 
+@pytest.mark.parametrize("find", ["marked:9:2:later", "marked:2:99:later", "marked:1:2:sideways"])
+def test_a_span_search_the_url_spells_wrong_falls_back_to_the_default_search(
+    page, live_server, find
+):
+    """A reversed span, a token past the text or an unknown reader: the default search runs
+    (no request for it is sent) and the form shows it."""
+    asked = []
+    page.on(
+        "request",
+        lambda r: asked.append(r.post_data) if r.url.endswith("/api/attention/heads") else None,
+    )
+    query = urlencode({"model": MINILM, "text": SENTENCE, "view": "search", "find": find})
+    page.goto(f"{live_server}/?{query}")
+    wait_js(page, "document.querySelector('#search-summary').textContent.includes('role')", 90)
+    assert "previous-token" in page.inner_text("#search-summary")
+    assert page.input_value("#search-kind") == "role"
+    assert not any("marked" in (body or "") for body in asked)
+
+
 def test_following_a_token_finds_the_heads_that_read_it(page, live_server):
     open_view(page, live_server, "explorer:follow")
     page.select_option("#follow-token", "8")
