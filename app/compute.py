@@ -27,6 +27,7 @@ its next check of should_stop (a layer of a forward pass, a block of head statis
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import enum
 import heapq
 import itertools
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
+
+from app import timing
 
 T = TypeVar("T")
 
@@ -168,9 +171,27 @@ _quick = ThreadPoolExecutor(QUICK_THREADS, "atlas-quick", initializer=_start_qui
 
 
 def _submit(lane: Lane, fn: Callable[..., T], args: tuple, seconds: float) -> Future:
+    job = _in_callers_context(fn)
     if lane is Lane.HEAVY:
-        return _heavy.submit(fn, *args, seconds=seconds)
-    return _quick.submit(fn, *args)
+        return _heavy.submit(job, *args, seconds=seconds)
+    return _quick.submit(job, *args)
+
+
+def _in_callers_context(fn: Callable[..., T]) -> Callable[..., T]:
+    """fn, run in a copy of the submitting context (a request's Server-Timing stages: app.timing),
+    its wait for the lane timed as `queue` and its run as `compute`."""
+    context = contextvars.copy_context()
+    submitted = time.perf_counter()
+
+    def timed_job(*args: object) -> T:
+        started = time.perf_counter()
+        timing.add("queue", started - submitted)
+        try:
+            return fn(*args)
+        finally:
+            timing.add("compute", time.perf_counter() - started)
+
+    return lambda *args: context.run(timed_job, *args)
 
 
 def on_compute_thread() -> bool:

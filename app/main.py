@@ -16,6 +16,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette_compress import CompressMiddleware, add_compress_type
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from app import timing as server_timing
 from app.api.routes import attention, core, health, lab, models
 from app.compute import call_on_compute
 from app.config import Settings, get_settings
@@ -117,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(CompressMiddleware, **COMPRESSION)
     app.add_middleware(SendGuard, timeout=settings.send_timeout_seconds)
+    server_timing.install(app)  # the outermost middleware: every /api/ answer is timed
     app.include_router(health.router)
     app.include_router(core.router)
     app.include_router(models.router)

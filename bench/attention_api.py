@@ -9,7 +9,8 @@ identity`), the whole body read. Each request is on a new text (one never sent b
 right after the bare pass on that same text, then sent again (the pass cached): every layer and
 head in u8, f32 and, where the JSON limit allows, JSON; and one layer of every head in f32 (the
 explorer's first request). Medians of N (3N where the pass is estimated under SHORT_PASS_SECONDS,
-whose timings scatter most); each ratio is the median of the pairs' ratios.
+whose timings scatter most); each ratio is the median of the pairs' ratios. Then, for the new
+answers of every layer in u8, where the server says their time went (its Server-Timing header).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from app import timing
 from app.config import Settings
 from app.inference.forward import ForwardResult, tokenize
 from app.main import create_app
@@ -46,9 +48,11 @@ class Client:
         host, port = base.removeprefix("http://").split(":")
         self.connection = http.client.HTTPConnection(host, int(port), timeout=600)
         self.idle_since: float | None = None
+        self.stages: dict[str, float] = {}  # the last answer's Server-Timing, milliseconds
 
     def post(self, body: dict) -> tuple[float, bytes]:
-        """(milliseconds from sending the request to the answer's last byte, the body)."""
+        """(milliseconds from sending the request to the answer's last byte, the body); the
+        server's own account of the time (its Server-Timing header) is left in self.stages."""
         data = json.dumps(body).encode("utf-8")
         headers = {"content-type": "application/json", "accept-encoding": "identity"}
         if self.idle_since is not None and time.monotonic() - self.idle_since > 3:
@@ -61,6 +65,7 @@ class Client:
         elapsed = (time.perf_counter() - start) * 1000
         self.idle_since = time.monotonic()
         assert response.status == 200, content[:300]
+        self.stages = timing.parse(response.getheader(timing.HEADER, ""))
         return elapsed, content
 
 
@@ -110,12 +115,35 @@ def measure(client: Client, loaded, n: int, repeats: int) -> dict[str, float]:
             rows.setdefault("forward", []).append(forward)
             rows.setdefault("tokens", []).append(seq)
             new, _ = client.post(body)
+            if kind == "u8":
+                for stage, ms in where_it_went(new, client.stages).items():
+                    rows.setdefault(f"u8 {stage}", []).append(ms)
             cached, content = client.post(body)
             rows.setdefault(f"{kind} new", []).append(new)
             rows.setdefault(f"{kind} ratio", []).append(new / forward)
             rows.setdefault(f"{kind} cached", []).append(cached)
             rows[f"{kind} MB"] = [len(content) / 1e6]
     return {key: statistics.median(values) for key, values in rows.items()}
+
+
+def where_it_went(total: float, stages: dict[str, float]) -> dict[str, float]:
+    """A new answer's milliseconds by where the server says they went (its Server-Timing): on
+    the compute lanes the pass, tokenising and the rest (sizing, the cache, coding the answer),
+    the wait for a lane, the event loop (reading and checking the request, routing, the hops to
+    and from the lanes), and outside the app: before it (the request sent and its head parsed)
+    and after the answer's head (the body coded where it is streamed, sent and read)."""
+    forward, tokenize = stages.get("forward", 0.0), stages.get("tokenize", 0.0)
+    return {
+        "forward": forward,
+        "tokenize": tokenize,
+        "rest of compute": stages["compute"] - forward - tokenize,
+        "queue": stages["queue"],
+        "event loop": stages["app"] - stages["queue"] - stages["compute"],
+        "outside the app": total - stages["app"],
+    }
+
+
+BREAKDOWN = ("forward", "tokenize", "rest of compute", "queue", "event loop", "outside the app")
 
 
 def cell(values: dict, kind: str) -> str:
@@ -126,6 +154,24 @@ def cell(values: dict, kind: str) -> str:
         f"{values[f'{kind} new']:>8,.1f} {values[f'{kind} ratio']:>5.2f}x "
         f"{values[f'{kind} cached']:>8,.1f}"
     )
+
+
+def print_breakdown(measured: list[tuple[str, dict]]) -> None:
+    """Where the new answers of every layer in u8 spent their time (where_it_went), medians."""
+    print(
+        "\nA new answer of every layer in u8, by the server's Server-Timing (medians, ms; the "
+        "bare pass and the whole answer as above):"
+    )
+    print(
+        f"{'model':<8} {'tokens':>6} {'bare':>7} {'answer':>7} "
+        + " ".join(f"{stage:>15}" for stage in BREAKDOWN)
+    )
+    for model_id, values in measured:
+        print(
+            f"{model_id.split('/')[-1][:8]:<8} {values['tokens']:>6.0f} "
+            f"{values['forward']:>7,.1f} {values['u8 new']:>7,.1f} "
+            + " ".join(f"{values[f'u8 {stage}']:>15,.2f}" for stage in BREAKDOWN)
+        )
 
 
 def run(repeats: int) -> None:
@@ -150,16 +196,19 @@ def run(repeats: int) -> None:
             for model_id in LENGTHS:  # both loaded before anything is timed
                 app.state.manager.get(model_id)
                 client.post({"model": model_id, "text": "warm up", "format": "u8"})
+            measured = []
             for model_id, lengths in LENGTHS.items():
                 loaded = app.state.manager.get(model_id)
                 for n in lengths:
                     short = ForwardResult.seconds_for(loaded.arch, n) < SHORT_PASS_SECONDS
                     values = measure(client, loaded, n, repeats * (3 if short else 1))
+                    measured.append((model_id, values))
                     print(
                         f"{model_id.split('/')[-1][:8]:<8} {values['tokens']:>6.0f} "
                         f"{values['forward']:>8,.1f} {cell(values, 'u8')} {cell(values, 'f32')} "
                         f"{cell(values, 'layer')} {cell(values, 'json')} {values['u8 MB']:>6.2f}"
                     )
+            print_breakdown(measured)
         finally:
             server.stop()
 

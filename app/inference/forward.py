@@ -17,6 +17,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
+from app import timing
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.encoding import encode
 from app.inference.predictions import MAX_TOP_K, top_predictions
@@ -159,7 +160,8 @@ def tokenize(
             f"text_pair (sentence pairs) is for BERT-family encoders; '{loaded.id}' is a causal "
             "decoder. Put both sentences in 'text' instead."
         )
-    encoding, words = encode(loaded.tokenizer, text, text_pair)
+    with timing.timed("tokenize"):
+        encoding, words = encode(loaded.tokenizer, text, text_pair)
     check_token_count(loaded, encoding["input_ids"].shape[1], limit)
     accepted = loaded.forward_inputs
     return {k: v for k, v in encoding.items() if k in accepted}, words
@@ -343,6 +345,7 @@ def run_forward(
                 except _PassEnded:
                     output = None  # every block's input is captured: nothing else is wanted
             seconds = time.perf_counter() - start
+            timing.add("forward", seconds)
         finally:
             for handle in handles:
                 handle.remove()

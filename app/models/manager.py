@@ -10,6 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from app import timing
 from app.errors import ModelUnavailable, UnknownModel
 from app.models.loader import LoadedModel, load_model
 from app.models.placement import CPU_FLOAT32, Placement
@@ -91,7 +92,8 @@ class ModelManager:
                 if model_id in self._loaded:
                     self._loaded.move_to_end(model_id)
                     return self._loaded[model_id]
-            loaded = self._load(model_id)
+            with timing.timed("load"):
+                loaded = self._load(model_id)
             with self._guard:
                 self._loaded[model_id] = loaded
                 while len(self._loaded) > self.max_loaded:

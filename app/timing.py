@@ -1,0 +1,127 @@
+"""Where a request's time went, told in its answer's `Server-Timing` header (W3C Server Timing,
+which browsers' developer tools show beside the request): every /api/ answer the app makes
+carries `app` and, where they happened, the stages below, each `name;dur=milliseconds`.
+
+The stages are added up in a dict this request's context holds (a ContextVar): the event loop's
+part sees it directly and the compute lanes run each job in a copy of the submitting context
+(app.compute), so a stage timed on a lane lands in the request that asked for it. Outside a
+request (a notebook, a benchmark) timing adds nothing and costs one lookup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+STAGES = {
+    "app": "from the request reaching the app to its answer's head",
+    "queue": "waiting for a compute lane (a model's pass runs one at a time)",
+    "compute": "work on the compute lanes before the answer's head (tokenize and forward included)",
+    "load": "loading the model (the first request for it)",
+    "tokenize": "tokenising the text (a text the server has not seen)",
+    "forward": "the model's forward pass (a text whose pass is not cached)",
+}
+"""Each metric the header may name, in the order it is written, with what it measures."""
+
+HEADER = "Server-Timing"
+
+_stages: ContextVar[dict[str, float] | None] = ContextVar("atlas_server_timing", default=None)
+
+
+def add(stage: str, seconds: float) -> None:
+    """Add `seconds` to this request's `stage` (nothing outside a request)."""
+    stages = _stages.get()
+    if stages is not None:
+        stages[stage] = stages.get(stage, 0.0) + seconds
+
+
+@contextmanager
+def timed(stage: str) -> Iterator[None]:
+    """`with timed("tokenize"):` adds the block's duration to this request's stage."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        add(stage, time.perf_counter() - start)
+
+
+def header_value(stages: dict[str, float]) -> str:
+    """'app;dur=9.391, queue;dur=0.187, ...': the stages in STAGES' order, in milliseconds."""
+    return ", ".join(f"{name};dur={stages[name] * 1000:.3f}" for name in STAGES if name in stages)
+
+
+def parse(value: str) -> dict[str, float]:
+    """{name: milliseconds} of a Server-Timing header value (a metric without dur is 0)."""
+    metrics = {}
+    for metric in filter(None, (part.strip() for part in value.split(","))):
+        name, *params = (piece.strip() for piece in metric.split(";"))
+        durations = [p.split("=", 1)[1] for p in params if p.startswith("dur=")]
+        metrics[name] = float(durations[0]) if durations else 0.0
+    return metrics
+
+
+class ServerTimingMiddleware:
+    """Times each /api/ request and adds the Server-Timing header to its answer's head (pure
+    ASGI, outermost: the rate limit's and the body guard's answers carry it too)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope.get("path", "").startswith("/api/"):
+            await self.app(scope, receive, send)
+            return
+        stages: dict[str, float] = {}
+        start = time.perf_counter()
+
+        async def send_with_timing(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                stages["app"] = time.perf_counter() - start
+                timing = (HEADER.lower().encode(), header_value(stages).encode())
+                message["headers"] = [*message.get("headers", []), timing]
+            await send(message)
+
+        token = _stages.set(stages)
+        try:
+            await self.app(scope, receive, send_with_timing)
+        finally:
+            _stages.reset(token)
+
+
+def _document(openapi: dict) -> dict:
+    """Name the header on every answer of every /api/ operation in an OpenAPI document."""
+    header = {
+        HEADER: {
+            "description": "Where this request's time went, in milliseconds: "
+            + "; ".join(f"`{name}`: {what}" for name, what in STAGES.items())
+            + ". Every answer the app makes carries it (a 408 for a request head that never "
+            "arrived is the server's own, before the app).",
+            "schema": {"type": "string"},
+        }
+    }
+    for path, operations in openapi.get("paths", {}).items():
+        if not path.startswith("/api/"):
+            continue
+        for operation in operations.values():
+            for response in operation.get("responses", {}).values():
+                response.setdefault("headers", {}).update(header)
+    return openapi
+
+
+def install(app: FastAPI) -> None:
+    """Time every /api/ answer of `app` (added last, the middleware is the outermost) and name
+    the header in its OpenAPI document, as FastAPI builds it."""
+    app.add_middleware(ServerTimingMiddleware)
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = _document(build())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
