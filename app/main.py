@@ -106,6 +106,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
             allow_headers=["Content-Type"],
+            expose_headers=[server_timing.HEADER],  # a page there may read where time went
         )
     app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)
     if settings.trusted_proxies:  # only their X-Forwarded-For names the client

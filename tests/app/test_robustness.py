@@ -83,6 +83,7 @@ def test_security_headers_on_every_answer_and_cors_off_by_default(client, local_
     allowed = fresh_client(local_checkpoints, cors_origins=["https://lab.example"])
     answer = allowed.get("/api/models", headers={"Origin": "https://lab.example"})
     assert answer.headers["access-control-allow-origin"] == "https://lab.example"
+    assert answer.headers["access-control-expose-headers"] == "Server-Timing"
 
 
 def test_no_request_reaches_the_filesystem(client):
