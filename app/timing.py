@@ -55,16 +55,6 @@ def header_value(stages: dict[str, float]) -> str:
     return ", ".join(f"{name};dur={stages[name] * 1000:.3f}" for name in STAGES if name in stages)
 
 
-def parse(value: str) -> dict[str, float]:
-    """{name: milliseconds} of a Server-Timing header value (a metric without dur is 0)."""
-    metrics = {}
-    for metric in filter(None, (part.strip() for part in value.split(","))):
-        name, *params = (piece.strip() for piece in metric.split(";"))
-        durations = [p.split("=", 1)[1] for p in params if p.startswith("dur=")]
-        metrics[name] = float(durations[0]) if durations else 0.0
-    return metrics
-
-
 class ServerTimingMiddleware:
     """Times each /api/ request and adds the Server-Timing header to its answer's head (pure
     ASGI, outermost: the rate limit's and the body guard's answers carry it too)."""

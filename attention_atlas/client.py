@@ -4,6 +4,7 @@ from attention_atlas import AtlasClient
 atlas = AtlasClient("http://127.0.0.1:8000")
 maps = atlas.attention("sentence-transformers/all-MiniLM-L6-v2", "The cat sat.")
 maps.weights.shape  # (layers, heads, seq, seq), float32
+maps.timing  # where the server's time went, in ms: {"app": 10.6, ..., "forward": 8.0}
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import gzip
 import json
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,11 +35,13 @@ class AtlasError(RuntimeError):
 @dataclass(frozen=True)
 class Maps:
     """weights[i, j, q, k]: the weight query q gives key k in layers[i], heads[j].
-    error_bound is the largest |weights - exact| the format allows (0 for exact formats)."""
+    error_bound is the largest |weights - exact| the format allows (0 for exact formats).
+    timing: where the server says its time went, {stage: milliseconds} (server_timing)."""
 
     weights: np.ndarray
     meta: dict
     error_bound: float
+    timing: dict[str, float] = field(default_factory=dict)
 
     @property
     def tokens(self) -> list[str] | None:
@@ -56,6 +59,7 @@ class HeadStatistics:
     layers: list[int]
     tokens: list[str]
     descriptions: dict[str, str]
+    timing: dict[str, float] = field(default_factory=dict)
 
     def strongest(self, name: str, count: int = 5) -> list[tuple[int, int, float]]:
         """The `count` heads with the largest `name`, as (layer, head, value), largest first."""
@@ -65,6 +69,25 @@ class HeadStatistics:
         return [
             (self.layers[r], int(h), float(grid[r, h])) for r, h in zip(rows, heads, strict=True)
         ]
+
+
+def server_timing(value: str | None) -> dict[str, float]:
+    """{stage: milliseconds} of a Server-Timing header ('app;dur=10.6, forward;dur=8.0'); a
+    metric without a duration reads 0. The server names `app`, `queue` and `compute`, and
+    `load`, `tokenize` and `forward` where they happened (README, "REST API")."""
+    metrics = {}
+    for metric in filter(None, (part.strip() for part in (value or "").split(","))):
+        name, *params = (piece.strip() for piece in metric.split(";"))
+        durations = [p.split("=", 1)[1] for p in params if p.startswith("dur=")]
+        metrics[name] = float(durations[0]) if durations else 0.0
+    return metrics
+
+
+@dataclass(frozen=True)
+class _Answer:
+    body: bytes
+    content_type: str
+    timing: dict[str, float]
 
 
 def _decompress(body: bytes, encoding: str | None) -> bytes:
@@ -88,7 +111,7 @@ class AtlasClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
 
-    def _call(self, path: str, body: dict | None = None) -> tuple[bytes, str]:
+    def _call(self, path: str, body: dict | None = None) -> _Answer:
         request = urllib.request.Request(
             self.base_url + path,
             data=None if body is None else json.dumps(body).encode("utf-8"),
@@ -98,8 +121,11 @@ class AtlasClient:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 raw = response.read()
-                data = _decompress(raw, response.headers.get("Content-Encoding"))
-                return data, response.headers.get("Content-Type", "")
+                return _Answer(
+                    _decompress(raw, response.headers.get("Content-Encoding")),
+                    response.headers.get("Content-Type", ""),
+                    server_timing(response.headers.get("Server-Timing")),
+                )
         except urllib.error.HTTPError as err:
             text = _decompress(err.read(), err.headers.get("Content-Encoding"))
             try:
@@ -109,10 +135,10 @@ class AtlasClient:
             raise AtlasError(err.code, str(detail)) from None
 
     def get_json(self, path: str) -> dict:
-        return json.loads(self._call(path)[0])
+        return json.loads(self._call(path).body)
 
     def post_json(self, path: str, body: dict) -> dict:
-        return json.loads(self._call(path, body)[0])
+        return json.loads(self._call(path, body).body)
 
     def models(self) -> list[dict]:
         """The models this server can load, with their shapes and whether each is available."""
@@ -161,7 +187,8 @@ class AtlasClient:
         for name, value in (("layers", layers), ("marked", marked), ("read_from", read_from)):
             if value is not None:
                 body[name] = value
-        answer = self.post_json("/api/attention/heads", body)
+        called = self._call("/api/attention/heads", body)
+        answer = json.loads(called.body)
         return HeadStatistics(
             statistics={
                 name: np.array(grid, dtype=np.float64).astype(np.float32)
@@ -171,6 +198,7 @@ class AtlasClient:
             layers=answer["layers"],
             tokens=answer["tokens"],
             descriptions=answer["descriptions"],
+            timing=called.timing,
         )
 
     def _maps(self, path, model, text, text_pair, layers, heads, format, extra=None) -> Maps:
@@ -180,6 +208,6 @@ class AtlasClient:
         for name, value in (("text_pair", text_pair), ("layers", layers), ("heads", heads)):
             if value is not None:
                 body[name] = value
-        data, content_type = self._call(path, body)
-        meta, weights = decode_maps(data, content_type)
-        return Maps(weights, meta, float(meta.get("error_bound", 0.0)))
+        answer = self._call(path, body)
+        meta, weights = decode_maps(answer.body, answer.content_type)
+        return Maps(weights, meta, float(meta.get("error_bound", 0.0)), answer.timing)

@@ -33,6 +33,7 @@ from app.main import create_app
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import MAX_JSON_WEIGHTS
 from app.serialize import answer_bytes_bound
+from attention_atlas.client import server_timing
 from bench.compression import prose
 from tests.support.live import start_server
 
@@ -65,7 +66,7 @@ class Client:
         elapsed = (time.perf_counter() - start) * 1000
         self.idle_since = time.monotonic()
         assert response.status == 200, content[:300]
-        self.stages = timing.parse(response.getheader(timing.HEADER, ""))
+        self.stages = server_timing(response.getheader(timing.HEADER, ""))
         return elapsed, content
 
 

@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from app import timing
 from app.main import create_app
 from app.models.registry import MINILM_ID
+from attention_atlas.client import server_timing
 from tests.conftest import make_settings
 
 _texts = itertools.count()
@@ -18,7 +19,7 @@ def new_text() -> str:
 
 
 def stages_of(response) -> dict[str, float]:
-    return timing.parse(response.headers[timing.HEADER])
+    return server_timing(response.headers[timing.HEADER])
 
 
 def test_a_new_texts_answer_times_its_pass_and_the_same_again_has_none(client):
@@ -87,8 +88,8 @@ def test_openapi_names_the_header_on_every_api_answer(client):
 def test_the_header_reads_back_and_timing_outside_a_request_adds_nothing():
     value = timing.header_value({"forward": 0.0071846, "app": 0.0093912})
     assert value == "app;dur=9.391, forward;dur=7.185"
-    assert timing.parse(value) == {"app": 9.391, "forward": 7.185}
-    assert timing.parse('cache;desc="hit", db;dur=2.5') == {"cache": 0.0, "db": 2.5}
+    assert server_timing(value) == {"app": 9.391, "forward": 7.185}
+    assert server_timing('cache;desc="hit", db;dur=2.5') == {"cache": 0.0, "db": 2.5}
     timing.add("forward", 1.0)  # no request: no error, nowhere to go
     with timing.timed("tokenize"):
         pass

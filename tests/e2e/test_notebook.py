@@ -42,6 +42,9 @@ def test_client_reads_every_format_as_the_same_numpy_maps(live_server):
     assert any(m["id"] == MINILM_ID and m["available"] for m in atlas.models())
     exact = atlas.attention(MINILM_ID, "Every format, one answer.", format="json")
     assert exact.weights.shape == (6, 12, len(exact.tokens), len(exact.tokens))
+    if not exact.meta["cached"]:  # the server's account of a new pass: Server-Timing
+        assert exact.timing["forward"] == pytest.approx(exact.meta["forward_ms"], abs=0.002)
+    assert exact.timing["app"] >= exact.timing["compute"] > 0
     for fmt in ("f32", "f16", "u8", "safetensors", "npy"):
         maps = atlas.attention(MINILM_ID, "Every format, one answer.", format=fmt)
         assert maps.weights.dtype == np.float32
@@ -61,6 +64,7 @@ def test_client_finds_the_heads_that_read_a_pass_key(live_server):
     atlas = AtlasClient(live_server)
     first = atlas.heads(SMOLLM2_ID, PASS_KEY, layers=[0])
     assert set(first.statistics) == set(first.descriptions) and first.layers == [0]
+    assert first.timing["app"] >= first.timing["compute"] > 0
     assert first.statistics["entropy"].shape == (1, 9)
     tokens = first.tokens
     starts = [i for i in range(len(tokens)) if "".join(tokens[i : i + 5]).strip("␣") == "71432"]
