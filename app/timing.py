@@ -21,7 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 STAGES = {
     "app": "from the request reaching the app to its answer's head",
     "queue": "waiting for a compute lane (a model's pass runs one at a time)",
-    "compute": "work on the compute lanes before the answer's head (tokenize and forward included)",
+    "compute": "work on the compute lanes before the answer's head (load, tokenize and forward "
+    "included)",
     "load": "loading the model (the first request for it)",
     "tokenize": "tokenising the text (a text the server has not seen)",
     "forward": "the model's forward pass (a text whose pass is not cached)",
