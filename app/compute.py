@@ -15,6 +15,8 @@ thread to have used torch and 94 µs while a second one that had used it sat idl
   One job at a time (on a CPU one job's kernels already use every core), earliest deadline
   first: a job's deadline is when it came plus PATIENCE times what it is estimated to cost (at
   most a minute), so short passes go before long ones that wait, and no job waits for ever.
+  A long pass lets short jobs on other models run between two of its layers (run_beside), so a
+  sentence on MiniLM waits for a layer of someone's 8,192-token SmolLM2 pass, not for all of it.
 - The quick lane is QUICK_THREADS threads, each running PyTorch on itself alone (one intra-op
   thread, so no team): requests answered from a cached pass of a short text, the lab's small
   computations and the pieces of their answers. They never wait behind a forward pass (under
@@ -38,7 +40,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -124,25 +126,48 @@ class Lane(enum.Enum):
     QUICK = "quick"
 
 
+NESTED_MOST_SECONDS = 0.5
+"""A waiting heavy job estimated at most this long, on a model other than the one a running job
+is using, is run inside that job between two of its layers (EarliestDeadlineFirst.run_beside):
+a sentence on MiniLM waits for a layer of someone's 8,192-token SmolLM2 pass (about 0.7 s
+here), not for the whole pass (25 s)."""
+
+
+class _Job(NamedTuple):
+    deadline: float
+    order: int  # ties in submission order; never equal, so the fields below are never compared
+    future: Future
+    fn: Callable
+    args: tuple
+    seconds: float
+    model: str | None  # the one model the job runs (None: none known, or several)
+
+
 class EarliestDeadlineFirst:
     """One thread running submitted jobs one at a time, the earliest deadline first (deadline:
     the time of submission plus PATIENCE times the job's estimated seconds, at most
     MOST_PASSED_SECONDS; ties in submission order): shorter jobs first, and a long one is
-    passed for a bounded time."""
+    passed for a bounded time. A job that says which model it runs may also let short jobs on
+    other models run inside it, between two of its steps (run_beside)."""
 
     def __init__(self, name: str, initializer: Callable[[], None]) -> None:
         self._name = name
         self._initializer = initializer
-        self._jobs: list[tuple[float, int, Future, Callable, tuple]] = []
+        self._jobs: list[_Job] = []
         self._order = itertools.count()
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._running: list[_Job] = []  # on the lane's thread: the job, and one run inside it
+        self.nested_seconds = 0.0  # how long jobs have run inside others, in all
 
-    def submit(self, fn: Callable[..., T], *args: object, seconds: float = 0.0) -> Future:
+    def submit(
+        self, fn: Callable[..., T], *args: object, seconds: float = 0.0, model: str | None = None
+    ) -> Future:
         future: Future = Future()
         with self._ready:
             deadline = time.monotonic() + min(PATIENCE * seconds, MOST_PASSED_SECONDS)
-            heapq.heappush(self._jobs, (deadline, next(self._order), future, fn, args))
+            job = _Job(deadline, next(self._order), future, fn, args, seconds, model)
+            heapq.heappush(self._jobs, job)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name=self._name, daemon=True)
                 self._thread.start()
@@ -155,41 +180,97 @@ class EarliestDeadlineFirst:
             with self._ready:
                 while not self._jobs:
                     self._ready.wait()
-                _, _, future, fn, args = heapq.heappop(self._jobs)
-            if not future.set_running_or_notify_cancel():
-                continue  # its caller has gone: never started
+                job = heapq.heappop(self._jobs)
+            self._run(job)
+
+    def _run(self, job: _Job) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return  # its caller has gone: never started
+        self._running.append(job)
+        try:
+            result = job.fn(*job.args)
+        except BaseException as err:  # handed to the caller, as an executor would
+            job.future.set_exception(err)
+        else:
+            job.future.set_result(result)
+        finally:
+            self._running.pop()
+
+    def run_beside(self) -> None:
+        """Between two steps of the running job (a layer of a forward pass), on the lane's
+        thread: run the waiting jobs that may go inside it, each estimated at most
+        NESTED_MOST_SECONDS, due before it, and on a model the running job does not use (never
+        the same: its lock is held and its modules carry the running pass's hooks). Nothing
+        anywhere else, inside a job run so, or where the running job's model is not known."""
+        if not self._jobs or threading.current_thread() is not self._thread:
+            return
+        if len(self._running) != 1 or self._running[0].model is None:
+            return
+        running = self._running[0]
+        while True:
+            with self._ready:
+                fits = [
+                    job
+                    for job in self._jobs
+                    if job.deadline < running.deadline
+                    and job.seconds <= NESTED_MOST_SECONDS
+                    and job.model not in (None, running.model)
+                ]
+                if not fits:
+                    return
+                job = min(fits)
+                self._jobs.remove(job)
+                heapq.heapify(self._jobs)
+            start = time.perf_counter()
             try:
-                result = fn(*args)
-            except BaseException as err:  # handed to the caller, as an executor would
-                future.set_exception(err)
-            else:
-                future.set_result(result)
+                self._run(job)
+            finally:
+                self.nested_seconds += time.perf_counter() - start
 
 
 _heavy = EarliestDeadlineFirst("atlas-heavy", _start_heavy_thread)
 _quick = ThreadPoolExecutor(QUICK_THREADS, "atlas-quick", initializer=_start_quick_thread)
 
 
-def _submit(lane: Lane, fn: Callable[..., T], args: tuple, seconds: float) -> Future:
-    job = _in_callers_context(fn)
+def run_beside() -> None:
+    """Let short heavy-lane jobs on other models run now, inside the job calling this between
+    two of its steps (EarliestDeadlineFirst.run_beside); nothing off the heavy lane."""
+    _heavy.run_beside()
+
+
+def nested_seconds() -> float:
+    """Seconds the heavy lane has spent on jobs run inside others, in all: a job's own time is
+    its wall time less what this grew by meanwhile."""
+    return _heavy.nested_seconds
+
+
+def _submit(
+    lane: Lane, fn: Callable[..., T], args: tuple, seconds: float, model: str | None = None
+) -> Future:
     if lane is Lane.HEAVY:
-        return _heavy.submit(job, *args, seconds=seconds)
-    return _quick.submit(job, *args)
+        return _heavy.submit(_in_callers_context(fn, nested_seconds), *args, seconds=seconds,
+                             model=model)  # fmt: skip
+    return _quick.submit(_in_callers_context(fn), *args)
 
 
-def _in_callers_context(fn: Callable[..., T]) -> Callable[..., T]:
+def _in_callers_context(
+    fn: Callable[..., T], others: Callable[[], float] = lambda: 0.0
+) -> Callable[..., T]:
     """fn, run in a copy of the submitting context (a request's Server-Timing stages: app.timing),
-    its wait for the lane timed as `queue` and its run as `compute`."""
+    its wait for the lane timed as `queue` and its run as `compute`; the time other jobs ran
+    inside it (`others`, a running total, grows by it) counts as waiting, not as its compute."""
     context = contextvars.copy_context()
     submitted = time.perf_counter()
 
     def timed_job(*args: object) -> T:
-        started = time.perf_counter()
+        started, others_before = time.perf_counter(), others()
         timing.add("queue", started - submitted)
         try:
             return fn(*args)
         finally:
-            timing.add("compute", time.perf_counter() - started)
+            inside = others() - others_before
+            timing.add("queue", inside)
+            timing.add("compute", time.perf_counter() - started - inside)
 
     return lambda *args: context.run(timed_job, *args)
 
@@ -200,14 +281,19 @@ def on_compute_thread() -> bool:
 
 
 async def run_on_compute(
-    fn: Callable[..., T], *args: object, lane: Lane = Lane.HEAVY, seconds: float = 0.0
+    fn: Callable[..., T],
+    *args: object,
+    lane: Lane = Lane.HEAVY,
+    seconds: float = 0.0,
+    model: str | None = None,
 ) -> T:
     """fn(*args) on a thread of `lane`, awaited without blocking the event loop; `seconds` is
-    what the job is estimated to cost (the heavy lane's order).
+    what the job is estimated to cost (the heavy lane's order), `model` the one model it runs,
+    where known (a short job on one model may run inside a long one on another: run_beside).
 
     If the caller is cancelled before the job starts, the job is dropped; once started it runs
     to its end (or to its own should_stop check), as Starlette's run_in_threadpool does."""
-    return await asyncio.wrap_future(_submit(lane, fn, args, seconds))
+    return await asyncio.wrap_future(_submit(lane, fn, args, seconds, model))
 
 
 def call_on_compute(fn: Callable[..., T], *args: object) -> T:

