@@ -15,8 +15,8 @@ thread to have used torch and 94 µs while a second one that had used it sat idl
   One job at a time (on a CPU one job's kernels already use every core), earliest deadline
   first: a job's deadline is when it came plus PATIENCE times what it is estimated to cost (at
   most a minute), so short passes go before long ones that wait, and no job waits for ever.
-  A long pass lets short jobs on other models run between two of its layers (run_beside), so a
-  sentence on MiniLM waits for a layer of someone's 8,192-token SmolLM2 pass, not for all of it.
+  A long pass lets short jobs run between two of its layers (run_beside), so a sentence waits
+  for a layer of someone's 8,192-token SmolLM2 pass, not for all of it.
 - The quick lane is QUICK_THREADS threads, each running PyTorch on itself alone (one intra-op
   thread, so no team): requests answered from a cached pass of a short text, the lab's small
   computations and the pieces of their answers. They never wait behind a forward pass (under
@@ -127,10 +127,9 @@ class Lane(enum.Enum):
 
 
 NESTED_MOST_SECONDS = 0.5
-"""A waiting heavy job estimated at most this long, on a model other than the one a running job
-is using, is run inside that job between two of its layers (EarliestDeadlineFirst.run_beside):
-a sentence on MiniLM waits for a layer of someone's 8,192-token SmolLM2 pass (about 0.7 s
-here), not for the whole pass (25 s)."""
+"""A waiting heavy job estimated at most this long is run inside a running one between two of
+its layers (EarliestDeadlineFirst.run_beside): a sentence waits for a layer of someone's
+8,192-token SmolLM2 pass (about 0.7 s here), not for the whole pass (20 s)."""
 
 
 class _Job(NamedTuple):
@@ -147,8 +146,8 @@ class EarliestDeadlineFirst:
     """One thread running submitted jobs one at a time, the earliest deadline first (deadline:
     the time of submission plus PATIENCE times the job's estimated seconds, at most
     MOST_PASSED_SECONDS; ties in submission order): shorter jobs first, and a long one is
-    passed for a bounded time. A job that says which model it runs may also let short jobs on
-    other models run inside it, between two of its steps (run_beside)."""
+    passed for a bounded time. A job that says which model it runs may also let short jobs
+    run inside it, between two of its steps (run_beside)."""
 
     def __init__(self, name: str, initializer: Callable[[], None]) -> None:
         self._name = name
@@ -198,10 +197,11 @@ class EarliestDeadlineFirst:
 
     def run_beside(self) -> None:
         """Between two steps of the running job (a layer of a forward pass), on the lane's
-        thread: run the waiting jobs that may go inside it, each estimated at most
-        NESTED_MOST_SECONDS, due before it, and on a model the running job does not use (never
-        the same: its lock is held and its modules carry the running pass's hooks). Nothing
-        anywhere else, inside a job run so, or where the running job's model is not known."""
+        thread: run the waiting jobs that may go inside it: each estimated at most
+        NESTED_MOST_SECONDS, due before it, and saying which one model it runs. On the running
+        job's own model too: its lock is re-entrant, and the running pass's hooks leave alone
+        what runs one level deeper (depth). Nothing anywhere else, inside a job run so, or
+        where the running job's model is not known."""
         if not self._jobs or threading.current_thread() is not self._thread:
             return
         if len(self._running) != 1 or self._running[0].model is None:
@@ -214,7 +214,7 @@ class EarliestDeadlineFirst:
                     for job in self._jobs
                     if job.deadline < running.deadline
                     and job.seconds <= NESTED_MOST_SECONDS
-                    and job.model not in (None, running.model)
+                    and job.model is not None
                 ]
                 if not fits:
                     return
@@ -233,9 +233,16 @@ _quick = ThreadPoolExecutor(QUICK_THREADS, "atlas-quick", initializer=_start_qui
 
 
 def run_beside() -> None:
-    """Let short heavy-lane jobs on other models run now, inside the job calling this between
-    two of its steps (EarliestDeadlineFirst.run_beside); nothing off the heavy lane."""
+    """Let short heavy-lane jobs run now, inside the job calling this between two of its steps
+    (EarliestDeadlineFirst.run_beside); nothing off the heavy lane."""
     _heavy.run_beside()
+
+
+def depth() -> int:
+    """How many jobs are running on this thread, one inside the other: 1 for a job of the heavy
+    lane, 2 inside it (run_beside); 0 off the heavy lane. A pass's hooks act at its own depth
+    only, so that a pass run inside it on the same model is not taken for it."""
+    return len(_heavy._running) if threading.current_thread() is _heavy._thread else 0
 
 
 def nested_seconds() -> float:

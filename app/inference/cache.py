@@ -50,7 +50,7 @@ class ForwardCache:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key], True
-            key_lock = self._inflight.setdefault(key, threading.Lock())
+            key_lock = self._inflight.setdefault(key, threading.RLock())  # run_beside
         with key_lock:
             with self._guard:
                 if key in self._items:  # computed by the request we waited for

@@ -303,8 +303,12 @@ def run_forward(
     offers = keep_maps is not None and replayed and kernel == "eager"
     last = len(modules) - 1 if ends_after_attention(loaded) else None
 
+    depth = compute.depth()  # a pass run inside this one (compute.run_beside) is not this one
+
     def capture(index: int):
         def hook(_module, args, kwargs):
+            if compute.depth() != depth:
+                return
             if should_stop is not None and should_stop():
                 log.info("client gone: stopped %s's forward pass at layer %d", loaded.id, index)
                 raise RequestCancelled(
@@ -312,7 +316,7 @@ def run_forward(
                 )
             if progress is not None:
                 progress(index, len(modules))
-            compute.run_beside()  # a short job on another model goes between two layers
+            compute.run_beside()  # a short job waiting goes between two layers
             captured[index] = hidden_input(args, kwargs).detach().to("cpu", torch.float32)
             if index == last and not offers:
                 raise _PassEnded
@@ -321,6 +325,8 @@ def run_forward(
 
     def offer(index: int):
         def hook(_module, _args, output):
+            if compute.depth() != depth:
+                return
             weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if weights is not None:  # (1, H, T, T), the layer's softmax as the model used it
                 keep_maps(index, weights[0].detach().to("cpu", torch.float32))
@@ -329,7 +335,7 @@ def run_forward(
 
         return hook
 
-    with loaded.lock:  # hooks see every call on the module: one forward at a time per model
+    with loaded.lock:  # one pass at a time per model, but one run inside it (compute.run_beside)
         handles = [
             m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in enumerate(modules)
         ]

@@ -58,7 +58,9 @@ def maps_replayed(family: Family, dtype_name: str) -> bool:
 
 @dataclass
 class LoadedModel:
-    """A model ready for inference. `lock` serialises forward passes (hooks are per call)."""
+    """A model ready for inference. `lock` serialises forward passes (hooks are per call); it
+    is re-entrant, for a short pass run between two layers of a long one on the heavy lane
+    (app.compute.run_beside), whose hooks act at their own depth only."""
 
     spec: ModelSpec
     family: Family
@@ -69,7 +71,7 @@ class LoadedModel:
     causal: bool
     predictor: nn.Module | None = None  # `model` with its LM head, when the checkpoint has one
     placement: Placement = CPU_FLOAT32
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
     def id(self) -> str:

@@ -23,12 +23,14 @@ from app.compute import (
     Lane,
     call_on_compute,
     cpu_quota_cores,
+    depth,
     iterate_on_compute,
     on_compute_thread,
     run_on_compute,
 )
 from app.errors import ServerBusy
 from app.inference.cache import ForwardCache
+from app.inference.forward import run_forward
 from app.inference.inflight import AnswerBudget
 from app.main import _preload
 from app.models.manager import ModelManager
@@ -293,7 +295,7 @@ def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client)
     assert first_use == (Lane.HEAVY, FIRST_LOAD_SECONDS, MINILM_ID)  # loading comes first
 
 
-def test_short_jobs_on_other_models_run_inside_a_long_one_between_its_steps():
+def test_short_jobs_that_name_their_model_run_inside_a_long_one_between_its_steps():
     lane = EarliestDeadlineFirst("atlas-test-lane", lambda: None)
     started, all_queued = threading.Event(), threading.Event()
     order = []
@@ -315,7 +317,7 @@ def test_short_jobs_on_other_models_run_inside_a_long_one_between_its_steps():
     started.wait(10)
     waiting = [
         lane.submit(short, "b, inside", seconds=0.01, model="b"),
-        lane.submit(short, "a, after: its model is running", seconds=0.01, model="a"),
+        lane.submit(short, "a, inside", seconds=0.01, model="a"),
         lane.submit(short, "unknown, after", seconds=0.01, model=None),
         lane.submit(short, "b, after: too long", seconds=2 * NESTED_MOST_SECONDS, model="b"),
         lane.submit(short, "c, inside", seconds=0.02, model="c"),
@@ -324,8 +326,8 @@ def test_short_jobs_on_other_models_run_inside_a_long_one_between_its_steps():
     all_queued.set()
     assert [f.result(10) for f in [outer, *waiting]]
     assert order == [
-        "long a 0", "b, inside", "c, inside", "long a 1", "long a 2",
-        "a, after: its model is running", "unknown, after", "b, after: too long",
+        "long a 0", "b, inside", "a, inside", "c, inside", "long a 1", "long a 2",
+        "unknown, after", "b, after: too long",
         "long b 0", "long b 1", "long b 2",
     ]  # fmt: skip
     assert lane.nested_seconds > 0
@@ -337,3 +339,51 @@ def test_short_jobs_on_other_models_run_inside_a_long_one_between_its_steps():
     all_queued.set()
     unknown.result(10), later.result(10)
     assert order[-4:] == ["long, no model 0", "long, no model 1", "long, no model 2", "b, after"]
+
+
+@pytest.mark.parametrize("model_id", [MINILM_ID, SMOLLM2_ID])
+def test_a_pass_run_inside_another_on_the_same_model_leaves_both_the_models_own(app, model_id):
+    """A short pass run between two layers of a long one on the same model (its lock is
+    re-entrant): neither pass's hooks take the other's layers, so both keep exactly what each
+    computes alone, hidden states and the maps each hands on as its layers finish."""
+    loaded = app.state.manager.get(model_id)
+    long_text, short_text = "Attention is all you need. " * 40, "A short one goes in between."
+
+    def alone(text):
+        kept = {}
+        result = call_on_compute(run_forward, loaded, text, None, None, None, kept.__setitem__)
+        return result, kept
+
+    (long_alone, long_kept_alone), (short_alone, short_kept_alone) = map(
+        alone, (long_text, short_text)
+    )
+    at_layer_2, queued = threading.Event(), threading.Event()
+    long_kept, short_kept = {}, {}
+
+    def progress(done, _total):
+        if done == 2:
+            at_layer_2.set()
+            queued.wait(10)
+
+    def short_pass():
+        return depth(), run_forward(loaded, short_text, None, None, None, short_kept.__setitem__)
+
+    async def scenario():
+        outer = asyncio.ensure_future(
+            run_on_compute(run_forward, loaded, long_text, None, None, progress, long_kept.__setitem__,
+                           seconds=10.0, model=model_id)
+        )  # fmt: skip
+        await asyncio.to_thread(at_layer_2.wait, 10)
+        inner = asyncio.ensure_future(run_on_compute(short_pass, seconds=0.01, model=model_id))
+        await asyncio.sleep(0.1)  # on the lane's queue by now
+        queued.set()
+        return await outer, await inner
+
+    long_nested, (inner_depth, short_nested) = asyncio.run(scenario())
+    assert inner_depth == 2  # it ran inside the long pass
+    for nested, single in ((long_nested, long_alone), (short_nested, short_alone)):
+        assert nested.token_ids == single.token_ids
+        assert torch.equal(nested.hidden_inputs, single.hidden_inputs)
+    for kept, kept_alone in ((long_kept, long_kept_alone), (short_kept, short_kept_alone)):
+        assert kept.keys() == kept_alone.keys()
+        assert all(torch.equal(kept[layer], kept_alone[layer]) for layer in kept)

