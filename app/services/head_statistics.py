@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
+from app import compute
 from app.errors import RequestCancelled
 from app.inference.forward import ForwardResult
 from app.inference.replay import replayed_qk
@@ -87,6 +88,7 @@ def _row_blocks(
     for r0 in range(start, stop, step):
         if should_stop is not None and should_stop():
             raise RequestCancelled("the client went away before the statistics were done")
+        compute.run_beside()  # a short job waiting goes between two blocks (seconds a layer)
         rows = (r0, min(r0 + step, stop))
         with torch.inference_mode():
             yield r0, row_weights(pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor)

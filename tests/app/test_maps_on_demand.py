@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from app import compute
 from app.inference import forward
 from app.inference.forward import ForwardResult, run_forward
 from app.models.loader import FULL_MAPS_MAX_TOKENS
@@ -197,8 +198,12 @@ def test_head_statistics_of_a_long_text_are_those_of_the_models_own_maps(
     expected = head_statistics(long_text_maps, token_facts(loaded, result), causal=True)
     assert result.seq_len > 4 * rows_per_block(loaded.arch.num_heads, result.seq_len)
     body = {"model": SMOLLM2_ID, "text": long_text}
+    between = []  # each block is a point where a short job may run (app.compute.run_beside)
+    monkeypatch.setattr(compute, "run_beside", lambda: between.append(True))
     whole = client.post("/api/attention/heads", json=body)
     assert whole.status_code == 200, whole.text
+    blocks = math.ceil(result.seq_len / rows_per_block(loaded.arch.num_heads, result.seq_len))
+    assert len(between) >= loaded.arch.num_layers * blocks
     answer = whole.json()
     assert answer["layers"] == list(range(loaded.arch.num_layers))
     for name, grid in answer["statistics"].items():
