@@ -20,7 +20,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 STAGES = {
     "app": "from the request reaching the app to its answer's head",
-    "queue": "waiting for a compute lane (a model's pass runs one at a time)",
+    "queue": "waiting for a compute lane (passes run one at a time), or for short jobs run "
+    "between two of this request's layers",
     "compute": "work on the compute lanes before the answer's head (load, tokenize and forward "
     "included)",
     "load": "loading the model (the first request for it)",
