@@ -247,35 +247,33 @@ def depth() -> int:
 
 def nested_seconds() -> float:
     """Seconds the heavy lane has spent on jobs run inside others, in all: a job's own time is
-    its wall time less what this grew by meanwhile."""
-    return _heavy.nested_seconds
+    its wall time less what this grew by meanwhile. 0 off the heavy lane, where nothing runs
+    inside anything."""
+    return _heavy.nested_seconds if threading.current_thread() is _heavy._thread else 0.0
 
 
 def _submit(
     lane: Lane, fn: Callable[..., T], args: tuple, seconds: float, model: str | None = None
 ) -> Future:
     if lane is Lane.HEAVY:
-        return _heavy.submit(_in_callers_context(fn, nested_seconds), *args, seconds=seconds,
-                             model=model)  # fmt: skip
+        return _heavy.submit(_in_callers_context(fn), *args, seconds=seconds, model=model)
     return _quick.submit(_in_callers_context(fn), *args)
 
 
-def _in_callers_context(
-    fn: Callable[..., T], others: Callable[[], float] = lambda: 0.0
-) -> Callable[..., T]:
+def _in_callers_context(fn: Callable[..., T]) -> Callable[..., T]:
     """fn, run in a copy of the submitting context (a request's Server-Timing stages: app.timing),
     its wait for the lane timed as `queue` and its run as `compute`; the time other jobs ran
-    inside it (`others`, a running total, grows by it) counts as waiting, not as its compute."""
+    inside it (nested_seconds) counts as waiting, not as its compute."""
     context = contextvars.copy_context()
     submitted = time.perf_counter()
 
     def timed_job(*args: object) -> T:
-        started, others_before = time.perf_counter(), others()
+        started, others_before = time.perf_counter(), nested_seconds()
         timing.add("queue", started - submitted)
         try:
             return fn(*args)
         finally:
-            inside = others() - others_before
+            inside = nested_seconds() - others_before
             timing.add("queue", inside)
             timing.add("compute", time.perf_counter() - started - inside)
 

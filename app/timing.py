@@ -31,6 +31,8 @@ STAGES = {
 """Each metric the header may name, in the order it is written, with what it measures."""
 
 HEADER = "Server-Timing"
+TIMED = "/api/"
+"""The paths whose answers carry the header (and name it in OpenAPI): those starting so."""
 
 _stages: ContextVar[dict[str, float] | None] = ContextVar("atlas_server_timing", default=None)
 
@@ -65,7 +67,7 @@ class ServerTimingMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope.get("path", "").startswith("/api/"):
+        if scope["type"] != "http" or not scope.get("path", "").startswith(TIMED):
             await self.app(scope, receive, send)
             return
         stages: dict[str, float] = {}
@@ -97,7 +99,7 @@ def _document(openapi: dict) -> dict:
         }
     }
     for path, operations in openapi.get("paths", {}).items():
-        if not path.startswith("/api/"):
+        if not path.startswith(TIMED):
             continue
         for operation in operations.values():
             for response in operation.get("responses", {}).values():

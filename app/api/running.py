@@ -77,20 +77,14 @@ def heavy(manager: ModelManager, body: TextRequest) -> LaneCost:
     return LaneCost(Lane.HEAVY, seconds, model)
 
 
-async def run_with_room(
-    fn: Callable[..., T],
-    *args: object,
-    lane: Lane = Lane.HEAVY,
-    seconds: float = 0.0,
-    model: str | None = None,
-) -> T:
-    """fn(*args) on `lane` (run_on_compute); when a reservation finds no room there
+async def run_with_room(fn: Callable[..., T], *args: object, cost: LaneCost = HEAVY_UNKNOWN) -> T:
+    """fn(*args) where `cost` says (run_on_compute); when a reservation finds no room there
     (NoRoomYet), wait for the room here, off the lane, for at most the budget's wait, and run
     fn again; after that wait, the 503 the reservation would have given."""
     deadline = None
     while True:
         try:
-            return await run_on_compute(fn, *args, lane=lane, seconds=seconds, model=model)
+            return await run_on_compute(fn, *args, **cost._asdict())
         except NoRoomYet as short:
             budget = short.budget
             deadline = deadline or time.monotonic() + budget.wait_seconds
@@ -105,7 +99,6 @@ async def until_disconnect(
 ) -> T:
     """Run `work(should_stop)` where `lane_cost` says; should_stop turns True if the client
     leaves (while the job waits its turn too, so it stops at its first check)."""
-    lane, seconds, model = lane_cost
     gone = threading.Event()
     done = asyncio.Event()
 
@@ -118,7 +111,7 @@ async def until_disconnect(
 
     watcher = asyncio.create_task(watch())
     try:
-        return await run_with_room(work, gone.is_set, lane=lane, seconds=seconds, model=model)
+        return await run_with_room(work, gone.is_set, cost=lane_cost)
     finally:
         done.set()
         watcher.cancel()
@@ -208,7 +201,7 @@ async def stream_maps(
         headers["content-length"] = str(answer.content_length)
     if len(ahead) < 2:  # the whole answer is made already: one piece
         return ReservedAnswer(ahead[0], answer.media_type, reservation, headers)
-    lane = Lane.QUICK if answer.held else lane_cost[0]
+    lane = Lane.QUICK if answer.held else lane_cost.lane
     body = _after(ahead, pieces, lane)
     return ReservedStream(body, answer.media_type, reservation, headers)
 
@@ -240,10 +233,7 @@ async def progress_lines(
     async def run() -> None:
         answer: BaseModel | None = None
         try:
-            lane, seconds, model = lane_cost
-            answer = await run_with_room(
-                work, gone.is_set, progress, lane=lane, seconds=seconds, model=model
-            )
+            answer = await run_with_room(work, gone.is_set, progress, cost=lane_cost)
         except AtlasError as err:
             answer = ForwardFailed(event="error", status=err.status, detail=err.message)
         except Exception:  # the stream has started: say so in it rather than hang

@@ -335,10 +335,8 @@ async def post_qkspace(
 async def post_forward(
     body: TextRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> StreamingResponse:
-    lane, seconds, model = heavy(manager, body)  # it loads the model if it must
-    loaded = await run_on_compute(
-        checked_model, manager, body, lane=lane, seconds=seconds, model=model
-    )
+    cost = heavy(manager, body)  # it loads the model if it must
+    loaded = await run_on_compute(checked_model, manager, body, **cost._asdict())
     return StreamingResponse(
         progress_lines(
             lambda stop, progress: run_pass(loaded, cache, budget, body, stop, progress),
