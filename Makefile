@@ -69,6 +69,7 @@ bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scaling
 	HF_HUB_OFFLINE=1 $(PY) -m bench.replay_fidelity
 	HF_HUB_OFFLINE=1 $(PY) -m bench.long_context
+	HF_HUB_OFFLINE=1 $(PY) -m bench.waiting
 	HF_HUB_OFFLINE=1 $(PY) -m bench.browser
 
 screenshots: $(VENV)/.installed-test browser

@@ -23,7 +23,8 @@ thread to have used torch and 94 µs while a second one that had used it sat idl
   20 clients, a cached answer's median went from 26 to 3 ms: docs/performance.md).
 
 A job of a client that has left is dropped if it has not started; one that has started stops at
-its next check of should_stop (a layer of a forward pass, a block of head statistics).
+its next check of should_stop (a layer of a forward pass, a block of head statistics, a tile
+of deep zoom).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import NamedTuple, TypeVar
 import torch
 
 from app import timing
+from app.errors import RequestCancelled
 
 T = TypeVar("T")
 
@@ -236,6 +238,19 @@ def run_beside() -> None:
     """Let short heavy-lane jobs run now, inside the job calling this between two of its steps
     (EarliestDeadlineFirst.run_beside); nothing off the heavy lane."""
     _heavy.run_beside()
+
+
+def between_steps(should_stop: Callable[[], bool] | None, what: str) -> Callable[[], None]:
+    """What a long job calls between two of its steps (blocks of rows, tiles): stop with
+    RequestCancelled if its client has gone (should_stop; `what` names the unfinished work),
+    else let a short job waiting on the heavy lane run first (run_beside)."""
+
+    def step() -> None:
+        if should_stop is not None and should_stop():
+            raise RequestCancelled(f"the client went away before {what} were done")
+        run_beside()
+
+    return step
 
 
 def depth() -> int:

@@ -16,6 +16,7 @@ carried through every function.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -53,10 +54,13 @@ def window_logsumexp(
     causal: bool,
     factor: float,
     block: int = 256,
+    between_tiles: Callable[[], None] | None = None,
 ) -> Tensor:
     """(..., rows[1] - rows[0]): row_logsumexp for the queries rows[0]:rows[1] only (a zoomed-in
     window needs nothing else), one (block, block) tile of scores at a time; a causal row's
-    keys stop at the row, so the window's cost grows with its last row, not the text."""
+    keys stop at the row, so the window's cost grows with its last row, not the text.
+    between_tiles, if given, is called before each tile (a caller's point to stop, or to let
+    other work in: seconds pass over a long text's tiles)."""
     r_start, r_stop = rows
     k_len = k.shape[-2]
     out = []
@@ -66,6 +70,8 @@ def window_logsumexp(
         running = q.new_full((*q.shape[:-2], r1 - r0), float("-inf"))
         for c0 in range(0, r1 if causal else k_len, block):
             c1 = min(c0 + block, r1 if causal else k_len)
+            if between_tiles is not None:
+                between_tiles()
             scores = (q_block @ k[..., c0:c1, :].transpose(-2, -1)) * factor  # (..., r, c)
             if causal and c1 > r0 + 1:
                 i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
@@ -127,10 +133,12 @@ def overview(
     rows: tuple[int, int] | None = None,
     cols: tuple[int, int] | None = None,
     block: int = 512,
+    between_tiles: Callable[[], None] | None = None,
 ) -> Overview:
     """The window rows × cols of the weights (all of it by default), each `cell` × `cell` block
     reduced to its maximum and its mean, computed one (block, block) tile at a time (block is
-    rounded down to a multiple of cell); blocks are counted from the window's corner."""
+    rounded down to a multiple of cell); blocks are counted from the window's corner.
+    between_tiles, if given, is called before each tile (window_logsumexp)."""
     if cell < 1:
         raise ValueError(f"cell must be >= 1, got {cell}")
     r_start, r_stop = rows or (0, q.shape[-2])
@@ -148,6 +156,8 @@ def overview(
             rs, cs = (r0 - r_start) // cell, (c0 - c_start) // cell
             if causal and c0 > r1 - 1:
                 break  # every key of this and later tiles lies in the future: weights are 0
+            if between_tiles is not None:
+                between_tiles()
             tile = weight_tile(q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor)
             largest = max(largest, tile.shape[-2] * tile.shape[-1])
             pooled_max, pooled_sum = _pool(tile, cell)

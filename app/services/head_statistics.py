@@ -11,7 +11,6 @@ import torch
 from torch import Tensor
 
 from app import compute
-from app.errors import RequestCancelled
 from app.inference.forward import ForwardResult
 from app.inference.replay import replayed_qk
 from app.models.families import Architecture
@@ -85,10 +84,9 @@ def _row_blocks(
         loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer, heads
     )
     step = rows_per_block(len(heads), seq)
+    between_blocks = compute.between_steps(should_stop, "the statistics")
     for r0 in range(start, stop, step):
-        if should_stop is not None and should_stop():
-            raise RequestCancelled("the client went away before the statistics were done")
-        compute.run_beside()  # a short job waiting goes between two blocks (seconds a layer)
+        between_blocks()  # a short job waiting goes between two blocks (seconds a layer)
         rows = (r0, min(r0 + step, stop))
         with torch.inference_mode():
             yield r0, row_weights(pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor)

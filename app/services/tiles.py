@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from app import compute
 from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
 from app.inference.forward import count_tokens
@@ -69,10 +70,11 @@ def tiles(
                 loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer, heads
             )
             q, k, factor = pair.q, pair.k, pair.factor  # (h, T, hd) each
+            between_tiles = compute.between_steps(should_stop, "the window's tiles")
             with torch.inference_mode():
                 lse = q.new_full(q.shape[:-1], float("nan"))  # (h, T): only the window's rows
                 lse[:, rows[0] : rows[1]] = window_logsumexp(
-                    q, k, rows, causal=loaded.causal, factor=factor
+                    q, k, rows, causal=loaded.causal, factor=factor, between_tiles=between_tiles
                 )
                 if req.cell == 1:
                     values = weight_tile(q, k, lse, rows, cols, causal=loaded.causal, factor=factor)
@@ -86,6 +88,7 @@ def tiles(
                         factor=factor,
                         rows=rows,
                         cols=cols,
+                        between_tiles=between_tiles,
                     )
                     values = view.maximum if req.reduce == "max" else view.mean
             tokens = result.tokens

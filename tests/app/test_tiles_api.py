@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from app import compute
+from app.errors import RequestCancelled
 from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.tiles import TilesResponse
+from app.schemas.tiles import TilesRequest, TilesResponse
+from app.services.tiles import tiles
 from bench.compression import prose
 from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 from tests.support.pooling import block_pool
@@ -50,17 +53,32 @@ def test_windows_and_zoomed_out_blocks_equal_transformers_maps(client, model_id)
         assert len(zoomed["row_tokens"]) == math.ceil(full.shape[-1] / 4)
 
 
-def test_a_512_token_layer_zoomed_out(client, app):
+def test_a_512_token_layer_zoomed_out(client, app, monkeypatch):
     loaded = app.state.manager.get(SMOLLM2_ID)
     text = prose(loaded.tokenizer, 500)
-    full = maps(client, SMOLLM2_ID, 7, text)[[2, 8]]
-    answer = client.post(
-        "/api/attention/tiles",
-        json={"model": SMOLLM2_ID, "text": text, "layer": 7, "heads": [2, 8], "cell": 16},
-    ).json()
+    full = maps(client, SMOLLM2_ID, 7, text)[[2, 8]]  # the pass cached: no layer's points below
+    between = []  # each tile is a point where a short job may run (app.compute.run_beside)
+    monkeypatch.setattr(compute, "run_beside", lambda: between.append(True))
+    body = {"model": SMOLLM2_ID, "text": text, "layer": 7, "heads": [2, 8], "cell": 16}
+    answer = client.post("/api/attention/tiles", json=body).json()
     torch.testing.assert_close(
         torch.tensor(answer["values"]), pooled(full, 16, "max"), atol=1e-5, rtol=0
     )
+    # the normalisers' tiles of 256 rows (causal: 1 + 2 over 501 tokens), then one of 512
+    assert len(between) == 4
+
+    checks = []
+
+    def gone_after_two() -> bool:
+        checks.append(True)
+        return len(checks) > 2
+
+    request = TilesRequest.model_validate(body)
+    manager, cache, budget = app.state.manager, app.state.forward_cache, app.state.answer_budget
+    with pytest.raises(RequestCancelled, match="the window's tiles"):
+        tiles(manager, cache, budget, request, gone_after_two)
+    assert len(checks) == 3  # it stopped at the first check after its client left
+    assert budget.held_bytes == 0  # its reservation released
 
 
 def test_refusals_come_before_any_work_and_say_why(client, app):

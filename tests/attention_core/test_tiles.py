@@ -122,3 +122,39 @@ def test_whole_rows_are_those_rows_of_the_softmax(causal, rows):
     assert block.shape == (3, rows[1] - rows[0], keys)
     torch.testing.assert_close(block, full[:, rows[0] : rows[1], :keys], rtol=0, atol=1e-12)
     assert not full[:, rows[0] : rows[1], keys:].any()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_caller_is_called_before_every_tile_and_can_stop_the_work(causal):
+    """between_tiles runs before each tile of the normalisers and of the overview (a server's
+    point to stop or let other work in), changes no number, and what it raises ends the work."""
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(2, 70, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 70, 8, generator=g, dtype=torch.float64)
+    calls = []
+    lse = window_logsumexp(
+        q, k, (0, 70), causal=causal, factor=0.5, block=16, between_tiles=lambda: calls.append(1)
+    )
+    tiles = sum(range(1, 6)) if causal else 5 * 5  # 5 row blocks of 16; causal: keys to the row
+    assert len(calls) == tiles
+    assert torch.equal(lse, window_logsumexp(q, k, (0, 70), causal=causal, factor=0.5, block=16))
+    calls.clear()
+    view = overview(
+        q, k, lse, 2, causal=causal, factor=0.5, block=32, between_tiles=lambda: calls.append(1)
+    )
+    assert len(calls) == (sum(range(1, 4)) if causal else 3 * 3)  # tiles of 32 over 70 tokens
+    plain = overview(q, k, lse, 2, causal=causal, factor=0.5, block=32)
+    assert torch.equal(view.maximum, plain.maximum) and torch.equal(view.mean, plain.mean)
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_third():
+        calls.append(1)
+        if len(calls) == 3:
+            raise Stop
+
+    calls.clear()
+    with pytest.raises(Stop):
+        overview(q, k, lse, 2, causal=causal, factor=0.5, block=32, between_tiles=stop_at_third)
+    assert len(calls) == 3

@@ -1,0 +1,138 @@
+"""How long a short request waits behind a long one on the heavy lane, on a live server.
+
+    .venv/bin/python -m bench.waiting [--tokens 8190] [--repeats 3]
+
+One SmolLM2 text of the whole context (8,190 tokens by default). Three kinds of long job, each
+run `repeats` times, each with a new MiniLM sentence (every layer in u8) sent 1 s after it
+starts: the text's forward pass (POST /api/attention/forward, a new text each time), one
+layer's head statistics (POST /api/attention/heads, the pass cached) and Deep zoom's overview
+of one layer's 9 heads at 32 × 32 cells (POST /api/attention/tiles, the pass cached). A long
+job lets a short one in between two of its steps (app.compute.run_beside: layers, blocks of
+rows, tiles), so the sentence should wait for one step, not for the job. Printed: each job's
+time and the sentence's, medians and ranges, side by side with a sentence sent to the idle
+server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from app.config import Settings
+from app.main import create_app
+from app.models.registry import MINILM_ID, SMOLLM2_ID
+from bench.compression import prose
+from tests.support.live import start_server
+
+SENT_AFTER_SECONDS = 1.0
+_sentences = iter(range(10**6))
+
+
+def sentence(client: httpx.Client) -> float:
+    """Seconds to a new MiniLM sentence's whole answer (every layer, u8), on `client`'s
+    connection (kept alive: making a client costs more than the answer)."""
+    body = {
+        "model": MINILM_ID,
+        "text": f"Sentence number {next(_sentences)} waits for its turn here.",
+        "format": "u8",
+    }
+    start = time.perf_counter()
+    response = client.post("/api/attention", json=body)
+    response.raise_for_status()
+    return time.perf_counter() - start
+
+
+def beside(
+    base: str, short: httpx.Client, long_job: Callable[[httpx.Client], None]
+) -> tuple[float, float]:
+    """(the long job's seconds, the sentence's seconds) with the sentence sent
+    SENT_AFTER_SECONDS into the long job."""
+    took: dict[str, float] = {}
+
+    def run_long() -> None:
+        with httpx.Client(base_url=base, timeout=600) as client:
+            start = time.perf_counter()
+            long_job(client)
+            took["long"] = time.perf_counter() - start
+
+    thread = threading.Thread(target=run_long)
+    thread.start()
+    time.sleep(SENT_AFTER_SECONDS)
+    waited = sentence(short)
+    thread.join()
+    return took["long"], waited
+
+
+def posted(path: str, body: dict) -> Callable[[httpx.Client], None]:
+    def job(client: httpx.Client) -> None:
+        client.post(path, json=body).raise_for_status()
+
+    return job
+
+
+def summary(values: list[float], unit: float, digits: int) -> str:
+    low, high = min(values) * unit, max(values) * unit
+    return f"{statistics.median(values) * unit:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
+
+
+def run(tokens: int, repeats: int) -> None:
+    app = create_app(Settings(preload=[]))
+    tokenizer = app.state.manager.get(SMOLLM2_ID).tokenizer
+    texts = [prose(tokenizer, tokens, start=7919 * (i + 1)) for i in range(repeats)]
+    with tempfile.TemporaryDirectory() as tmp:
+        preload = {"ATLAS_PRELOAD": json.dumps([MINILM_ID, SMOLLM2_ID])}
+        server = start_server(Path(tmp) / "server.log", preload)
+        try:
+            short = httpx.Client(base_url=server.base, timeout=120)
+            sentence(short)  # MiniLM's first answer
+            warm = {"model": SMOLLM2_ID, "text": "warm up", "format": "u8"}  # loaded by now
+            short.post("/api/attention", json=warm, timeout=600).raise_for_status()
+            idle = [sentence(short) for _ in range(5)]
+            jobs = {
+                "forward pass": [
+                    posted("/api/attention/forward", {"model": SMOLLM2_ID, "text": text})
+                    for text in texts
+                ],  # each a new text: every one is a whole pass; the last stays cached
+                "one layer's head statistics": [
+                    posted(
+                        "/api/attention/heads",
+                        {"model": SMOLLM2_ID, "text": texts[-1], "layers": [4 + i]},
+                    )
+                    for i in range(repeats)
+                ],
+                "overview of 9 heads": [
+                    posted(
+                        "/api/attention/tiles",
+                        {"model": SMOLLM2_ID, "text": texts[-1], "layer": 4 + i, "cell": 32},
+                    )
+                    for i in range(repeats)
+                ],
+            }
+            print(
+                f"A new MiniLM sentence (every layer, u8) sent {SENT_AFTER_SECONDS:g} s into a "
+                f"long SmolLM2 job on {tokens:,} tokens; medians (ranges) of {repeats}."
+            )
+            print(f"{'long job':<28} {'its time, s':>22} {'the sentence, ms':>24}")
+            print(f"{'none (the server idle)':<28} {'':>22} {summary(idle, 1000, 0):>24}")
+            for name, runs in jobs.items():
+                measured = [beside(server.base, short, job) for job in runs]
+                longs, shorts = [m[0] for m in measured], [m[1] for m in measured]
+                print(f"{name:<28} {summary(longs, 1, 2):>22} {summary(shorts, 1000, 0):>24}")
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=8190)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    run(args.tokens, args.repeats)
