@@ -66,17 +66,16 @@ def window_logsumexp(
     out = []
     for r0 in range(r_start, r_stop, block):
         r1 = min(r0 + block, r_stop)
-        q_block = q[..., r0:r1, :]
         running = q.new_full((*q.shape[:-2], r1 - r0), float("-inf"))
         for c0 in range(0, r1 if causal else k_len, block):
             c1 = min(c0 + block, r1 if causal else k_len)
             if between_tiles is not None:
                 between_tiles()
-            scores = (q_block @ k[..., c0:c1, :].transpose(-2, -1)) * factor  # (..., r, c)
+            scores = _block_scores(q, k, (r0, r1), (c0, c1), factor)  # (..., r, c)
             if causal and c1 > r0 + 1:
                 i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
                 j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
-                scores = scores.masked_fill(j > i, float("-inf"))
+                scores.masked_fill_(j > i, float("-inf"))
             running = torch.logaddexp(running, torch.logsumexp(scores, dim=-1))
         out.append(running)
     return torch.cat(out, dim=-1)
@@ -99,6 +98,29 @@ def row_weights(
     return torch.softmax(scores, dim=-1)
 
 
+def _block_scores(
+    q: Tensor,
+    k: Tensor,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    factor: float,
+    plus: Tensor | None = None,
+) -> Tensor:
+    """(..., rows, cols): q_i · k_j · factor (+ plus_i) for the queries rows[0]:rows[1] and the
+    keys cols[0]:cols[1], by one batched GEMM (baddbmm) that scales and adds as it writes: a
+    product, a scaling and a sum took three passes over the tile. plus: (..., rows, 1)."""
+    r0, r1 = rows
+    c0, c1 = cols
+    lead, d = q.shape[:-2], q.shape[-1]
+    q_block = q[..., r0:r1, :].reshape(-1, r1 - r0, d)
+    keys = k[..., c0:c1, :].expand(*lead, c1 - c0, d).reshape(-1, c1 - c0, d).transpose(-2, -1)
+    if plus is None:
+        scores = torch.baddbmm(q.new_zeros(()), q_block, keys, beta=0, alpha=factor)
+    else:
+        scores = torch.baddbmm(plus.reshape(-1, r1 - r0, 1), q_block, keys, alpha=factor)
+    return scores.reshape(*lead, r1 - r0, c1 - c0)
+
+
 def weight_tile(
     q: Tensor,
     k: Tensor,
@@ -112,14 +134,16 @@ def weight_tile(
     """(..., rows, cols): the exact weights of queries rows[0]:rows[1] on keys cols[0]:cols[1]."""
     r0, r1 = rows
     c0, c1 = cols
-    scores = (q[..., r0:r1, :] @ k[..., c0:c1, :].transpose(-2, -1)) * factor  # (..., r, c)
-    weights = torch.exp(scores - lse[..., r0:r1, None])
-    if causal:
+    row_lse = lse[..., r0:r1, None]  # (..., r, 1)
+    weights = _block_scores(q, k, rows, cols, factor, plus=-row_lse).exp_()
+    if causal and c1 > r0 + 1:
         i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
         j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
-        weights = weights.masked_fill(j > i, 0.0)
-    allowed_rows = torch.isfinite(lse[..., r0:r1, None])  # a row with no allowed key has none
-    return torch.where(allowed_rows, weights, 0.0)
+        weights.masked_fill_(j > i, 0.0)
+    allowed_rows = torch.isfinite(row_lse)  # a row with no allowed key has none
+    if not bool(allowed_rows.all()):
+        weights = torch.where(allowed_rows, weights, 0.0)
+    return weights
 
 
 def overview(
@@ -147,7 +171,7 @@ def overview(
     lead = q.shape[:-2]
     out_rows, out_cols = math.ceil((r_stop - r_start) / cell), math.ceil((c_stop - c_start) / cell)
     maximum = q.new_zeros((*lead, out_rows, out_cols))
-    total = q.new_zeros((*lead, out_rows, out_cols))
+    mean = q.new_zeros((*lead, out_rows, out_cols))
     largest = 0
     for r0 in range(r_start, r_stop, step):
         r1 = min(r0 + step, r_stop)
@@ -160,14 +184,13 @@ def overview(
                 between_tiles()
             tile = weight_tile(q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor)
             largest = max(largest, tile.shape[-2] * tile.shape[-1])
-            pooled_max, pooled_sum = _pool(tile, cell)
+            # a tile holds whole blocks (its edges are multiples of cell from the corner, or the
+            # window's end), so each block's max and mean are its tile's, by PyTorch's pooling
+            pooled_max = pool_weights(tile, cell, "max")
             h, w = pooled_max.shape[-2:]
             maximum[..., rs : rs + h, cs : cs + w] = pooled_max
-            total[..., rs : rs + h, cs : cs + w] = pooled_sum
-    counts = _cell_counts(r_stop - r_start, cell, q).unsqueeze(-1) * _cell_counts(
-        c_stop - c_start, cell, q
-    )
-    return Overview(maximum=maximum, mean=total / counts, cell=cell, max_tile_elements=largest)
+            mean[..., rs : rs + h, cs : cs + w] = pool_weights(tile, cell, "mean")
+    return Overview(maximum=maximum, mean=mean, cell=cell, max_tile_elements=largest)
 
 
 def pool_weights(weights: Tensor, cell: int, reduce: str = "max") -> Tensor:
@@ -188,21 +211,3 @@ def pool_weights(weights: Tensor, cell: int, reduce: str = "max") -> Tensor:
     else:  # a short block's mean is over the weights it covers
         pooled = F.avg_pool2d(planes, cell, cell, ceil_mode=True, count_include_pad=False)
     return pooled.reshape(*weights.shape[:-2], *pooled.shape[-2:])
-
-
-def _pool(tile: Tensor, cell: int) -> tuple[Tensor, Tensor]:
-    """(..., r, c) -> each cell × cell block's (max, sum), (..., ceil(r/cell), ceil(c/cell));
-    the last blocks may be smaller (zeros pad them, which changes neither: weights are >= 0)."""
-    r, c = tile.shape[-2:]
-    pad_r, pad_c = -r % cell, -c % cell
-    padded = torch.nn.functional.pad(tile, (0, pad_c, 0, pad_r))
-    blocks = padded.reshape(
-        *tile.shape[:-2], (r + pad_r) // cell, cell, (c + pad_c) // cell, cell
-    )  # (..., R, cell, C, cell)
-    return blocks.amax(dim=(-3, -1)), blocks.sum(dim=(-3, -1))
-
-
-def _cell_counts(length: int, cell: int, like: Tensor) -> Tensor:
-    """(ceil(length / cell),): how many positions each block covers (the last may be short)."""
-    starts = torch.arange(0, length, cell, device=like.device)
-    return (torch.clamp(starts + cell, max=length) - starts).to(like.dtype)

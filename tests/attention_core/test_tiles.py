@@ -158,3 +158,17 @@ def test_a_caller_is_called_before_every_tile_and_can_stop_the_work(causal):
     with pytest.raises(Stop):
         overview(q, k, lse, 2, causal=causal, factor=0.5, block=32, between_tiles=stop_at_third)
     assert len(calls) == 3
+
+
+def test_a_row_with_no_allowed_key_has_no_weight_in_a_tile():
+    """A row whose normaliser is -inf (no key allowed) reads 0 everywhere, not exp(+inf)."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 12, 4, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 12, 4, generator=g, dtype=torch.float64)
+    lse = row_logsumexp(q, k, causal=False, factor=0.5)
+    lse[1, 3] = float("-inf")
+    tile = weight_tile(q, k, lse, (2, 6), (0, 12), causal=False, factor=0.5)
+    assert torch.equal(tile[1, 1], torch.zeros(12))
+    full = full_weights(q, k, False, 0.5)
+    torch.testing.assert_close(tile[0], full[0, 2:6], rtol=0, atol=1e-12)
+    torch.testing.assert_close(tile[1, [0, 2, 3]], full[1, [2, 4, 5]], rtol=0, atol=1e-12)
