@@ -90,11 +90,11 @@ def row_weights(
     that walks a map a block of rows at a time sizes the block to its memory."""
     r0, r1 = rows
     keys = r1 if causal else k.shape[-2]
-    scores = (q[..., r0:r1, :] @ k[..., :keys, :].transpose(-2, -1)) * factor  # (..., r, keys)
+    scores = _block_scores(q, k, rows, (0, keys), factor)  # (..., r, keys)
     if causal:
         i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
         j = torch.arange(keys, device=q.device).unsqueeze(0)
-        scores = scores.masked_fill(j > i, float("-inf"))
+        scores.masked_fill_(j > i, float("-inf"))
     return torch.softmax(scores, dim=-1)
 
 

@@ -22,7 +22,7 @@ from attention_core.tiles import row_weights
 
 ShouldStop = Callable[[], bool] | None
 
-BLOCK_BYTES = 48 * 2**20
+BLOCK_BYTES = 24 * 2**20
 """What one block of query rows may hold while its statistics are computed: its scores and
 weights for every head, and the key sets of its rows (see _bytes_per_row)."""
 

@@ -167,3 +167,19 @@ def test_blocks_that_do_not_cover_the_text_once_are_refused():
         layer_statistics_by_rows([(0, maps[:, :6, :6])], facts(), causal=True)
     with pytest.raises(ValueError, match="within 12 rows"):
         layer_statistics_by_rows([(8, maps[:, :6])], facts(), causal=True)
+
+
+def test_row_entropy_is_the_sum_of_entr_with_zero_weights_adding_nothing():
+    """The vectorised entropy (log and product) equals torch.special.entr's sum, on rows with
+    exact zeros (causal rows, one-hot rows) and with subnormal weights."""
+    from attention_core.head_stats import _row_entropy
+
+    g = torch.Generator().manual_seed(2)
+    rows = causal_rows(torch.rand(40, 40, generator=g, dtype=torch.float64) ** 8).float()
+    rows[3] = 0
+    rows[3, 2] = 1  # one-hot
+    rows[5, :3] = torch.tensor([1e-40, 0.5, 0.5 - 1e-40])  # a subnormal weight
+    got = _row_entropy(rows)
+    want = torch.special.entr(rows).sum(dim=-1)
+    assert torch.isfinite(got).all() and got[3] == 0
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
