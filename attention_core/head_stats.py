@@ -71,29 +71,33 @@ class HeadStatistics:
 
 
 def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[str, Tensor]]:
-    """The per-row key sets of the query rows `rows` ((r,) positions) over the keys 0..keys-1:
-    the stacked sets (5, r, keys) for one einsum (same word, local, earlier copy, follows an
-    earlier copy, distance) and, per row-selective statistic, which rows count (r,) bool,
-    decided over every key of the text (a word's later pieces count for a causal row too)."""
-    seq = facts.ids.shape[0]
-    i = rows.unsqueeze(1)  # (r, 1) query positions
-    j = torch.arange(seq, device=rows.device).unsqueeze(0)  # (1, seq) key positions
-    same_id = facts.ids[rows].unsqueeze(1) == facts.ids.unsqueeze(0)  # (r, seq)
+    """The per-row key sets of the query rows `rows` ((r,) positions) over the keys 0..keys-1
+    (keys > every row: a causal block's keys end at its last row): the stacked sets
+    (5, r, keys) for one einsum (same word, local, earlier copy, follows an earlier copy,
+    distance) and, per row-selective statistic, which rows count (r,) bool, decided over every
+    key of the text (a word's later pieces count for a causal row too). Earlier copies and the
+    keys after them lie before the row, so the keys past `keys` hold none of them; a row has
+    another piece of its word where its word has two or more (counted once for the text)."""
+    i = rows.unsqueeze(1).to(torch.int32)  # (r, 1) query positions
+    j = torch.arange(keys, device=rows.device, dtype=torch.int32).unsqueeze(0)  # (1, keys)
+    same_id = facts.ids[rows].unsqueeze(1) == facts.ids[:keys].unsqueeze(0)  # (r, keys)
     earlier_copy = same_id & (j < i)
     # Induction: key j follows an earlier copy of the query token (ids[j-1] == ids[i], j-1 < i).
     follows_copy = torch.zeros_like(same_id)
     follows_copy[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
-    gap = i - j  # (r, seq): how far each key lies before its query
+    gap = i - j  # (r, keys): how far each key lies before its query
     distance = gap.abs()
-    word = facts.word[rows].unsqueeze(1)
-    same_word = (word == facts.word.unsqueeze(0)) & (word >= 0) & (gap != 0)
+    row_word = facts.word[rows]  # (r,)
+    word = row_word.unsqueeze(1)
+    same_word = (word == facts.word[:keys].unsqueeze(0)) & (word >= 0) & (gap != 0)
     local = (distance <= LOCAL_REACH) & (gap != 0) & (gap != 1)
     sets = torch.empty(5, len(rows), keys, device=rows.device)  # filled in place
-    for index, chosen in enumerate((same_word, local, earlier_copy, follows_copy)):
-        sets[index] = chosen[:, :keys]
-    sets[4] = distance[:, :keys]
+    for index, chosen in enumerate((same_word, local, earlier_copy, follows_copy, distance)):
+        sets[index] = chosen
+    words = facts.word[facts.word >= 0]
+    pieces = torch.bincount(words, minlength=int(row_word.max().clamp_min(0)) + 1)
     counted = {
-        "same_word": same_word.any(dim=-1),
+        "same_word": (row_word >= 0) & (pieces[row_word.clamp_min(0)] > 1),
         "duplicate": earlier_copy.any(dim=-1),
         "induction": follows_copy.any(dim=-1),
     }

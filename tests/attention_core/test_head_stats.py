@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attention_core.head_stats import (
+    LOCAL_REACH,
     ROLES,
     STATISTICS,
     TokenFacts,
@@ -183,3 +184,38 @@ def test_row_entropy_is_the_sum_of_entr_with_zero_weights_adding_nothing():
     want = torch.special.entr(rows).sum(dim=-1)
     assert torch.isfinite(got).all() and got[3] == 0
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+
+
+def test_key_sets_over_a_blocks_keys_are_the_whole_texts_cut_to_them():
+    """_key_sets builds a block's sets over its keys only: each equals the set built over the
+    whole text and cut, and which rows count is decided over the whole text (a word's later
+    pieces count for a causal row)."""
+    from attention_core.head_stats import _key_sets
+
+    ids = torch.tensor([101, 7, 8, 7, 9, 8, 7, 102, 9, 9, 7, 8])
+    word = torch.tensor([-1, 0, 1, 1, 2, 3, 4, 4, 5, 6, 6, -1])  # pieces of words 1, 4 and 6
+    text = TokenFacts(
+        special=torch.zeros(12, dtype=torch.bool),
+        separator=torch.zeros(12, dtype=torch.bool),
+        word=word,
+        ids=ids,
+    )
+    i = torch.arange(12).unsqueeze(1)
+    j = torch.arange(12).unsqueeze(0)
+    same_id = ids.unsqueeze(1) == ids.unsqueeze(0)
+    follows = torch.zeros_like(same_id)
+    follows[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
+    whole = {
+        "same_word": (word.unsqueeze(1) == word) & (word.unsqueeze(1) >= 0) & (i != j),
+        "local": ((i - j).abs() <= LOCAL_REACH) & (i != j) & (j != i - 1),
+        "duplicate": same_id & (j < i),
+        "induction": follows,
+        "distance": (i - j).abs(),
+    }
+    for first, stop, keys in [(0, 4, 4), (3, 7, 7), (6, 12, 12), (2, 5, 12)]:
+        sets, counted = _key_sets(text, torch.arange(first, stop), keys)
+        for index, name in enumerate(whole):
+            want = whole[name][first:stop, :keys].to(torch.float32)
+            assert torch.equal(sets[index], want), (name, first, keys)
+        for name in ("same_word", "duplicate", "induction"):
+            assert torch.equal(counted[name], whole[name][first:stop].any(dim=-1)), name
