@@ -28,10 +28,11 @@ weights for every head, and the key sets of its rows (see _bytes_per_row)."""
 
 
 def _bytes_per_row(heads: int, seq: int) -> int:
-    """Bytes one query row of a block holds at most: for every head its scores, masked scores,
-    weights and entropy terms (4 x heads float32 a key), and its five float32 key sets and
-    their boolean parts (about 8 float32 a key)."""
-    return 4 * seq * (4 * heads + 8)
+    """Bytes one query row of a block holds at most: for every head its scores, weights,
+    entropy terms and the weights' copy an einsum makes (4 x heads float32 a key), and its key
+    sets (attention_core.head_stats._key_sets: five float32 sets, two int32 distances and
+    seven boolean parts, 35 bytes a key at most, so 10 float32 a key)."""
+    return 4 * seq * (4 * heads + 10)
 
 
 def rows_per_block(heads: int, seq: int) -> int:
