@@ -75,9 +75,10 @@ def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[
     (keys > every row: a causal block's keys end at its last row): the stacked sets
     (5, r, keys) for one einsum (same word, local, earlier copy, follows an earlier copy,
     distance) and, per row-selective statistic, which rows count (r,) bool, decided over every
-    key of the text (a word's later pieces count for a causal row too). Earlier copies and the
-    keys after them lie before the row, so the keys past `keys` hold none of them; a row has
-    another piece of its word where its word has two or more (counted once for the text)."""
+    key of the text (a word's later pieces count for a causal row too). An earlier copy lies
+    before its row and the key after it no later than the row, so the keys past `keys` hold
+    neither; a row has another piece of its word where its word has two or more (counted over
+    the whole text)."""
     i = rows.unsqueeze(1).to(torch.int32)  # (r, 1) query positions
     j = torch.arange(keys, device=rows.device, dtype=torch.int32).unsqueeze(0)  # (1, keys)
     same_id = facts.ids[rows].unsqueeze(1) == facts.ids[:keys].unsqueeze(0)  # (r, keys)
