@@ -261,10 +261,26 @@ def depth() -> int:
 
 
 def nested_seconds() -> float:
-    """Seconds the heavy lane has spent on jobs run inside others, in all: a job's own time is
-    its wall time less what this grew by meanwhile. 0 off the heavy lane, where nothing runs
-    inside anything."""
+    """Seconds the heavy lane has spent on jobs run inside others, in all (OwnClock reads it).
+    0 off the heavy lane, where nothing runs inside anything."""
     return _heavy.nested_seconds if threading.current_thread() is _heavy._thread else 0.0
+
+
+class OwnClock:
+    """A job's own time from now on: its wall time less what jobs run inside it took meanwhile
+    (run_beside), read on the thread it was started on."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self._nested_before = nested_seconds()
+
+    def inside(self) -> float:
+        """Seconds jobs run inside this one have taken since it started."""
+        return nested_seconds() - self._nested_before
+
+    def own(self) -> float:
+        """Seconds since it started, less inside()."""
+        return time.perf_counter() - self.started - self.inside()
 
 
 def _submit(
@@ -283,14 +299,13 @@ def _in_callers_context(fn: Callable[..., T]) -> Callable[..., T]:
     submitted = time.perf_counter()
 
     def timed_job(*args: object) -> T:
-        started, others_before = time.perf_counter(), nested_seconds()
-        timing.add("queue", started - submitted)
+        clock = OwnClock()
+        timing.add("queue", clock.started - submitted)
         try:
             return fn(*args)
         finally:
-            inside = nested_seconds() - others_before
-            timing.add("queue", inside)
-            timing.add("compute", time.perf_counter() - started - inside)
+            timing.add("queue", clock.inside())
+            timing.add("compute", clock.own())
 
     return lambda *args: context.run(timed_job, *args)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import Tensor
@@ -53,6 +54,14 @@ class TokenFacts:
     word: Tensor  # int64: tokens of one word share a number; -1 for none (special tokens)
     ids: Tensor  # int64 vocabulary ids
 
+    @cached_property
+    def in_longer_word(self) -> Tensor:
+        """(seq,) bool: the token's word has another piece somewhere in the text (counted once
+        for the text, not per block of rows)."""
+        pieces = torch.bincount(self.word[self.word >= 0], minlength=1)
+        known = self.word >= 0
+        return known & (pieces[self.word.clamp_min(0)] > 1)
+
 
 @dataclass(frozen=True)
 class HeadStatistics:
@@ -77,8 +86,7 @@ def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[
     distance) and, per row-selective statistic, which rows count (r,) bool, decided over every
     key of the text (a word's later pieces count for a causal row too). An earlier copy lies
     before its row and the key after it no later than the row, so the keys past `keys` hold
-    neither; a row has another piece of its word where its word has two or more (counted over
-    the whole text)."""
+    neither; whether a row's word has another piece is TokenFacts.in_longer_word."""
     i = rows.unsqueeze(1).to(torch.int32)  # (r, 1) query positions
     j = torch.arange(keys, device=rows.device, dtype=torch.int32).unsqueeze(0)  # (1, keys)
     same_id = facts.ids[rows].unsqueeze(1) == facts.ids[:keys].unsqueeze(0)  # (r, keys)
@@ -88,17 +96,14 @@ def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[
     follows_copy[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
     gap = i - j  # (r, keys): how far each key lies before its query
     distance = gap.abs()
-    row_word = facts.word[rows]  # (r,)
-    word = row_word.unsqueeze(1)
+    word = facts.word[rows].unsqueeze(1)
     same_word = (word == facts.word[:keys].unsqueeze(0)) & (word >= 0) & (gap != 0)
     local = (distance <= LOCAL_REACH) & (gap != 0) & (gap != 1)
     sets = torch.empty(5, len(rows), keys, device=rows.device)  # filled in place
     for index, chosen in enumerate((same_word, local, earlier_copy, follows_copy, distance)):
         sets[index] = chosen
-    words = facts.word[facts.word >= 0]
-    pieces = torch.bincount(words, minlength=int(row_word.max().clamp_min(0)) + 1)
     counted = {
-        "same_word": (row_word >= 0) & (pieces[row_word.clamp_min(0)] > 1),
+        "same_word": facts.in_longer_word[rows],
         "duplicate": earlier_copy.any(dim=-1),
         "induction": follows_copy.any(dim=-1),
     }

@@ -7,7 +7,6 @@ import hashlib
 import json
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -342,7 +341,7 @@ def run_forward(
         if offers:
             handles += [m.register_forward_hook(offer(i)) for i, m in enumerate(modules)]
         try:
-            start, others_before = time.perf_counter(), compute.nested_seconds()
+            clock = compute.OwnClock()
             with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
                 try:
                     output = loaded.model(
@@ -351,8 +350,7 @@ def run_forward(
                     )
                 except _PassEnded:
                     output = None  # every block's input is captured: nothing else is wanted
-            # the pass's own time: less what jobs run inside it took (compute.run_beside)
-            seconds = time.perf_counter() - start - (compute.nested_seconds() - others_before)
+            seconds = clock.own()  # less what jobs run inside it took (compute.run_beside)
             timing.add("forward", seconds)
         finally:
             for handle in handles:
