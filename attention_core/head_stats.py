@@ -16,6 +16,8 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
+from attention_core.scratch import Scratch
+
 STATISTICS = (
     "entropy",  # normalised entropy: 0 = one key, 1 = uniform over the keys a query may see
     "distance",  # mean |query - key| in tokens, weighted by attention
@@ -79,14 +81,17 @@ class HeadStatistics:
         return sorted(found, key=lambda item: -item[1])
 
 
-def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[str, Tensor]]:
+def _key_sets(
+    facts: TokenFacts, rows: Tensor, keys: int, scratch: Scratch
+) -> tuple[Tensor, dict[str, Tensor]]:
     """The per-row key sets of the query rows `rows` ((r,) positions) over the keys 0..keys-1
     (keys > every row: a causal block's keys end at its last row): the stacked sets
     (5, r, keys) for one einsum (same word, local, earlier copy, follows an earlier copy,
     distance) and, per row-selective statistic, which rows count (r,) bool, decided over every
     key of the text (a word's later pieces count for a causal row too). An earlier copy lies
     before its row and the key after it no later than the row, so the keys past `keys` hold
-    neither; whether a row's word has another piece is TokenFacts.in_longer_word."""
+    neither; whether a row's word has another piece is TokenFacts.in_longer_word. The sets are
+    the scratch's buffer "sets"."""
     i = rows.unsqueeze(1).to(torch.int32)  # (r, 1) query positions
     j = torch.arange(keys, device=rows.device, dtype=torch.int32).unsqueeze(0)  # (1, keys)
     same_id = facts.ids[rows].unsqueeze(1) == facts.ids[:keys].unsqueeze(0)  # (r, keys)
@@ -99,7 +104,7 @@ def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[
     word = facts.word[rows].unsqueeze(1)
     same_word = (word == facts.word[:keys].unsqueeze(0)) & (word >= 0) & (gap != 0)
     local = (distance <= LOCAL_REACH) & (gap != 0) & (gap != 1)
-    sets = torch.empty(5, len(rows), keys, device=rows.device)  # filled in place
+    sets = scratch.take("sets", (5, len(rows), keys), device=rows.device)  # filled in place
     for index, chosen in enumerate((same_word, local, earlier_copy, follows_copy, distance)):
         sets[index] = chosen
     counted = {
@@ -110,29 +115,31 @@ def _key_sets(facts: TokenFacts, rows: Tensor, keys: int) -> tuple[Tensor, dict[
     return sets, counted
 
 
-def _row_entropy(w: Tensor) -> Tensor:
+def _row_entropy(w: Tensor, out: Tensor | None = None) -> Tensor:
     """(..., rows): -sum w log w over the last dim (nats), a zero weight adding 0. By log and a
     product, vectorised (torch.special.entr, the same sum, took 2.8x as long on a block of
-    SmolLM2 rows: its log is scalar); the clamp only keeps log(0) from making 0 x -inf."""
-    terms = w.clamp_min(torch.finfo(w.dtype).tiny).log_().mul_(w)  # one buffer, in place
+    SmolLM2 rows: its log is scalar); the clamp only keeps log(0) from making 0 x -inf. The
+    terms are written in `out` (w's shape) where given, else in a new tensor."""
+    terms = torch.clamp_min(w, torch.finfo(w.dtype).tiny, out=out).log_().mul_(w)
     return -terms.sum(dim=-1)
 
 
 def _block_statistics(
-    weights: Tensor, first_row: int, facts: TokenFacts, causal: bool
+    weights: Tensor, first_row: int, facts: TokenFacts, causal: bool, scratch: Scratch
 ) -> dict[str, tuple[Tensor, Tensor]]:
     """Per statistic, (sum over the block's counted rows (heads,), rows counted ()) for the
     query rows first_row.. of weights (heads, rows, keys): whole rows over the keys 0..keys-1,
-    every later key's weight 0 (keys >= the block's last row + 1 suffices for causal maps)."""
+    every later key's weight 0 (keys >= the block's last row + 1 suffices for causal maps).
+    Its largest temporaries are the scratch's buffers, reused from one block to the next."""
     _, rows, keys = weights.shape
     seq = facts.ids.shape[0]
     w = weights.to(torch.float32)
     device = weights.device
     i = torch.arange(first_row, first_row + rows, device=device)  # (r,) query positions
-    sets, counted = _key_sets(facts, i, keys)
+    sets, counted = _key_sets(facts, i, keys, scratch)
     every_row = torch.ones(rows, dtype=torch.bool, device=device)
 
-    entropy = _row_entropy(w)  # (H, r), nats
+    entropy = _row_entropy(w, scratch.take("terms", tuple(w.shape), w.dtype, device))  # (H, r)
     visible = (i + 1) if causal else torch.full_like(i, seq)  # keys a query may see
     normalised = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
     row_shares = torch.einsum("hij,kij->khi", w, sets)  # (5, H, r)
@@ -173,6 +180,7 @@ def layer_statistics_by_rows(
     sums: dict[str, Tensor] = {}
     counts: dict[str, Tensor] = {}
     covered = 0
+    scratch = Scratch()
     for first_row, weights in blocks:
         if weights.dim() != 3 or first_row + weights.shape[1] > seq:
             raise ValueError(
@@ -180,7 +188,9 @@ def layer_statistics_by_rows(
                 f"got {tuple(weights.shape)}"
             )
         covered += weights.shape[1]
-        for name, (total, count) in _block_statistics(weights, first_row, facts, causal).items():
+        for name, (total, count) in _block_statistics(
+            weights, first_row, facts, causal, scratch
+        ).items():
             sums[name] = sums[name] + total if name in sums else total
             counts[name] = counts[name] + count if name in counts else count
     if covered != seq:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention_core.scratch import Scratch
 from attention_core.tiled import tile_steps
 
 
@@ -60,9 +61,12 @@ def window_logsumexp(
     window needs nothing else), one (block, block) tile of scores at a time; a causal row's
     keys stop at the row, so the window's cost grows with its last row, not the text.
     between_tiles, if given, is called before each tile (a caller's point to stop, or to let
-    other work in: seconds pass over a long text's tiles)."""
+    other work in: seconds pass over a long text's tiles). Every tile's scores are written in
+    one buffer (Scratch)."""
     r_start, r_stop = rows
     k_len = k.shape[-2]
+    lead = q.shape[:-2]
+    scratch = Scratch()
     out = []
     for r0 in range(r_start, r_stop, block):
         r1 = min(r0 + block, r_stop)
@@ -71,7 +75,8 @@ def window_logsumexp(
             c1 = min(c0 + block, r1 if causal else k_len)
             if between_tiles is not None:
                 between_tiles()
-            scores = _block_scores(q, k, (r0, r1), (c0, c1), factor)  # (..., r, c)
+            buffer = scratch.take("scores", (*lead, r1 - r0, c1 - c0), q.dtype, q.device)
+            scores = _block_scores(q, k, (r0, r1), (c0, c1), factor, out=buffer)  # (..., r, c)
             if causal and c1 > r0 + 1:
                 i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
                 j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
@@ -82,20 +87,32 @@ def window_logsumexp(
 
 
 def row_weights(
-    q: Tensor, k: Tensor, rows: tuple[int, int], *, causal: bool, factor: float
+    q: Tensor,
+    k: Tensor,
+    rows: tuple[int, int],
+    *,
+    causal: bool,
+    factor: float,
+    scratch: Scratch | None = None,
 ) -> Tensor:
     """(..., rows[1] - rows[0], keys): whole softmax rows of the queries rows[0]:rows[1], over
     every key (keys = k_len), or for causal maps over the keys up to the last row (keys =
     rows[1]; every later weight is 0). Holds one (..., rows, keys) block of scores: a caller
-    that walks a map a block of rows at a time sizes the block to its memory."""
+    that walks a map a block of rows at a time sizes the block to its memory. With a scratch,
+    the scores and the weights are its buffers "scores" and "weights" (the weights returned
+    are overwritten by the next call with the same scratch)."""
     r0, r1 = rows
     keys = r1 if causal else k.shape[-2]
-    scores = _block_scores(q, k, rows, (0, keys), factor)  # (..., r, keys)
+    shape = (*q.shape[:-2], r1 - r0, keys)
+    scores_out = None if scratch is None else scratch.take("scores", shape, q.dtype, q.device)
+    scores = _block_scores(q, k, rows, (0, keys), factor, out=scores_out)  # (..., r, keys)
     if causal:
         i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
         j = torch.arange(keys, device=q.device).unsqueeze(0)
         scores.masked_fill_(j > i, float("-inf"))
-    return torch.softmax(scores, dim=-1)
+    if scratch is None:
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores, dim=-1, out=scratch.take("weights", shape, q.dtype, q.device))
 
 
 def _block_scores(
@@ -105,19 +122,24 @@ def _block_scores(
     cols: tuple[int, int],
     factor: float,
     plus: Tensor | None = None,
+    out: Tensor | None = None,
 ) -> Tensor:
     """(..., rows, cols): q_i · k_j · factor (+ plus_i) for the queries rows[0]:rows[1] and the
     keys cols[0]:cols[1], by one batched GEMM (baddbmm) that scales and adds as it writes: a
-    product, a scaling and a sum took three passes over the tile. plus: (..., rows, 1)."""
+    product, a scaling and a sum took three passes over the tile. plus: (..., rows, 1); out:
+    a contiguous (..., rows, cols) tensor to write them in (a new one by default)."""
     r0, r1 = rows
     c0, c1 = cols
     lead, d = q.shape[:-2], q.shape[-1]
     q_block = q[..., r0:r1, :].reshape(-1, r1 - r0, d)
     keys = k[..., c0:c1, :].expand(*lead, c1 - c0, d).reshape(-1, c1 - c0, d).transpose(-2, -1)
+    written = None if out is None else out.view(-1, r1 - r0, c1 - c0)
     if plus is None:
-        scores = torch.baddbmm(q.new_zeros(()), q_block, keys, beta=0, alpha=factor)
+        scores = torch.baddbmm(q.new_zeros(()), q_block, keys, beta=0, alpha=factor, out=written)
     else:
-        scores = torch.baddbmm(plus.reshape(-1, r1 - r0, 1), q_block, keys, alpha=factor)
+        scores = torch.baddbmm(
+            plus.reshape(-1, r1 - r0, 1), q_block, keys, alpha=factor, out=written
+        )
     return scores.reshape(*lead, r1 - r0, c1 - c0)
 
 
@@ -130,19 +152,21 @@ def weight_tile(
     *,
     causal: bool,
     factor: float,
+    out: Tensor | None = None,
 ) -> Tensor:
-    """(..., rows, cols): the exact weights of queries rows[0]:rows[1] on keys cols[0]:cols[1]."""
+    """(..., rows, cols): the exact weights of queries rows[0]:rows[1] on keys cols[0]:cols[1],
+    written in `out` (contiguous, that shape) where given."""
     r0, r1 = rows
     c0, c1 = cols
     row_lse = lse[..., r0:r1, None]  # (..., r, 1)
-    weights = _block_scores(q, k, rows, cols, factor, plus=-row_lse).exp_()
+    weights = _block_scores(q, k, rows, cols, factor, plus=-row_lse, out=out).exp_()
     if causal and c1 > r0 + 1:
         i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
         j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
         weights.masked_fill_(j > i, 0.0)
     allowed_rows = torch.isfinite(row_lse)  # a row with no allowed key has none
     if not bool(allowed_rows.all()):
-        weights = torch.where(allowed_rows, weights, 0.0)
+        weights.masked_fill_(~allowed_rows, 0.0)
     return weights
 
 
@@ -162,7 +186,8 @@ def overview(
     """The window rows × cols of the weights (all of it by default), each `cell` × `cell` block
     reduced to its maximum and its mean, computed one (block, block) tile at a time (block is
     rounded down to a multiple of cell); blocks are counted from the window's corner.
-    between_tiles, if given, is called before each tile (window_logsumexp)."""
+    between_tiles, if given, is called before each tile (window_logsumexp). Every tile's
+    weights are written in one buffer (Scratch)."""
     if cell < 1:
         raise ValueError(f"cell must be >= 1, got {cell}")
     r_start, r_stop = rows or (0, q.shape[-2])
@@ -173,6 +198,7 @@ def overview(
     maximum = q.new_zeros((*lead, out_rows, out_cols))
     mean = q.new_zeros((*lead, out_rows, out_cols))
     largest = 0
+    scratch = Scratch()
     for r0 in range(r_start, r_stop, step):
         r1 = min(r0 + step, r_stop)
         for c0 in range(c_start, c_stop, step):
@@ -182,7 +208,10 @@ def overview(
                 break  # every key of this and later tiles lies in the future: weights are 0
             if between_tiles is not None:
                 between_tiles()
-            tile = weight_tile(q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor)
+            buffer = scratch.take("tile", (*lead, r1 - r0, c1 - c0), q.dtype, q.device)
+            tile = weight_tile(
+                q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor, out=buffer
+            )
             largest = max(largest, tile.shape[-2] * tile.shape[-1])
             # a tile holds whole blocks (its edges are multiples of cell from the corner, or the
             # window's end), so each block's max and mean are its tile's, by PyTorch's pooling

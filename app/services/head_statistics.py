@@ -18,6 +18,7 @@ from app.models.loader import LoadedModel
 from app.schemas.heads import MARKED
 from attention_core.head_stats import HeadStatistics, TokenFacts, layer_statistics_by_rows
 from attention_core.marked import MarkedShare
+from attention_core.scratch import Scratch
 from attention_core.tiles import row_weights
 
 ShouldStop = Callable[[], bool] | None
@@ -86,11 +87,21 @@ def _row_blocks(
     )
     step = rows_per_block(len(heads), seq)
     between_blocks = compute.between_steps(should_stop, "the statistics")
-    for r0 in range(start, stop, step):
+    # Each block's scores and weights are written in the same two buffers. The blocks go from
+    # the last rows to the first: a causal block's keys end at its last row, so the first block
+    # is the largest and every later one fits in the buffers it made.
+    scratch = Scratch()
+    for r1 in range(stop, start, -step):
         between_blocks()  # a short job waiting goes between two blocks (seconds a layer)
-        rows = (r0, min(r0 + step, stop))
+        r0 = max(start, r1 - step)
+        rows = (r0, r1)
         with torch.inference_mode():
-            yield r0, row_weights(pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor)
+            yield (
+                r0,
+                row_weights(
+                    pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor, scratch=scratch
+                ),
+            )
 
 
 def _observed(

@@ -14,6 +14,7 @@ from attention_core.head_stats import (
     layer_statistics,
     layer_statistics_by_rows,
 )
+from attention_core.scratch import Scratch
 
 # A random token sequence repeated: the standard input for induction heads.
 IDS = torch.tensor([5, 17, 9, 23, 11, 30, 5, 17, 9, 23, 11, 30])
@@ -212,8 +213,9 @@ def test_key_sets_over_a_blocks_keys_are_the_whole_texts_cut_to_them():
         "induction": follows,
         "distance": (i - j).abs(),
     }
-    for first, stop, keys in [(0, 4, 4), (3, 7, 7), (6, 12, 12), (2, 5, 12)]:
-        sets, counted = _key_sets(text, torch.arange(first, stop), keys)
+    scratch = Scratch()  # one for every block, as a walk over a map uses it: none sees another's
+    for first, stop, keys in [(0, 4, 4), (3, 7, 7), (6, 12, 12), (2, 5, 12), (0, 3, 3)]:
+        sets, counted = _key_sets(text, torch.arange(first, stop), keys, scratch)
         for index, name in enumerate(whole):
             want = whole[name][first:stop, :keys].to(torch.float32)
             assert torch.equal(sets[index], want), (name, first, keys)
