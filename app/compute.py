@@ -339,16 +339,25 @@ def call_on_compute(fn: Callable[..., T], *args: object) -> T:
     return _heavy.submit(fn, *args).result()
 
 
-_DONE = object()
+def _next_items(items: Iterator[T], count: int) -> list[T]:
+    """Up to `count` items of the iterator (fewer only at its end)."""
+    return list(itertools.islice(items, count))
 
 
-async def iterate_on_compute(items: Iterator[T], lane: Lane = Lane.HEAVY) -> AsyncIterator[T]:
+async def iterate_on_compute(
+    items: Iterator[T], lane: Lane = Lane.HEAVY, per_trip: int = 1
+) -> AsyncIterator[T]:
     """A synchronous iterator (a streamed answer that computes each piece as it is asked for)
-    read one item at a time on `lane`; closed there when the stream ends early."""
+    read on `lane`, per_trip items a trip (once the last trip's are handed on); closed there
+    when the stream ends early."""
     finished = False
     try:
-        while (item := await run_on_compute(next, items, _DONE, lane=lane)) is not _DONE:
-            yield item
+        while True:
+            batch = await run_on_compute(_next_items, items, per_trip, lane=lane)
+            for item in batch:
+                yield item
+            if len(batch) < per_trip:
+                break
         finished = True
     finally:  # not awaited: a cancelled stream may not wait for anything any more
         close = getattr(items, "close", None)

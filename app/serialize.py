@@ -18,6 +18,7 @@ from torch import Tensor
 
 from app.limits import KERNEL_SEND_BUFFER_BYTES, SEND_CHUNK_BYTES
 from attention_atlas.formats import ATLS_MAGIC, ATLS_VERSION, decode_atls
+from attention_core.scratch import Scratch
 
 T = TypeVar("T")
 
@@ -157,7 +158,11 @@ JSON_BYTES_PER_WEIGHT = 16  # at most: a weight is 15 characters (float32_json_r
 BYTES_PER_WEIGHT = {
     "json": JSON_BYTES_PER_WEIGHT, "f32": 4, "f16": 2, "u8": 1, "safetensors": 4, "npy": 4,
 }  # fmt: skip
-PIECE_BYTES = 1 << 20  # a streamed answer is produced about this much at a time
+PIECE_BYTES = 1 << 20  # a streamed answer is produced about this much at a time (a lane's trip)
+BINARY_PIECE_BYTES = SEND_CHUNK_BYTES
+"""A binary answer's pieces are at most this (but a head longer than it), so SendGuard hands
+each to the server as it is, with no slice of its own to copy; a trip to a compute lane makes
+PIECE_BYTES // BINARY_PIECE_BYTES of them (MapsAnswer.pieces_per_trip)."""
 
 
 U8_STEP = 1 << 16
@@ -220,10 +225,11 @@ def answer_bytes_bound(fmt: str, weights: int, tokens: int) -> int:
 
 
 PIECES_HELD = 3
-"""Pieces of a streamed maps answer that its process may hold at once: a piece being made (a
-JSON piece as its parts and as the piece they are joined into; a binary piece is written in
-place, with a scratch of U8_STEP float64s), and the piece before it (being sent, or, at the
-start, made with it: app.api.running.stream_maps makes the first two together)."""
+"""Pieces of PIECE_BYTES a streamed maps answer's process may hold at once: a piece being made
+(a JSON piece as its parts and as the piece they are joined into; a trip's binary pieces, with
+the buffer they are coded in and a scratch of U8_STEP float64s), and the piece before it (being
+sent, or, at the start, made with it: app.api.running.stream_maps makes the first two
+together)."""
 
 
 def sending_overhead(nbytes: int) -> int:
@@ -295,32 +301,43 @@ class MapsAnswer:
             return None
         return len(self.head) + math.prod(self.shape) * BYTES_PER_WEIGHT[self.fmt]
 
-    def chunks(self) -> Iterator[bytes | memoryview]:
-        """The body in pieces of about PIECE_BYTES (small layers share a piece): each piece
-        costs the server a hop to its thread pool and the client a read, so fewer is faster.
-        Binary pieces are buffers written in place (memoryview); JSON's are bytes."""
+    def chunks(self) -> Iterator[bytes]:
+        """The body in pieces: JSON's of about PIECE_BYTES (small layers share a piece), a
+        binary answer's of about BINARY_PIECE_BYTES, made pieces_per_trip at a time on a compute
+        lane: each trip costs the server a hop to its thread pool, so fewer is faster."""
         if self.fmt == "json":
             yield from _joined(self._json_parts())
         else:
             yield from self._binary_pieces()
 
-    def _binary_pieces(self) -> Iterator[memoryview]:
+    @property
+    def pieces_per_trip(self) -> int:
+        """Pieces of chunks() to make in one trip to a compute lane: about PIECE_BYTES."""
+        return 1 if self.fmt == "json" else PIECE_BYTES // BINARY_PIECE_BYTES
+
+    def _binary_pieces(self) -> Iterator[bytes]:
         """The binary body: the head, then each layer's rows in blocks of at most about
-        PIECE_BYTES, gathered into pieces as _joined gathers parts, each block coded straight
-        into its piece (coding each block to bytes and joining them copied every weight twice
-        more: 2 of the 5 copies a 128-token MiniLM answer made on its way to the socket)."""
+        BINARY_PIECE_BYTES, gathered into pieces as _joined gathers parts, each block coded
+        straight into one buffer reused for every piece, and each piece copied out of it as
+        bytes. Coding each block to bytes and joining them copied every weight twice more (2 of
+        the 5 copies a 128-token MiniLM answer made on its way to the socket); a new buffer for
+        each piece of 1 MiB was a fresh mapping, its pages faulted in and zeroed, which SendGuard
+        then copied in slices (cached 510-token MiniLM answers of every layer in u8: 60 ms, 50 ms
+        with the buffers reused)."""
         wire = "f32" if self.fmt in STANDARD_MEDIA_TYPES else self.fmt
         layers, heads, rows, cols = self.shape
         row_bytes = cols * BYTES_PER_WEIGHT[wire]
-        block_rows = max(1, PIECE_BYTES // max(row_bytes, 1))
+        block_rows = max(1, BINARY_PIECE_BYTES // max(row_bytes, 1))
         parts = [(-1, 0, len(self.head))] + [
             (layer, start, min(start + block_rows, heads * rows) - start)
             for layer in range(layers)
             for start in range(0, heads * rows, block_rows)
         ]  # (layer, its first row, rows), the head as layer -1 with its bytes for rows
         current, maps = -1, None
-        for piece in _gathered(parts, lambda part: part[2] * (row_bytes if part[0] >= 0 else 1)):
-            out = torch.empty(sum(size for _, size in piece), dtype=torch.uint8)
+        scratch = Scratch()  # the buffer every piece is coded in
+        sizes = lambda part: part[2] * (row_bytes if part[0] >= 0 else 1)  # noqa: E731
+        for piece in _gathered(parts, sizes, BINARY_PIECE_BYTES):
+            out = scratch.take("piece", (sum(size for _, size in piece),), torch.uint8)
             offset = 0
             for (layer, start, count), size in piece:
                 if layer < 0:
@@ -333,7 +350,7 @@ class MapsAnswer:
                         maps, current = maps.reshape(heads * rows, cols), layer
                     quantize_into(maps[start : start + count], wire, out[offset : offset + size])
                 offset += size
-            yield memoryview(out.numpy())
+            yield out.numpy().tobytes()
 
     def _json_parts(self) -> Iterator[bytes]:
         """The JSON body in the order it is written, in parts of any size."""
@@ -360,13 +377,15 @@ def _joined(parts: Iterator[bytes]) -> Iterator[bytes]:
         yield b"".join(part for part, _ in piece)
 
 
-def _gathered(parts: Iterable[T], size: Callable[[T], int]) -> Iterator[list[tuple[T, int]]]:
-    """Parts gathered into pieces of about PIECE_BYTES, as [(part, its size)]: a part is never
-    split, and a piece ends before the part that would take it past PIECE_BYTES."""
+def _gathered(
+    parts: Iterable[T], size: Callable[[T], int], limit: int = PIECE_BYTES
+) -> Iterator[list[tuple[T, int]]]:
+    """Parts gathered into pieces of about `limit` bytes, as [(part, its size)]: a part is never
+    split, and a piece ends before the part that would take it past `limit`."""
     pending, total = [], 0
     for part in parts:
         nbytes = size(part)
-        if total and total + nbytes > PIECE_BYTES:
+        if total and total + nbytes > limit:
             yield pending
             pending, total = [], 0
         pending.append((part, nbytes))

@@ -202,16 +202,18 @@ async def stream_maps(
     if len(ahead) < 2:  # the whole answer is made already: one piece
         return ReservedAnswer(ahead[0], answer.media_type, reservation, headers)
     lane = Lane.QUICK if answer.held else lane_cost.lane
-    body = _after(ahead, pieces, lane)
+    body = _after(ahead, pieces, lane, answer.pieces_per_trip)
     return ReservedStream(body, answer.media_type, reservation, headers)
 
 
-async def _after(ahead: list[bytes], rest: Iterator[bytes], lane: Lane) -> AsyncIterator[bytes]:
-    """The pieces made with the answer, then the rest, each made on `lane` when it is wanted;
-    none is held here once handed on (held_while_sending counts what is)."""
+async def _after(
+    ahead: list[bytes], rest: Iterator[bytes], lane: Lane, per_trip: int
+) -> AsyncIterator[bytes]:
+    """The pieces made with the answer, then the rest, per_trip of them made on `lane` when
+    they are wanted; none is held here once handed on (held_while_sending counts what is)."""
     while ahead:
         yield ahead.pop(0)
-    async for piece in iterate_on_compute(rest, lane):
+    async for piece in iterate_on_compute(rest, lane, per_trip):
         yield piece
 
 

@@ -120,9 +120,22 @@ def test_the_heavy_lane_runs_the_earliest_deadline_first_on_one_thread():
         release.set()
         await asyncio.gather(blocker, *queued)
         pieces = [piece async for piece in iterate_on_compute(iter(range(3)))]
-        return order, pieces
+        made = []  # the thread each item was made on
 
-    order, pieces = asyncio.run(scenario())
+        def counted(n):
+            for i in range(n):
+                made.append(threading.get_ident())
+                yield i
+
+        in_threes = []  # (item, items made by the time it is handed on)
+        async for piece in iterate_on_compute(counted(7), per_trip=3):
+            in_threes.append((piece, len(made)))
+        return order, pieces, in_threes, made
+
+    order, pieces, in_threes, made = asyncio.run(scenario())
+    # three items a trip to the lane, the next three made only once those are handed on
+    assert in_threes == [(0, 3), (1, 3), (2, 3), (3, 6), (4, 6), (5, 6), (6, 7)]
+    assert len(made) == 7 and threading.get_ident() not in made
     assert [name for name, _, _ in order] == ["short", "middle", "long"]
     assert len({thread for _, thread, _ in order}) == 1 != order[0][1] != threading.get_ident()
     assert order[0][2] == torch.get_num_threads()  # the heavy lane keeps PyTorch's own threads

@@ -9,6 +9,7 @@ import torch
 
 from app.limits import KERNEL_SEND_BUFFER_BYTES, SEND_CHUNK_BYTES, SendGuard, _pieces
 from app.serialize import (
+    BINARY_PIECE_BYTES,
     BYTES_PER_WEIGHT,
     PIECE_BYTES,
     PIECES_HELD,
@@ -56,14 +57,33 @@ def test_pieces_coded_in_place_are_the_head_and_each_layer_coded_whole(fmt, shap
     pieces = list(answer.chunks())
     wire = "f32" if fmt in ("npy", "safetensors") else fmt
     expected = answer.head + b"".join(quantize(layer, wire) for layer in maps)
-    assert b"".join(bytes(piece) for piece in pieces) == expected
+    assert b"".join(pieces) == expected
     assert len(expected) == answer.content_length
-    # gathered as before: a piece ends before the block of rows that would take it past
-    # PIECE_BYTES, and every block of rows is at most PIECE_BYTES
+    # Each piece is bytes of its own (coded in one buffer reused for every piece, then copied
+    # out of it), gathered as JSON's are: a piece ends before the block of rows that would take
+    # it past BINARY_PIECE_BYTES, and every block of rows is at most BINARY_PIECE_BYTES.
+    assert all(type(piece) is bytes for piece in pieces)
     row = seq * BYTES_PER_WEIGHT[wire]
-    block = max(1, PIECE_BYTES // row) * row
-    assert all(len(piece) <= max(PIECE_BYTES, len(answer.head)) for piece in pieces)
-    assert all(len(a) + min(block, heads * seq * row) > PIECE_BYTES for a in pieces[:-1])
+    block = max(1, BINARY_PIECE_BYTES // row) * row
+    assert all(len(piece) <= max(BINARY_PIECE_BYTES, len(answer.head)) for piece in pieces)
+    assert all(len(a) + min(block, heads * seq * row) > BINARY_PIECE_BYTES for a in pieces[:-1])
+
+
+def test_a_binary_answers_pieces_reach_the_server_as_they_are():
+    """SendGuard hands a piece of at most SEND_CHUNK_BYTES to the server as it is: a binary
+    answer's pieces are that size, so none is copied again on its way (its head, where longer,
+    goes in slices); a trip to a compute lane makes about PIECE_BYTES of them."""
+    seq = 300
+    maps = torch.softmax(torch.randn(12, seq, seq), dim=-1)
+    meta = {"tokens": ["w"] * seq, "layers": list(range(6))}
+    answer = MapsAnswer(meta, "u8", (6, 12, seq, seq), lambda i: maps)
+    assert answer.pieces_per_trip * BINARY_PIECE_BYTES == PIECE_BYTES
+    assert MapsAnswer(meta, "json", (6, 12, seq, seq), lambda i: maps).pieces_per_trip == 1
+    pieces = list(answer.chunks())
+    assert len(pieces) > answer.pieces_per_trip  # the case it stands for: several trips
+    for piece in pieces:
+        (handed, last), *rest = _pieces(piece)
+        assert handed is piece and last and rest == []
 
 
 def test_an_answers_piece_that_is_a_buffer_reaches_the_server_as_bytes():
