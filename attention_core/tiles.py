@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attention_core.masks import causal_mask
 from attention_core.scratch import Scratch
 from attention_core.tiled import tile_steps
 
@@ -70,17 +71,15 @@ def window_logsumexp(
     out = []
     for r0 in range(r_start, r_stop, block):
         r1 = min(r0 + block, r_stop)
-        running = q.new_full((*q.shape[:-2], r1 - r0), float("-inf"))
+        running = q.new_full((*lead, r1 - r0), float("-inf"))
         for c0 in range(0, r1 if causal else k_len, block):
             c1 = min(c0 + block, r1 if causal else k_len)
             if between_tiles is not None:
                 between_tiles()
             buffer = scratch.take("scores", (*lead, r1 - r0, c1 - c0), q.dtype, q.device)
             scores = _block_scores(q, k, (r0, r1), (c0, c1), factor, out=buffer)  # (..., r, c)
-            if causal and c1 > r0 + 1:
-                i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
-                j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
-                scores.masked_fill_(j > i, float("-inf"))
+            if causal:
+                _hide_later_keys(scores, r0, c0, float("-inf"))
             running = torch.logaddexp(running, torch.logsumexp(scores, dim=-1))
         out.append(running)
     return torch.cat(out, dim=-1)
@@ -107,9 +106,7 @@ def row_weights(
     scores_out = None if scratch is None else scratch.take("scores", shape, q.dtype, q.device)
     scores = _block_scores(q, k, rows, (0, keys), factor, out=scores_out)  # (..., r, keys)
     if causal:
-        i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
-        j = torch.arange(keys, device=q.device).unsqueeze(0)
-        scores.masked_fill_(j > i, float("-inf"))
+        _hide_later_keys(scores, r0, 0, float("-inf"))
     if scratch is None:
         return torch.softmax(scores, dim=-1)
     return torch.softmax(scores, dim=-1, out=scratch.take("weights", shape, q.dtype, q.device))
@@ -143,6 +140,16 @@ def _block_scores(
     return scores.reshape(*lead, r1 - r0, c1 - c0)
 
 
+def _hide_later_keys(block: Tensor, r0: int, c0: int, value: float) -> None:
+    """Write `value` in place wherever a block (..., rows, cols) of queries r0.. and keys c0..
+    pairs a query with a later key (a causal map's future); a block whose keys all lie at or
+    before its first query has none and is left as it is."""
+    rows, cols = block.shape[-2:]
+    if c0 + cols > r0 + 1:
+        allowed = causal_mask(rows, cols, offset=r0 - c0, device=block.device)
+        block.masked_fill_(~allowed, value)
+
+
 def weight_tile(
     q: Tensor,
     k: Tensor,
@@ -157,13 +164,10 @@ def weight_tile(
     """(..., rows, cols): the exact weights of queries rows[0]:rows[1] on keys cols[0]:cols[1],
     written in `out` (contiguous, that shape) where given."""
     r0, r1 = rows
-    c0, c1 = cols
     row_lse = lse[..., r0:r1, None]  # (..., r, 1)
     weights = _block_scores(q, k, rows, cols, factor, plus=-row_lse, out=out).exp_()
-    if causal and c1 > r0 + 1:
-        i = torch.arange(r0, r1, device=q.device).unsqueeze(1)
-        j = torch.arange(c0, c1, device=q.device).unsqueeze(0)
-        weights.masked_fill_(j > i, 0.0)
+    if causal:
+        _hide_later_keys(weights, r0, cols[0], 0.0)
     allowed_rows = torch.isfinite(row_lse)  # a row with no allowed key has none
     if not bool(allowed_rows.all()):
         weights.masked_fill_(~allowed_rows, 0.0)
