@@ -8,7 +8,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: run test lint format bench docker-test screenshots clean install install-test browser \
+.PHONY: run test test-fast lint format bench docker-test screenshots clean install install-test browser \
 	reinstall-models
 
 $(VENV)/.installed: pyproject.toml requirements/models.txt
@@ -45,6 +45,12 @@ test: $(VENV)/.installed-test browser
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
 
+# Everything but the browser and the slow tests (those that load a trained model or start a
+# server): a minute or two, for the loop of editing code.
+test-fast: $(VENV)/.installed-test
+	$(VENV)/bin/ruff check .
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not e2e" -q $(PYTEST_ARGS)
+
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -73,8 +79,10 @@ bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 $(PY) -m bench.browser
 
 screenshots: $(VENV)/.installed-test browser
-	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' $(PY) -m app --port 8765 & pid=$$!; \
-	  trap "kill $$pid" EXIT; sleep 5; $(PY) docs/make_screenshots.py http://127.0.0.1:8765
+	HF_HUB_OFFLINE=1 ATLAS_PRELOAD='[]' ATLAS_RATE_LIMIT_PER_MINUTE=0 $(PY) -m app --port 8765 & \
+	  pid=$$!; trap "kill $$pid" EXIT; \
+	  until curl -sf http://127.0.0.1:8765/api/health >/dev/null; do sleep 0.5; done; \
+	  $(PY) docs/make_screenshots.py http://127.0.0.1:8765 $(SHOTS)
 
 # Builds the Dockerfile with podman from a locally made base image, runs it, checks it, cleans up.
 docker-test:

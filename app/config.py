@@ -53,10 +53,15 @@ class Settings(BaseSettings):
     dtype: DtypeName = Field(
         "float32",
         description="Weights and activations of every model; maps are bit-exact only to a model "
-        "run in this dtype (docs: half precision bounds in the README).",
+        "run in this dtype (half precision bounds: docs/faithful-numbers.md).",
     )
     hub_downloads: bool = Field(
         False, description="Let Hub models download on first use (needs internet)."
+    )
+    lessons_dir: str | None = Field(
+        None,
+        description="A folder of lessons (*.json, docs/lessons.md) served at /learn beside the "
+        "shipped ones.",
     )
     cors_origins: list[str] = Field(default_factory=list, description="Empty: CORS off.")
     max_body_bytes: int = Field(

@@ -14,6 +14,8 @@ from fastapi.responses import JSONResponse
 from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException
 
+from app.suggest import close_matches, did_you_mean, fields_at
+
 log = logging.getLogger("attention_atlas")
 
 ErrorCode = Literal[
@@ -26,6 +28,7 @@ ErrorCode = Literal[
     "body_timeout",  # 408: the request body did not arrive in time
     "head_timeout",  # 408 from the server itself (app.transport): the request head was late
     "too_large",  # 413: the request body is over the limit
+    "unsupported_media_type",  # 415: a body sent as something other than JSON
     "rate_limited",  # 429
     "model_unavailable",  # 503: the model cannot be loaded here; the detail says why
     "busy",  # 503: too many large answers in flight; retry after Retry-After seconds
@@ -55,6 +58,13 @@ class InvalidInput(AtlasError):
 class UnknownModel(AtlasError):
     status = 404
     code: ErrorCode = "unknown_model"
+
+
+class NotFound(AtlasError):
+    """A named thing (a lesson) that this server does not have; the message lists those it has."""
+
+    status = 404
+    code: ErrorCode = "not_found"
 
 
 class ModelUnavailable(AtlasError):
@@ -98,6 +108,43 @@ def error_body(detail: str, code: ErrorCode, **extra) -> dict:
     return {"detail": detail, "code": code, **extra}
 
 
+def _not_read_as_json(error: dict) -> bool:
+    """Whether FastAPI left the body as bytes: it parses a body as JSON only when its
+    Content-Type says JSON (application/json or */*+json), and a missing one does not."""
+    return tuple(error.get("loc", ())) == ("body",) and isinstance(error.get("input"), bytes)
+
+
+def not_json_detail(content_type: str | None) -> str:
+    """The 415 answer's sentence: what the body was sent as, and the header to send instead."""
+    if not content_type:
+        sent = "without a Content-Type header"
+    elif content_type.startswith("application/x-www-form-urlencoded"):
+        sent = "as a form (application/x-www-form-urlencoded, what `curl -d` sends by default)"
+    else:
+        sent = f"as {content_type[:100]!r}"
+    return (
+        f"the body was sent {sent}; send it as JSON with the header "
+        "Content-Type: application/json (curl: -H 'Content-Type: application/json')"
+    )
+
+
+def _message(request: Request, error: dict) -> str:
+    """pydantic's message for one error; for an unknown field, the nearest field there is."""
+    message = str(error.get("msg", ""))
+    loc = tuple(error.get("loc", ()))
+    route = request.scope.get("route")
+    body = getattr(getattr(route, "body_field", None), "field_info", None)
+    if error.get("type") != "extra_forbidden" or loc[:1] != ("body",) or body is None:
+        return message
+    fields = fields_at(body.annotation, loc[1:-1])
+    if not fields:
+        return message
+    nearest = close_matches(str(loc[-1]), fields)
+    if nearest:
+        return f"unknown field; {did_you_mean(nearest)}"
+    return f"unknown field; the fields here are {', '.join(fields)}"
+
+
 HTTP_CODES: dict[int, ErrorCode] = {
     400: "invalid_body",
     404: "not_found",
@@ -116,7 +163,7 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         raw = exc.errors()
         if any(e.get("type") == "json_invalid" for e in raw):
             position = next(iter(raw[0].get("loc", ())[1:]), 0)
@@ -125,9 +172,12 @@ def install_error_handlers(app: FastAPI) -> None:
                            "invalid_body"),
                 status_code=400,
             )  # fmt: skip
+        if any(_not_read_as_json(e) for e in raw):
+            detail = not_json_detail(request.headers.get("content-type"))
+            return JSONResponse(error_body(detail, "unsupported_media_type"), status_code=415)
         # The offending input is not echoed back: it may be a megabyte of text.
         errors = [
-            {"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in raw
+            {"loc": [str(p) for p in e.get("loc", ())], "msg": _message(request, e)} for e in raw
         ]
         code = INPUT_RULE if all(e.get("type") == INPUT_RULE for e in raw) else "invalid_field"
         return JSONResponse(

@@ -17,7 +17,7 @@ from starlette_compress import CompressMiddleware, add_compress_type
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import timing as server_timing
-from app.api.routes import attention, core, health, lab, models
+from app.api.routes import attention, core, health, lab, lessons, models
 from app.compute import call_on_compute
 from app.config import Settings, get_settings
 from app.errors import AtlasError, install_error_handlers
@@ -125,6 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(attention.router)
     app.include_router(lab.router)
+    app.include_router(lessons.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -5,15 +5,26 @@ atlas = AtlasClient("http://127.0.0.1:8000")
 maps = atlas.attention("sentence-transformers/all-MiniLM-L6-v2", "The cat sat.")
 maps.weights.shape  # (layers, heads, seq, seq), float32
 maps.timing  # where the server's time went, in ms: {"app": 10.6, ..., "forward": 8.0}
+
+Every route of the REST API has a method here (its docstring names the route): the maps routes
+answer Maps, the head statistics HeadStatistics, the streamed ones (generate, forward) an
+iterator of their lines, the others the server's JSON as a dict whose matrices are float32
+arrays (null read as NaN). Fields a method does not name go in its **options, by the names of
+the request's schema (/docs). A refusal raises AtlasError with the server's status, detail and
+code; a server out of reach raises AtlasError naming its URL.
 """
 
 from __future__ import annotations
 
+import difflib
 import gzip
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.client import HTTPResponse
 
 import numpy as np
 
@@ -23,13 +34,23 @@ FORMATS = ("json", "f32", "f16", "u8", "safetensors", "npy")
 ACCEPT_ENCODING = "zstd, br, gzip"
 
 
-class AtlasError(RuntimeError):
-    """The server refused the request; `status` and the server's `detail` say why."""
+LAB_ROUTES = (
+    "masks", "scaling", "scoring", "tiling", "linear", "positions", "cost", "kv-cache",
+    "heads", "cross", "sparse", "rope-head", "padding", "what-a-head-is", "forward-pass",
+)  # fmt: skip
+"""The lab's routes, POST /api/lab/<name> (AtlasClient.lab)."""
 
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"{status}: {detail}")
+
+class AtlasError(RuntimeError):
+    """The server refused the request: `status`, its `detail` and its `code` (e.g.
+    'unknown_model') say why. `status` is None when no answer came: the server could not be
+    reached, and the detail names the URL tried."""
+
+    def __init__(self, status: int | None, detail: str, code: str | None = None) -> None:
+        super().__init__(detail if status is None else f"{status}: {detail}")
         self.status = status
         self.detail = detail
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -74,7 +95,7 @@ class HeadStatistics:
 def server_timing(value: str | None) -> dict[str, float]:
     """{stage: milliseconds} of a Server-Timing header ('app;dur=10.6, forward;dur=8.0'); a
     metric without a duration reads 0. The server names `app`, `queue` and `compute`, and
-    `load`, `tokenize` and `forward` where they happened (README, "REST API")."""
+    `load`, `tokenize` and `forward` where they happened (docs/api.md)."""
     metrics = {}
     for metric in filter(None, (part.strip() for part in (value or "").split(","))):
         name, *params = (piece.strip() for piece in metric.split(";"))
@@ -106,33 +127,97 @@ def _decompress(body: bytes, encoding: str | None) -> bytes:
     raise ValueError(f"the server answered an encoding this client did not offer: {encoding}")
 
 
+def _refusal(err: urllib.error.HTTPError) -> AtlasError:
+    """The server's error answer ({"detail": ..., "code": ...}) as an AtlasError."""
+    text = _decompress(err.read(), err.headers.get("Content-Encoding"))
+    try:
+        answer = json.loads(text)
+        return AtlasError(err.code, str(answer["detail"]), answer.get("code"))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return AtlasError(err.code, text.decode("utf-8", "replace"))
+
+
+def _body(**fields) -> dict:
+    """A request body: the fields given, less those left None (the server's defaults apply)."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _with_arrays(answer: dict, *names: str) -> dict:
+    """`answer` with these fields ('a.weights': field weights of field a) as float32 arrays,
+    null read as NaN; a field that is absent or null stays as it is."""
+    for name in names:
+        *parents, last = name.split(".")
+        node = answer
+        for parent in parents:
+            node = node[parent]
+        if node.get(last) is not None:
+            node[last] = np.array(node[last], dtype=np.float64).astype(np.float32)
+    return answer
+
+
 class AtlasClient:
+    """A running Atlas server at `base_url`; every route of its REST API is a method."""
+
     def __init__(self, base_url: str = "http://127.0.0.1:8000", timeout: float = 120.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
 
-    def _call(self, path: str, body: dict | None = None) -> _Answer:
+    def _open(self, path: str, body: dict | None, encoding: str = ACCEPT_ENCODING) -> HTTPResponse:
+        """The server's answer, open (POST when there is a body, else GET)."""
         request = urllib.request.Request(
             self.base_url + path,
             data=None if body is None else json.dumps(body).encode("utf-8"),
-            headers={"Content-Type": "application/json", "Accept-Encoding": ACCEPT_ENCODING},
+            headers={"Content-Type": "application/json", "Accept-Encoding": encoding},
             method="GET" if body is None else "POST",
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
-                return _Answer(
-                    _decompress(raw, response.headers.get("Content-Encoding")),
-                    response.headers.get("Content-Type", ""),
-                    server_timing(response.headers.get("Server-Timing")),
-                )
+            return urllib.request.urlopen(request, timeout=self.timeout)
         except urllib.error.HTTPError as err:
-            text = _decompress(err.read(), err.headers.get("Content-Encoding"))
+            raise _refusal(err) from None
+        except OSError as err:  # URLError included: refused, no such host, timed out
+            raise self._out_of_reach(err) from None
+
+    def _out_of_reach(self, err: OSError) -> AtlasError:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, TimeoutError):
+            reason = f"no answer within {self.timeout:g} s"
+        return AtlasError(
+            None,
+            f"cannot reach the Atlas server at {self.base_url} ({reason}); start it with "
+            "`make run` (or `python -m app`), or give AtlasClient its address",
+        )
+
+    def _call(self, path: str, body: dict | None = None) -> _Answer:
+        with self._open(path, body) as response:
             try:
-                detail = json.loads(text).get("detail", text.decode("utf-8", "replace"))
-            except ValueError:
-                detail = text.decode("utf-8", "replace")
-            raise AtlasError(err.code, str(detail)) from None
+                raw = response.read()
+            except OSError as err:
+                raise self._out_of_reach(err) from None
+            return _Answer(
+                _decompress(raw, response.headers.get("Content-Encoding")),
+                response.headers.get("Content-Type", ""),
+                server_timing(response.headers.get("Server-Timing")),
+            )
+
+    def _stream(self, path: str, body: dict) -> Iterator[dict]:
+        """A streamed (NDJSON) answer's lines. The request is sent now, so a refusal raises
+        here; closing the iterator (or leaving a loop over it) closes the connection, which
+        stops the server's work."""
+        return self._lines(self._open(path, body, encoding="identity"))  # each line as it comes
+
+    def _lines(self, response: HTTPResponse) -> Iterator[dict]:
+        """The JSON lines of a streamed answer as they come; an 'error' line raises AtlasError."""
+        with response:
+            try:
+                for line in response:
+                    if not line.strip():
+                        continue
+                    item = json.loads(line)
+                    if item.get("event") == "error":
+                        raise AtlasError(item.get("status"), str(item.get("detail", "")))
+                    yield item
+            except OSError as err:
+                raise self._out_of_reach(err) from None
 
     def get_json(self, path: str) -> dict:
         return json.loads(self._call(path).body)
@@ -140,9 +225,43 @@ class AtlasClient:
     def post_json(self, path: str, body: dict) -> dict:
         return json.loads(self._call(path, body).body)
 
+    def health(self) -> dict:
+        """GET /api/health: {"status": "ok"} when the server is up."""
+        return self.get_json("/api/health")
+
     def models(self) -> list[dict]:
-        """The models this server can load, with their shapes and whether each is available."""
+        """The models this server can load, with their shapes and whether each is available
+        (the `models` of GET /api/models)."""
         return self.get_json("/api/models")["models"]
+
+    def server(self) -> dict:
+        """GET /api/models whole: the models, the default encoder and decoder, the device
+        and dtype models run in, and the projections /qkspace offers."""
+        return self.get_json("/api/models")
+
+    def load(self, model: str) -> dict:
+        """POST /api/models/{model_id}/load: start loading `model` in the background; its
+        load status at once (state 'loading', 'ready' or 'failed', stage, fraction)."""
+        return self.post_json(f"/api/models/{_quoted(model)}/load", {})
+
+    def load_status(self, model: str) -> dict:
+        """GET /api/models/{model_id}/status: how far loading `model` has come."""
+        return self.get_json(f"/api/models/{_quoted(model)}/status")
+
+    def induction_text(self, model: str, length: int = 40, seed: int = 0) -> str:
+        """GET /api/models/{model_id}/induction-text: `length` random tokens of `model` written
+        twice, the standard input for induction heads (heads(...).strongest("induction"))."""
+        query = urllib.parse.urlencode({"length": length, "seed": seed})
+        return self.get_json(f"/api/models/{_quoted(model)}/induction-text?{query}")["text"]
+
+    def core_attention(self, q, k, v, **options) -> dict:
+        """POST /api/core/attention: the from-scratch attention on your own q (q_len, d_k),
+        k (k_len, d_k) and v (k_len, d_v), lists or arrays; options: mask, window, scale,
+        temperature... Every stage comes back as an array: scores, scaled_scores,
+        masked_scores (NaN where masked), weights, output."""
+        body = _body(q=_listed(q), k=_listed(k), v=_listed(v), **options)
+        answer = self.post_json("/api/core/attention", body)
+        return _with_arrays(answer, "scores", "scaled_scores", "masked_scores", "weights", "output")
 
     def attention(
         self,
@@ -156,9 +275,10 @@ class AtlasClient:
         cell: int = 1,
         reduce: str = "max",
     ) -> Maps:
-        """Attention maps of `model` on `text` as float32 numpy arrays, from any format. With
-        cell above 1, each cell x cell block of weights comes back as its max or mean (`reduce`):
-        weights then has ceil(seq / cell) values a side."""
+        """POST /api/attention: the maps of `model` on `text` as float32 arrays, from any format
+        (`format`: how they travel; 'u8' is the smallest, within 1/510). With cell above 1,
+        each cell x cell block of weights comes back as its max or mean (`reduce`): weights
+        then has ceil(seq / cell) values a side."""
         pooling = {"cell": cell, "reduce": reduce} if cell != 1 else None
         return self._maps("/api/attention", model, text, text_pair, layers, heads, format, pooling)
 
@@ -166,7 +286,8 @@ class AtlasClient:
         self, model: str, text: str, kind: str = "rollout", *, layers: list[int] | None = None,
         residual: float = 0.5, format: str = "f32",
     ) -> Maps:  # fmt: skip
-        """Each layer's head average ("average") or attention rollout ("rollout")."""
+        """POST /api/attention/aggregate: each layer's head average ("average") or attention
+        rollout ("rollout"), as Maps with one 'head'."""
         body = {"kind": kind, "residual": residual}
         return self._maps("/api/attention/aggregate", model, text, None, layers, None, format, body)
 
@@ -179,7 +300,7 @@ class AtlasClient:
         marked: list[int] | None = None,
         read_from: list[int] | None = None,
     ) -> HeadStatistics:
-        """Every head's statistics and roles on `text` (POST /api/attention/heads). marked:
+        """POST /api/attention/heads: every head's statistics and roles on `text`. marked:
         token positions whose share of each head's attention becomes the statistic 'marked',
         averaged over the rows that read them from elsewhere, or over the `read_from` rows (the
         last token of a question about a passage finds retrieval heads)."""
@@ -211,3 +332,131 @@ class AtlasClient:
         answer = self._call(path, body)
         meta, weights = decode_maps(answer.body, answer.content_type)
         return Maps(weights, meta, float(meta.get("error_bound", 0.0)), answer.timing)
+
+    def detail(self, model: str, text: str, layer: int, head: int, **options) -> dict:
+        """POST /api/attention/detail: one head in depth, replayed from the model's weights:
+        q, k, v, scores, scaled_scores, weights, output... as arrays (seq rows). options:
+        query, scale, temperature (the counterfactual), fields, text_pair."""
+        body = _body(model=model, text=text, layer=layer, head=head, **options)
+        matrices = ("q", "k", "v", "scores", "scaled_scores", "weights", "output",
+                    "counterfactual_weights", "products", "value_weighted")  # fmt: skip
+        return _with_arrays(self.post_json("/api/attention/detail", body), *matrices)
+
+    def token(self, model: str, text: str, token: int, **options) -> dict:
+        """POST /api/attention/token: follow token `token` through every layer and head.
+        as_query[layer, head, key] is what it attends to, as_key[layer, head, query] what
+        each token gives it; query_mean, query_max, key_mean, key_max sum up the heads."""
+        body = _body(model=model, text=text, token=token, **options)
+        grids = ("as_query", "as_key", "query_mean", "query_max", "key_mean", "key_max")
+        return _with_arrays(self.post_json("/api/attention/token", body), *grids)
+
+    def predictions(self, model: str, text: str, top_k: int = 5, **options) -> dict:
+        """POST /api/attention/predictions: the model's own top_k candidates at every position
+        (a decoder's next token) or at every mask token (an encoder with a masked-LM head):
+        positions[i] = {position, candidates: [{token, token_id, probability}], actual_rank}."""
+        body = _body(model=model, text=text, top_k=top_k, **options)
+        return self.post_json("/api/attention/predictions", body)
+
+    def ablate(self, model: str, text: str, heads: list[tuple[int, int]], **options) -> dict:
+        """POST /api/attention/ablate: run again with `heads` ([(layer, head), ...]) switched
+        off (options: mode 'zero' or 'mean', the layer and head to show both ways, top_k).
+        positions: each predicted position's top-k both ways, its KL divergence and logit
+        change; attention_change[layer, head]: how far each later head's rows moved;
+        weights and ablated_weights: the shown head both ways (arrays)."""
+        refs = [{"layer": layer, "head": head} for layer, head in heads]
+        body = _body(model=model, text=text, heads=refs, **options)
+        answer = self.post_json("/api/attention/ablate", body)
+        return _with_arrays(answer, "attention_change", "weights", "ablated_weights")
+
+    def compare(self, model: str, text: str, layer: int, head: int, other: dict, **options) -> dict:
+        """POST /api/attention/compare: head (layer, head) of `model` on `text` beside
+        `other` = {"layer", "head", and optionally "model", "text"}: two heads of one run, one
+        head on two texts, or two models. a.weights and b.weights (arrays); where the tokens
+        line up (`aligned`), difference (b - a) and each row's distance."""
+        body = _body(model=model, text=text, layer=layer, head=head, other=other, **options)
+        answer = self.post_json("/api/attention/compare", body)
+        return _with_arrays(answer, "a.weights", "b.weights", "difference", "row_distance")
+
+    def qkspace(
+        self, model: str, text: str, layer: int, head: int | None = None, **options
+    ) -> dict:
+        """POST /api/attention/qkspace: one head's (or, head None, every head's) queries and
+        keys projected into one plane: heads[i] = {queries (seq, 2), keys (seq, 2),
+        strongest...}, as arrays. options: method ('pca' or 'umap'), strongest."""
+        body = _body(model=model, text=text, layer=layer, head=head, **options)
+        answer = self.post_json("/api/attention/qkspace", body)
+        for space in answer["heads"]:
+            _with_arrays(space, "queries", "keys")
+        return answer
+
+    def tiles(self, model: str, text: str, layer: int, **options) -> dict:
+        """POST /api/attention/tiles: a window of one layer's maps (deep zoom). options:
+        heads, rows and cols ([start, stop)), cell, reduce. values[head, row, col] (array),
+        with row_tokens, col_tokens and the error_bound of the replay."""
+        body = _body(model=model, text=text, layer=layer, **options)
+        return _with_arrays(self.post_json("/api/attention/tiles", body), "values")
+
+    def search(self, model: str, text: str, query: dict, limit: int = 50) -> list[dict]:
+        """POST /api/attention/search: the heads matching `query`, best first, each
+        {layer, head, value}. query is {"kind": "pair", "source", "target", "above"},
+        {"kind": "role", "role"} or {"kind": "rank", "statistic", "order"}."""
+        body = _body(model=model, text=text, query=query, limit=limit)
+        return self.post_json("/api/attention/search", body)["heads"]
+
+    def similarity(self, model: str, text: str) -> dict:
+        """POST /api/attention/similarity: similarity[a, b] (array) between every two heads,
+        numbered layer * num_heads + head (1 minus the Jensen-Shannon divergence of their
+        rows), and an `order` that puts alike heads side by side."""
+        answer = self.post_json("/api/attention/similarity", _body(model=model, text=text))
+        return _with_arrays(answer, "similarity")
+
+    def forward(self, model: str, text: str, text_pair: str | None = None) -> Iterator[dict]:
+        """POST /api/attention/forward: run (and cache) the forward pass of a long text,
+        streamed: {"event": "progress", "layer", "layers"} lines, then {"event": "done",
+        tokens, seq_len, num_layers, ...}. A pass that fails raises AtlasError."""
+        body = _body(model=model, text=text, text_pair=text_pair)
+        return self._stream("/api/attention/forward", body)
+
+    def generate(
+        self, model: str, text: str, max_new_tokens: int = 16, **options
+    ) -> Iterator[dict]:
+        """POST /api/attention/generate: a decoder continues `text`, one line a token as it
+        is chosen ({"event": "token", token, probability, continuation...}), then
+        {"event": "done", text, prompt_tokens, generated, stopped, exact}. options: strategy
+        ('greedy' or 'sample'), temperature, top_k, seed. Stop early by leaving the loop."""
+        body = _body(model=model, text=text, max_new_tokens=max_new_tokens, **options)
+        return self._stream("/api/attention/generate", body)
+
+    def lab(self, name: str, **body) -> dict:
+        """POST /api/lab/<name>, one of LAB_ROUTES (masks, scaling, scoring, tiling, linear,
+        positions, cost, kv-cache, heads, cross, sparse, rope-head, padding, what-a-head-is,
+        forward-pass), with `body` as its fields (/docs lists them): the server's answer."""
+        if name not in LAB_ROUTES:
+            near = difflib.get_close_matches(name, LAB_ROUTES, n=1)
+            hint = f"did you mean {near[0]!r}?" if near else f"one of {', '.join(LAB_ROUTES)}"
+            raise ValueError(f"no lab route {name!r}; {hint}")
+        return self.post_json(f"/api/lab/{name}", body)
+
+    def lessons(self) -> list[dict]:
+        """GET /api/lessons: the lessons /learn offers, each {id, title, summary, steps,
+        source}."""
+        return self.get_json("/api/lessons")["lessons"]
+
+    def lesson(self, lesson_id: str) -> dict:
+        """GET /api/lessons/{lesson_id}: one lesson, step by step."""
+        return self.get_json(f"/api/lessons/{urllib.parse.quote(lesson_id, safe='')}")
+
+    def check_lesson(self, text: str) -> dict:
+        """POST /api/lessons/check: a lesson written by hand (its JSON, as text), as the player
+        will read it; AtlasError 422 names the first problem."""
+        return self.post_json("/api/lessons/check", {"text": text})
+
+
+def _quoted(model: str) -> str:
+    """A model id as a URL path: its '/' kept (routes take org/name), anything else escaped."""
+    return urllib.parse.quote(model, safe="/")
+
+
+def _listed(matrix) -> list:
+    """A matrix as JSON lists (numpy arrays included)."""
+    return matrix.tolist() if isinstance(matrix, np.ndarray) else matrix

@@ -4,6 +4,11 @@
     run = run_model("path/or/hub-id", "The cat sat on the mat.")
     run.attentions.shape  # (layers, heads, seq, seq)
 
+The two models the server embeds load by the server's ids, offline:
+"sentence-transformers/all-MiniLM-L6-v2" (from its pip package) and
+"HuggingFaceTB/SmolLM2-135M-Instruct" (its GGUF, converted once into the server's cache folder,
+ATLAS_CACHE_DIR).
+
 The model runs with eager attention (the only implementation that returns weights), on its own
 device and dtype; the maps come back as float32 on the CPU, exactly what the model computed (a
 half-precision model's weights are widened, not recomputed). For the three families Atlas can
@@ -12,18 +17,23 @@ replay (BERT, GPT-2, Llama), the hidden state entering each attention block is k
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from app.config import get_settings
 from app.inference.tokens import display_tokens
 from app.models.families import attention_modules, hidden_input
-from app.models.registry import MODEL_TYPE_FAMILIES, Family
+from app.models.registry import BUILTIN_MODELS, MODEL_TYPE_FAMILIES, Family
+from app.models.sources import embedded_folder
 
 MAX_TOKENS = 4096  # maps grow with the square: 4,096 tokens of a 12 x 12 model is 9.7 GB
+log = logging.getLogger("attention_atlas")
 
 
 @dataclass
@@ -59,10 +69,22 @@ class AttentionRun:
         return self.family is not None and self.hidden_inputs is not None
 
 
+def _embedded(model: str) -> Path | None:
+    """The folder of a model the server embeds, by the id the server gives it, found, checked
+    and (SmolLM2, the first time) converted by the server's own code; None for any other name.
+    The one place the library reaches into the server's loading (a shared package later)."""
+    spec = next((spec for spec in BUILTIN_MODELS if spec.id == model), None)
+    if spec is None:
+        return None
+    cache_dir = Path(get_settings().cache_dir)  # the server's: one converted copy for both
+    return embedded_folder(spec, cache_dir, lambda stage, _: log.info("%s: %s", model, stage))
+
+
 def _load(model: str, tokenizer: PreTrainedTokenizerBase | None, dtype, device):
-    tokenizer = tokenizer or AutoTokenizer.from_pretrained(model)
+    location = _embedded(model) or model
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(location)
     loaded = AutoModel.from_pretrained(
-        model, attn_implementation="eager", dtype=dtype or torch.float32
+        location, attn_implementation="eager", dtype=dtype or torch.float32
     )
     return loaded.to(device or "cpu"), tokenizer
 
@@ -89,8 +111,10 @@ def run_model(
     encoder-decoder such as T5 (the decoder and cross-attention maps come back too). dtype and
     device apply when the model is loaded here; a model object stays where it is.
     """
+    name = None  # a model object is named by its config
     if isinstance(model, (str, os.PathLike)):
-        model, tokenizer = _load(str(model), tokenizer, dtype, device)
+        name = str(model)
+        model, tokenizer = _load(name, tokenizer, dtype, device)
     elif tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(model.config.name_or_path)
     _eager(model)
@@ -104,7 +128,7 @@ def run_model(
     if "token_type_ids" in encoding and model.config.model_type not in ("distilbert", "t5"):
         inputs["token_type_ids"] = encoding["token_type_ids"].to(device)
     if model.config.is_encoder_decoder:
-        return _run_encoder_decoder(model, tokenizer, inputs, target or text)
+        return _run_encoder_decoder(model, tokenizer, inputs, target or text, name)
     base = model.base_model
     family = MODEL_TYPE_FAMILIES.get(model.config.model_type)
     captured: list[Tensor] = []
@@ -127,7 +151,7 @@ def run_model(
         raise ValueError(f"{model.config.model_type} returned no attention weights")
     maps = _stack(output.attentions)
     return AttentionRun(
-        **_what_every_run_has(model, tokenizer, inputs["input_ids"][0].tolist(), maps),
+        **_what_every_run_has(model, tokenizer, inputs["input_ids"][0].tolist(), maps, name),
         family=family,
         causal=family.causal if family else _looks_causal(maps),
         num_kv_heads=getattr(model.config, "num_key_value_heads", None) or maps.shape[1],
@@ -136,7 +160,9 @@ def run_model(
     )
 
 
-def _run_encoder_decoder(model, tokenizer, inputs: dict, target: str) -> AttentionRun:
+def _run_encoder_decoder(
+    model, tokenizer, inputs: dict, target: str, name: str | None
+) -> AttentionRun:
     decoder_ids = tokenizer(text_target=target, return_tensors="pt")["input_ids"]
     decoder_ids = decoder_ids.to(inputs["input_ids"].device)
     with torch.inference_mode():
@@ -144,7 +170,7 @@ def _run_encoder_decoder(model, tokenizer, inputs: dict, target: str) -> Attenti
     target_ids = decoder_ids[0].tolist()
     encoder = _stack(output.encoder_attentions)
     return AttentionRun(
-        **_what_every_run_has(model, tokenizer, inputs["input_ids"][0].tolist(), encoder),
+        **_what_every_run_has(model, tokenizer, inputs["input_ids"][0].tolist(), encoder, name),
         family=None,
         causal=False,
         num_kv_heads=encoder.shape[1],
@@ -154,10 +180,10 @@ def _run_encoder_decoder(model, tokenizer, inputs: dict, target: str) -> Attenti
     )
 
 
-def _what_every_run_has(model, tokenizer, ids: list[int], maps: Tensor) -> dict:
+def _what_every_run_has(model, tokenizer, ids: list[int], maps: Tensor, name: str | None) -> dict:
     labels, _, special = display_tokens(tokenizer, ids)
     return {
-        "model_name": str(model.config.name_or_path or model.config.model_type),
+        "model_name": name or str(model.config.name_or_path or model.config.model_type),
         "tokens": labels,
         "token_ids": ids,
         "special_tokens": special,

@@ -5,38 +5,67 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from app.errors import not_json_detail
 from app.schemas.common import ErrorDetail
 
 _DESCRIPTIONS = {
     400: "The body is not UTF-8 JSON (or holds a number JSON parsers refuse).",
-    404: "Unknown model; the message lists the available ones.",
+    404: "Unknown model; the message names the nearest ids, or lists them all.",
     408: "The request body (code body_timeout), or its head (head_timeout, answered by the "
     "server before any route), did not arrive within ATLAS_BODY_TIMEOUT_SECONDS.",
     413: "The request body is larger than ATLAS_MAX_BODY_BYTES.",
+    415: "The body was sent without `Content-Type: application/json` (as text/plain, as a form, "
+    "or with no Content-Type); the detail names the header to send.",
     422: "The body breaks its schema (code 'invalid_field') or a rule the schema cannot state "
-    "(code 'input_rule', e.g. more tokens than the model takes); the detail says which.",
+    "(code 'input_rule', e.g. more tokens than the model takes); the detail says which, and "
+    "`errors` gives each field's issue.",
     429: "Over the per-client rate limit; retry after the Retry-After header's seconds.",
     503: "The model cannot be loaded here (code 'model_unavailable', with the reason and the "
     "fix), or the server is busy sending other large answers (code 'busy', with Retry-After).",
+}
+_EXAMPLES = {  # one answer of each status as the server words it, with its code
+    400: ("the body is not valid JSON (error at character 12)", "invalid_body"),
+    404: (
+        "Unknown model 'all-MiniLM-L6-v2'; did you mean 'sentence-transformers/all-MiniLM-L6-v2'?",
+        "unknown_model",
+    ),
+    408: ("the request body did not arrive within 20 s; send it at once", "body_timeout"),
+    413: (
+        "the request body is larger than 2,000,000 bytes; send less (the limit is "
+        "ATLAS_MAX_BODY_BYTES)",
+        "too_large",
+    ),
+    415: (not_json_detail("text/plain"), "unsupported_media_type"),
+    422: ("head: unknown field; did you mean 'heads'?", "invalid_field"),
+    429: ("too many requests: at most 600 a minute per client; retry in 1 s", "rate_limited"),
+    503: (
+        "'gpt2' is not in the local HuggingFace cache and Hub downloads are off. On a machine "
+        "with internet run `huggingface-cli download gpt2` (...)",
+        "model_unavailable",
+    ),
 }
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}}
 
 
 def errors(*statuses: int, **descriptions: str) -> dict:
-    """OpenAPI `responses` for these statuses; descriptions override by name, e.g. e422=..."""
+    """OpenAPI `responses` for these statuses; descriptions override by name, e.g. e422=...
+    A status described as usual shows a real answer as its example (in /docs, a few lines
+    instead of the schema's made-up example of every field); one described otherwise shows
+    the schema's."""
     out = {}
     for status in statuses:
-        entry: dict = {
-            "model": ErrorDetail,
-            "description": descriptions.get(f"e{status}", _DESCRIPTIONS[status]),
-        }
+        description = descriptions.get(f"e{status}")
+        entry: dict = {"model": ErrorDetail, "description": description or _DESCRIPTIONS[status]}
+        if description is None:
+            detail, code = _EXAMPLES[status]
+            entry["content"] = {"application/json": {"example": {"detail": detail, "code": code}}}
         if status in (429, 503):
             entry["headers"] = _RETRY_AFTER
         out[status] = entry
     return out
 
 
-BODY_ROUTE = (400, 408, 413, 422, 429)
+BODY_ROUTE = (400, 408, 413, 415, 422, 429)
 """Every route that reads a JSON body can answer these."""
 
 

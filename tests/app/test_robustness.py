@@ -12,6 +12,7 @@ from app.errors import RequestCancelled
 from app.inference.forward import run_forward
 from app.main import create_app
 from app.models.registry import MINILM_ID
+from app.schemas.common import ErrorDetail
 from tests.conftest import make_settings
 
 TEXT = "Robust servers answer clearly."
@@ -61,6 +62,125 @@ def test_a_body_over_the_limit_and_deep_nesting_are_refused_cleanly(client):
         "/api/attention", content=b'{"model": ', headers={"Content-Type": "application/json"}
     )
     assert broken.status_code == 400 and "not valid JSON" in broken.json()["detail"]
+
+
+BODY = json.dumps({"model": MINILM_ID, "text": TEXT}).encode()
+
+
+@pytest.mark.parametrize(
+    "content_type,said",
+    [
+        (None, "without a Content-Type header"),
+        ("text/plain", "as 'text/plain'"),
+        ("application/x-www-form-urlencoded", "what `curl -d` sends by default"),
+        ("multipart/form-data; boundary=x", "as 'multipart/form-data; boundary=x'"),
+    ],
+)
+def test_a_json_body_sent_as_anything_else_gets_415_naming_the_header(client, content_type, said):
+    headers = {} if content_type is None else {"Content-Type": content_type}
+    for route in ("/api/attention", "/api/core/attention", "/api/lab/masks"):
+        response = client.post(route, content=BODY, headers=headers)
+        assert response.status_code == 415, (route, response.text)
+        body = response.json()
+        assert body["code"] == "unsupported_media_type" and set(body) == {"detail", "code"}
+        assert said in body["detail"] and "Content-Type: application/json" in body["detail"]
+
+
+def test_json_content_types_are_read_and_a_route_without_a_body_ignores_its_type(client):
+    for content_type in ("application/json; charset=utf-8", "application/merge-patch+json"):
+        headers = {"Content-Type": content_type}
+        response = client.post("/api/lab/masks", content=b'{"n": 3}', headers=headers)
+        assert response.status_code == 200, response.text
+    empty = client.post("/api/lab/masks", content=b"", headers={"Content-Type": "text/plain"})
+    assert empty.status_code == 422 and empty.json()["detail"] == "Field required"
+    load = client.post(
+        f"/api/models/{MINILM_ID}/load", content=b"x", headers={"Content-Type": "text/plain"}
+    )
+    assert load.status_code == 202
+
+
+def test_every_route_that_takes_a_body_documents_415_and_no_other_does(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    operations = [(path, op) for path, item in paths.items() for op in item.values()]
+    with_body = [path for path, op in operations if "requestBody" in op]
+    assert len(with_body) > 25
+    for path, operation in operations:
+        assert ("415" in operation["responses"]) == ("requestBody" in operation), path
+
+
+def test_each_documented_error_shows_an_answer_of_its_own_status(client):
+    codes = {400: "invalid_body", 404: "unknown_model", 408: "body_timeout", 413: "too_large",
+             415: "unsupported_media_type", 422: "invalid_field", 429: "rate_limited",
+             503: "model_unavailable"}  # fmt: skip
+    paths = client.get("/openapi.json").json()["paths"]
+    shown = 0
+    for item in paths.values():
+        for operation in item.values():
+            for status, response in operation["responses"].items():
+                example = response.get("content", {}).get("application/json", {}).get("example")
+                if int(status) >= 400 and example is not None:
+                    assert ErrorDetail.model_validate(example).code == codes[int(status)]
+                    shown += 1
+    assert shown > 150
+    example = paths["/api/lab/masks"]["post"]["responses"]["415"]["content"]["application/json"]
+    sent = client.post("/api/lab/masks", content=b"{}", headers={"Content-Type": "text/plain"})
+    assert sent.json() == example["example"]  # the server's own words
+
+
+@pytest.mark.parametrize(
+    "model,detail",
+    [
+        ("sentence-transformers/all-MiniLM-L6", f"did you mean {MINILM_ID!r}?"),
+        ("all-minilm-l6-v2", f"did you mean {MINILM_ID!r}?"),  # its name, in any case
+        ("SmolLM2-135M-Instruct", "did you mean 'HuggingFaceTB/SmolLM2-135M-Instruct'?"),
+        ("gpt-2", "did you mean 'gpt2'"),
+        ("nope", "Unknown model 'nope'. Available: HuggingFaceTB/SmolLM2-135M-Instruct,"),
+    ],
+)
+def test_an_unknown_model_names_the_nearest_id_or_lists_them_all(client, model, detail):
+    for response in (
+        client.post("/api/attention", json={"model": model, "text": TEXT}),
+        client.get(f"/api/models/{model}/status"),
+    ):
+        assert response.status_code == 404
+        assert response.json()["code"] == "unknown_model"
+        assert detail in response.json()["detail"], response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    "route,body,detail",
+    [
+        ("/api/lab/masks", {"n": 8, "windw": 2}, "windw: unknown field; did you mean 'window'?"),
+        ("/api/attention", {"layer": [0]}, "layer: unknown field; did you mean 'layers'?"),
+        (
+            "/api/attention/search",
+            {"query": {"kind": "pair", "sourc": 1, "target": 0}},
+            "query.pair.sourc: unknown field; did you mean 'source'?",
+        ),
+        (
+            "/api/attention/ablate",
+            {"heads": [{"layr": 0, "head": 0}]},
+            "heads.0.layr: unknown field; did you mean 'layer'?",
+        ),
+        (
+            "/api/attention/compare",
+            {"layer": 0, "head": 0, "other": {"layer": 1, "head": 0, "txt": "x"}},
+            "other.txt: unknown field; did you mean 'text'?",
+        ),
+        (
+            "/api/attention",
+            {"zzzz": 1},
+            "zzzz: unknown field; the fields here are model, text, text_pair, layers, heads,",
+        ),
+    ],
+)
+def test_an_unknown_field_names_the_nearest_field_of_its_own_object(client, route, body, detail):
+    if route != "/api/lab/masks":
+        body = {"model": MINILM_ID, "text": TEXT, **body}
+    response = client.post(route, json=body)
+    assert response.status_code == 422, response.text
+    answer = response.json()
+    assert answer["code"] == "invalid_field" and detail in answer["detail"], answer["detail"]
 
 
 def test_security_headers_on_every_answer_and_cors_off_by_default(client, local_checkpoints):

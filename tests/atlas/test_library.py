@@ -43,6 +43,12 @@ def test_run_model_returns_exactly_what_transformers_computes(minilm_run):
     assert minilm_run.hidden_inputs.shape == (6, len(minilm_run.tokens), 384)
 
 
+def test_run_model_loads_the_servers_embedded_models_by_their_ids(minilm_run):
+    by_id = run_model(MINILM_ID, TEXT)  # offline: the server's own files, not the Hub
+    assert by_id.model_name == MINILM_ID and by_id.tokens == minilm_run.tokens
+    assert torch.equal(by_id.attentions, minilm_run.attentions)
+
+
 def test_other_architectures_give_maps_without_replay(local_checkpoints, tmp_path):
     gpt2 = run_model(local_checkpoints["local/gpt2-tiny"], "hello there world")
     assert gpt2.causal and gpt2.replayable and gpt2.attentions.shape == (2, 4, 3, 3)

@@ -1,5 +1,6 @@
 """Head statistics and roles on heads built to do each job (the answer known by construction)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -9,6 +10,7 @@ from attention_core.head_stats import (
     LOCAL_REACH,
     ROLES,
     STATISTICS,
+    HeadStatistics,
     TokenFacts,
     head_statistics,
     layer_statistics,
@@ -19,6 +21,17 @@ from attention_core.scratch import Scratch
 # A random token sequence repeated: the standard input for induction heads.
 IDS = torch.tensor([5, 17, 9, 23, 11, 30, 5, 17, 9, 23, 11, 30])
 T = len(IDS)
+
+
+def induction_keys(ids: torch.Tensor) -> torch.Tensor:
+    """(T, T) bool, written plainly: key j follows an earlier copy of the query's last two
+    tokens (ids[j-1] == ids[i], ids[j-2] == ids[i-1], j-1 < i): a repeated span."""
+    n = len(ids)
+    keys = torch.zeros(n, n, dtype=torch.bool)
+    for i in range(1, n):
+        for j in range(2, i + 1):
+            keys[i, j] = bool(ids[j - 1] == ids[i] and ids[j - 2] == ids[i - 1])
+    return keys
 
 
 def facts(**changes):
@@ -50,8 +63,7 @@ def built_heads() -> dict[str, torch.Tensor]:
     separator = (j == 3).double().expand(T, T)  # token 3 is the separator below
     local = (((i - j).abs() <= 3) & (i != j)).double()
     duplicate = ((IDS.unsqueeze(1) == IDS.unsqueeze(0)) & (j < i)).double()
-    induction = torch.zeros(T, T, dtype=torch.float64)
-    induction[:, 1:] = ((IDS.unsqueeze(1) == IDS.unsqueeze(0))[:, :-1] & (j[:, :-1] < i)).double()
+    induction = induction_keys(IDS).double()
     return {
         "previous-token": previous, "first-token (sink)": first, "self": own, "broad": broad,
         "separator": separator, "local window": local, "duplicate-token": duplicate,
@@ -204,8 +216,7 @@ def test_key_sets_over_a_blocks_keys_are_the_whole_texts_cut_to_them():
     i = torch.arange(12).unsqueeze(1)
     j = torch.arange(12).unsqueeze(0)
     same_id = ids.unsqueeze(1) == ids.unsqueeze(0)
-    follows = torch.zeros_like(same_id)
-    follows[:, 1:] = same_id[:, :-1] & (j[:, :-1] < i)
+    follows = induction_keys(ids)
     whole = {
         "same_word": (word.unsqueeze(1) == word) & (word.unsqueeze(1) >= 0) & (i != j),
         "local": ((i - j).abs() <= LOCAL_REACH) & (i != j) & (j != i - 1),
@@ -221,3 +232,53 @@ def test_key_sets_over_a_blocks_keys_are_the_whole_texts_cut_to_them():
             assert torch.equal(sets[index], want), (name, first, keys)
         for name in ("same_word", "duplicate", "induction"):
             assert torch.equal(counted[name], whole[name][first:stop].any(dim=-1)), name
+
+
+def test_induction_needs_a_repeated_span_not_a_repeated_word():
+    """A word used twice ("the ... the") gives no induction row; a span used twice does, from
+    its second token on, and only those rows are averaged."""
+    ids = torch.tensor([1, 7, 2, 7, 3, 4, 5, 3, 4, 5])  # 7 twice alone; 3 4 5 twice
+    keys = induction_keys(ids)
+    assert keys.any(dim=-1).tolist() == [False] * 8 + [True, True]  # rows 8 and 9
+    assert [keys[row].nonzero().flatten().tolist() for row in (8, 9)] == [[6], [7]]
+    text = TokenFacts(
+        special=torch.zeros(10, dtype=torch.bool),
+        separator=torch.zeros(10, dtype=torch.bool),
+        word=torch.arange(10),
+        ids=ids,
+    )
+    uniform = causal_rows(torch.ones(10, 10, dtype=torch.float64)).float().reshape(1, 1, 10, 10)
+    result = head_statistics(uniform, text, causal=True)
+    assert float(result.values["induction"][0, 0]) == pytest.approx((1 / 9 + 1 / 10) / 2)
+    no_span = dataclasses.replace(text, ids=torch.tensor([1, 7, 2, 7, 3, 4, 5, 6, 8, 9]))
+    assert math.isnan(
+        float(head_statistics(uniform, no_span, causal=True).values["induction"][0, 0])
+    )
+
+
+def test_the_sink_role_needs_nearly_all_of_each_row_on_the_first_token():
+    """Half the attention on the first token is what most heads of a decoder give it on a short
+    text; the role needs 0.9, so it names the heads that park nearly everything there."""
+    first = torch.zeros(T, T, dtype=torch.float64)
+    first[:, 0] = 1
+    spread = causal_rows(torch.ones(T, T, dtype=torch.float64))
+    half = causal_rows(0.5 * first + 0.5 * spread)  # about 0.6 of each row on the first token
+    nearly = causal_rows(0.95 * first + 0.05 * spread)
+    maps = torch.stack([half, nearly]).unsqueeze(0).float()
+    result = head_statistics(maps, facts(), causal=True)
+    assert 0.5 < float(result.values["first"][0, 0]) < 0.9
+    assert "first-token (sink)" not in dict(result.roles(0, 0))
+    assert dict(result.roles(0, 1))["first-token (sink)"] >= 0.9
+
+
+def test_the_clearest_head_is_the_largest_multiple_of_its_roles_threshold(stats):
+    """Of the heads built for one job each, the sink and broad heads are never chosen; the rest
+    score 1.0 each, so a role of the lowest threshold wins (induction's or duplicate's 0.3)."""
+    names, result = stats
+    best = result.clearest()
+    assert best.layer == 0 and best.role in ("duplicate-token", "induction")
+    assert best.head == names.index(best.role)
+    assert best.margin == pytest.approx(1 / 0.3, rel=1e-5)
+    assert result.clearest(layers=[7]).layer == 7
+    nothing = HeadStatistics(values={name: torch.full((1, 2), math.nan) for name in STATISTICS})
+    assert nothing.clearest() is None

@@ -1,20 +1,19 @@
 """Every page and every explorer tab, opened and drawn, for checks that apply to all of them."""
 
+from app.web.explorer_views import VIEWS as EXPLORER_VIEWS
 from app.web.lab_topics import LAB_TOPICS as ALL_LAB_TOPICS
 from app.web.pages import TOPICS_WITH_OWN_ROUTE
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import click_view, wait_js
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SENTENCE = "The animal didn't cross the street because it was tired."
-EXPLORER_TABS = (
-    "heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity",
-    "lines", "qk", "mask", "whatif", "value", "ablation", "compare", "qkspace", "steps",
-)  # fmt: skip
+EXPLORER_TABS = tuple(EXPLORER_VIEWS)  # the registry, in tab order
 LAB_TOPICS = tuple(t for t in ALL_LAB_TOPICS if t not in TOPICS_WITH_OWN_ROUTE)  # issue 11's
 LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))
 # Runs, draws, and (stat= in the URL) fills the head finder, so every check sees it too.
 ZOOM_PAGE = f"/zoom?model={MINILM}&stat=previous#text=" + SENTENCE.replace(" ", "+")
-PAGES = (*LAB_PAGES, ZOOM_PAGE, "/docs")  # every page but the explorer, whose tabs come apart
+LEARN_PAGES = ("/learn", "/learn/attention-basics", "/glossary")
+PAGES = (*LAB_PAGES, *LEARN_PAGES, ZOOM_PAGE, "/docs")  # every page but the explorer (tabs apart)
 ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *PAGES)
 
 
@@ -44,14 +43,15 @@ def open_view(page, base: str, view: str, model: str = MINILM, text: str = SENTE
     tab = view.split(":", 1)[1]
     from urllib.parse import urlencode
 
-    page.goto(f"{base}/?{urlencode({'model': model, 'text': text, 'view': tab})}")
+    state = {"model": model, "text": text, "layer": 0, "head": 0, "view": tab}
+    page.goto(f"{base}/?{urlencode(state)}")
     page.wait_for_selector("#result:not([hidden])", timeout=90_000)
     _tab_drawn(page, tab)
 
 
 def open_tab(page, tab: str) -> None:
     """On an explorer that has drawn its answer, switch to one tab (a click, as a user would)."""
-    page.click(f"#tab-{tab}")
+    click_view(page, tab)
     _tab_drawn(page, tab)
 
 

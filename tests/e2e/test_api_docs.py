@@ -7,7 +7,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from app.schemas.common import NOT_BLANK
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import TASK_GUARD_MS, wait_js
 from tests.support.whitespace import BLANKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -98,6 +98,36 @@ def test_an_opened_operation_shows_its_request_and_answer_schemas(page, live_ser
     assert not page.errors, page.errors
 
 
+def test_an_opened_operation_fits_two_screens_and_still_shows_every_status(page, live_server):
+    """POST /api/attention, the longest operation, was 4,139 px open at 1280 x 800 (five
+    screens): each error status drawn with a media-type menu, tabs and its example open, and a
+    description with a table. An error is now one row, its example folded, and a long
+    description folds after its first paragraph (app/.../api-docs.js): 1,388 px."""
+    with urllib.request.urlopen(f"{live_server}/openapi.json") as response:
+        paths = json.loads(response.read())["paths"]
+    documented = sorted(paths["/api/attention"]["post"]["responses"])
+    page.goto(f"{live_server}/docs")
+    wait_js(page, "document.querySelectorAll('.opblock').length > 0")
+    block = (
+        page.locator(".opblock-post", has_text="/api/attention")
+        .filter(has_not_text="/detail")
+        .first
+    )
+    block.locator(".opblock-summary").click()
+    block.get_by_role("heading", name="Request body").wait_for(timeout=10_000)
+    shown = block.locator("tr.response").evaluate_all("rows => rows.map((r) => r.dataset.code)")
+    assert sorted(shown) == documented and len(documented) >= 9, shown
+    assert block.bounding_box()["height"] <= 2 * 800
+    error = block.locator("tr.response[data-code='422']")
+    error.get_by_text("Example").click()  # an error's example body, one click away
+    assert '"invalid_field"' in error.locator(".highlight-code").text_content()
+    block.locator(".description-more").get_by_text("More").click()
+    assert "Binary formats" in block.locator(".opblock-description").text_content()
+    violations = Axe().run(page).response["violations"]
+    assert [(v["id"], v["impact"]) for v in violations] == []
+    assert not page.errors, page.errors
+
+
 def test_an_opened_operation_with_parameters_has_no_axe_finding(page, live_server):
     """Swagger UI's grey "(path)" beside a parameter was 3.9:1 (axe: serious); its own main
     landmark and h1 title over h3 tags are fitted to the page's (app/.../api-docs.js)."""
@@ -117,9 +147,7 @@ new PerformanceObserver((list) => {
 }).observe({ type: "longtask", buffered: true });"""
 
 
-def test_docs_load_and_open_an_operation_without_a_main_thread_task_over_200_ms(
-    browser, live_server
-):
+def test_docs_load_and_open_an_operation_without_a_long_main_thread_task(browser, live_server):
     """Swagger UI's script runs in two tasks (swagger-client, then the rest) and an opened
     operation is drawn in a task after the one that resolves it: in one piece each was a task
     of 123-208 ms on the 2-core test machine, now 90-166 ms."""
@@ -149,9 +177,9 @@ def test_docs_load_and_open_an_operation_without_a_main_thread_task_over_200_ms(
     tries = []
     for _ in range(3):
         tries.append(longest_tasks())
-        if max(tries[-1]) <= 200:
+        if max(tries[-1]) <= TASK_GUARD_MS:
             break
-    assert max(tries[-1]) <= 200, tries
+    assert max(tries[-1]) <= TASK_GUARD_MS, tries
 
 
 BLANK_TO_THE_BROWSER = """(pattern) => {

@@ -1,11 +1,13 @@
 """Checks every page and explorer tab must pass (issue 9): nothing points off-origin, axe-core
-finds no violation of any impact, and nothing is wider than a 390 px phone. The explorer
-is opened once a width and its tabs visited in turn, as a user does (a page load a tab cost the
-suite ~100 s)."""
+finds no violation of any impact, nothing is wider than a 390 px phone, and no chart's axis
+title covers its tick labels or leaves the chart, at 1280 px or 390 px. The explorer is opened
+once a width and its tabs visited in turn, as a user does (a page load a tab cost the suite
+~100 s)."""
 
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
+from tests.e2e.helpers import AXIS_TITLE_PROBLEMS
 from tests.e2e.pages import EXPLORER_TABS, PAGES, open_tab, open_view
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -30,8 +32,8 @@ def test_no_explorer_tab_points_off_origin_or_has_serious_axe_findings(page, liv
 
 
 def desktop_problems(page) -> list[str]:
-    """Links or forms off the origin, a tool bar button that would send a chart away, and
-    axe-core's violations, as lines of text."""
+    """Links or forms off the origin, a tool bar button that would send a chart away, axis
+    titles over tick labels, and axe-core's violations, as lines of text."""
     links = page.evaluate(
         "[...document.querySelectorAll('a[href], form[action]')]"
         ".map(a => a.href || a.action).filter(h => !h.startsWith(location.origin))"
@@ -46,7 +48,8 @@ def desktop_problems(page) -> list[str]:
         + "; ".join(n["target"][0] for n in v["nodes"][:4])
         for v in results.response["violations"]
     ]
-    return [f"off-origin: {link}" for link in links] + [f"tool bar: {t}" for t in sharing] + bad
+    found = [f"off-origin: {link}" for link in links] + [f"tool bar: {t}" for t in sharing]
+    return found + page.evaluate(AXIS_TITLE_PROBLEMS) + bad
 
 
 LAYOUT_PROBLEMS = """() => {
@@ -76,6 +79,10 @@ LAYOUT_PROBLEMS = """() => {
 }"""
 
 
+def phone_problems(page) -> list[str]:
+    return page.evaluate(LAYOUT_PROBLEMS) + page.evaluate(AXIS_TITLE_PROBLEMS)
+
+
 def phone(browser):
     return browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
 
@@ -86,7 +93,7 @@ def test_a_390_px_phone_sees_everything(browser, live_server, view):
     try:
         page = context.new_page()
         open_view(page, live_server, view)
-        assert page.evaluate(LAYOUT_PROBLEMS) == []
+        assert phone_problems(page) == []
     finally:
         context.close()
 
@@ -99,7 +106,7 @@ def test_a_390_px_phone_sees_every_explorer_tab(browser, live_server):
         problems = {}
         for tab in EXPLORER_TABS:
             open_tab(page, tab)
-            problems[tab] = page.evaluate(LAYOUT_PROBLEMS)
+            problems[tab] = phone_problems(page)
         assert not any(problems.values()), {tab: found for tab, found in problems.items() if found}
     finally:
         context.close()

@@ -6,7 +6,8 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.helpers import log_colours, wait_js
+from tests.e2e.helpers import click_view, log_colours, wait_js
+from tests.support.live import start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -31,13 +32,25 @@ def assert_same_matrix(got, expected, tol=1e-7):
         assert got_row == pytest.approx(expected_row, abs=tol)
 
 
+# Sets window.__ranNow once the status line says a run has answered ("16 tokens · ...").
+RAN_NOW = """() => {
+  window.__ranNow = false;
+  const status = document.querySelector('#run-status');
+  new MutationObserver(() => { if (/^\\d+ tokens/.test(status.textContent)) window.__ranNow = true; })
+    .observe(status, {childList: true, characterData: true, subtree: true});
+}"""
+
+
 def run_sentence(page, base, text=SENTENCE, model=MINILM, navigate=True):
     if navigate:
-        page.goto(f"{base}/")
+        page.goto(f"{base}/?layer=0&head=0")  # the head these tests read, not the clearest one
         wait_js(page, "document.querySelectorAll('#model option').length > 1")
     page.select_option("#model", model)
     page.fill("#text", text)
+    # The page ran its link (the example) on opening: wait for this run's own answer.
+    page.evaluate(RAN_NOW)
     page.click("#run")
+    wait_js(page, "window.__ranNow", 90)
     page.wait_for_selector("#result:not([hidden])", timeout=90_000)
 
 
@@ -133,7 +146,7 @@ def test_log_colours_hold_in_every_view_of_weights_and_the_signed_difference_sta
     assert page.evaluate("document.querySelector('#follow-query-heads').data[0].z") == heads
     assert "colours" not in urllib.parse.urlparse(page.url).query
     # Compare, log chosen there: A and B in log colours, B − A still signed and linear.
-    page.click("#tab-compare")
+    click_view(page, "compare")
     wait_js(page, "document.querySelector('#compare-b').data?.[0]?.zmax === 1", 60)
     page.select_option("#view-compare [data-part=colours]", "log")
     wait_js(page, "document.querySelector('#compare-b').data[0].zmax === 0")
@@ -144,14 +157,14 @@ def test_log_colours_hold_in_every_view_of_weights_and_the_signed_difference_sta
     expected = [y - x for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True)]
     assert flat == pytest.approx(expected, abs=1e-6)
     # The choice is the state's: Average & rollout opens in log colours, rollout too.
-    page.click("#tab-aggregate")
+    click_view(page, "aggregate")
     wait_js(page, "document.querySelector('#aggregate-map').data?.[0]?.zmax === 0", 60)
     assert page.input_value("#view-aggregate [data-part=colours]") == "log"
     page.select_option("#aggregate-kind", "rollout")
     wait_js(page, "document.querySelector('#aggregate-map').layout.title.text.includes('rollout')")
     drawn_in_log_colours(page, "#aggregate-map")
     # Ablation: the open head as computed and with heads switched off, both in log colours.
-    page.click("#tab-ablation")
+    click_view(page, "ablation")
     page.fill("#ablation-heads", "0.1")
     page.dispatch_event("#ablation-heads", "change")
     wait_js(page, "document.querySelector('#ablation-after').data?.[0]?.zmax === 0", 60)
@@ -174,7 +187,7 @@ def test_a_colour_scale_the_heatmap_does_not_have_is_not_read_from_the_url(page,
 
 def test_all_heads_grid_opens_a_head(page, live_server):
     run_sentence(page, live_server)
-    page.click("#tab-grid")
+    click_view(page, "grid")
     wait_js(
         page,
         "document.querySelector('#grid-status').textContent.includes('72 heads shown')",
@@ -187,8 +200,17 @@ def test_all_heads_grid_opens_a_head(page, live_server):
     assert not page.errors
 
 
-def test_decoder_mask_view_is_causal(page, live_server):
-    page.goto(f"{live_server}/")
+@pytest.fixture
+def fresh_server(tmp_path):
+    """A server of its own, whose models are not loaded yet (the session's keeps what any
+    page loaded before, and the lab's pages load SmolLM2)."""
+    server = start_server(tmp_path / "uvicorn.log")
+    yield server.base
+    server.stop()
+
+
+def test_decoder_mask_view_is_causal(page, fresh_server):
+    page.goto(f"{fresh_server}/")
     wait_js(page, "document.querySelectorAll('#model option').length > 1")
     # Record every status line, to see the loading progress of a model not loaded yet.
     page.evaluate(
@@ -199,12 +221,10 @@ def test_decoder_mask_view_is_causal(page, live_server):
             .observe(status, {childList: true, characterData: true, subtree: true});
         }"""
     )
-    # SmolLM2 must not be loaded yet here: the session's live server keeps its models, so the
-    # test files that use SmolLM2 are named to sort after this one.
-    run_sentence(page, live_server, text="One two three four five", model=SMOLLM2, navigate=False)
+    run_sentence(page, fresh_server, text="One two three four five", model=SMOLLM2, navigate=False)
     statuses = page.evaluate("window.__statuses")
     assert any(s.startswith(f"Loading {SMOLLM2}") for s in statuses), statuses
-    page.click("#tab-mask")
+    click_view(page, "mask")
     wait_for_plot(page, "#mask-after")
     n = len(page.evaluate("document.querySelector('#mask-after').data[0].z"))
     masked = page.inner_text("#mask-metrics")
@@ -216,7 +236,7 @@ def test_decoder_mask_view_is_causal(page, live_server):
             assert after[i][j] == 0 and before[i][j] is None
     assert "causal" in page.inner_text("#mask-explain")
     # The grid shows which query heads share a key/value head.
-    page.click("#tab-grid")
+    click_view(page, "grid")
     wait_js(page, "document.querySelector('#grid-status').textContent.includes('270')", timeout=60)
     assert "kv0" in page.inner_text("#grid")
     assert not page.errors
@@ -274,8 +294,8 @@ def test_script_in_the_sentence_runs_nothing(page, live_server):
     attack = '<img src=x onerror="window.__pwned=1;alert(1)"><script>window.__pwned=2</script>'
     run_sentence(page, live_server, text=attack, model=SMOLLM2)
     wait_for_plot(page, "#heatmap")
-    for tab in ("#tab-lines", "#tab-qk", "#tab-heatmap"):
-        page.click(tab)
+    for tab in ("lines", "qk", "heatmap"):
+        click_view(page, tab)
         page.wait_for_timeout(500)
     assert page.evaluate("window.__pwned") is None
     assert dialogs == []

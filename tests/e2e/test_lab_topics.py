@@ -2,11 +2,14 @@
 inputs in the URL, and recomputes without a main-thread task over 200 ms."""
 
 import json
+import urllib.parse
 import urllib.request
 
 import pytest
 
-from tests.e2e.helpers import wait_js
+from app.models.loader import FULL_MAPS_MAX_TOKENS
+from app.schemas.lab_models import MAX_LAB_REAL_TOKENS
+from tests.e2e.helpers import TASK_GUARD_MS, wait_js
 from tests.e2e.pages import LAB_TOPICS, settle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -18,6 +21,8 @@ new PerformanceObserver((list) => {
 
 # (page, a form input to change, its new value, the metric or table that must follow the API)
 CHANGES = {
+    "what-a-head-is": ("#what-head", "5"),
+    "forward-pass": ("#pass-layer", "3"),
     "heads": ("#heads-kv", "2"),
     "cross": ("#cross-layer", "3"),
     "scoring": ("#scoring-seed", "5"),
@@ -57,7 +62,7 @@ def test_each_topic_draws_and_recomputes_without_a_long_task(page, live_server, 
     settle(page)
     assert f"={value}" in page.url  # the input is in the URL
     assert page.locator("[role=alert]:not([hidden])").count() == 0, page.content()[:500]
-    assert max(page.evaluate("window.__long"), default=0) <= 200
+    assert max(page.evaluate("window.__long"), default=0) <= TASK_GUARD_MS
     assert page.errors == []
 
 
@@ -102,3 +107,62 @@ def test_padding_shows_zero_weight_on_padded_keys(page, live_server):
     settle(page)
     assert metric(page, "pad-weight") == "0"
     assert float(metric(page, "alone")) < 1e-5
+
+
+def test_what_a_head_is_shows_the_api_checks_and_tokens_as_text(page, live_server):
+    text = "A <b>bold</b> & odd sentence."
+    page.goto(f"{live_server}/lab/what-a-head-is?text={urllib.parse.quote(text)}&head=4")
+    settle(page)
+    wait_js(page, "document.querySelector(\"[data-metric='output-diff']\") !== null", 120)
+    body = api(live_server, "what-a-head-is", {"model": "sentence-transformers/all-MiniLM-L6-v2",
+               "text": text, "layer": 0, "head": 4})  # fmt: skip
+    shown = float(metric(page, "output-diff"))  # one significant digit, as JS writes it
+    assert shown == pytest.approx(body["output_max_abs_diff"], rel=0.05, abs=1e-12)
+    assert page.locator("#what-heads [aria-pressed=true]").inner_text() == "head 4"
+    assert page.locator("main b").count() == 0  # the token "<b>" stayed text
+    ticks = page.locator("#what-x .ytick text").all_text_contents()
+    assert "<" in ticks and "b" in ticks
+    page.click("#what-heads button >> nth=7")
+    wait_js(page, "location.search.includes('head=7')")
+    wait_js(page, "document.querySelector('#what-head-title').textContent.includes('Head 7')", 60)
+    assert "head=7" in page.get_attribute("#what-explorer", "href")
+
+
+def test_forward_pass_shows_the_api_next_token_and_opens_a_block(page, live_server):
+    page.goto(f"{live_server}/lab/forward-pass")
+    settle(page)
+    wait_js(page, "document.querySelector(\"[data-metric='next']\") !== null", 120)
+    body = api(live_server, "forward-pass", {"text": page.input_value("#pass-text")})
+    assert metric(page, "next") == body["next_token"][0]["token"]
+    rows = page.locator("#pass-guess-table tbody tr").count()
+    assert rows == len(body["tokens"])
+    page.fill("#pass-layer", "7")
+    page.dispatch_event("#pass-layer", "change")
+    wait_js(page, "document.querySelector('#pass-block-title').textContent.endsWith('block 7')", 60)
+    assert page.locator("#pass-heads a").count() == 9
+    assert "layer=7" in page.get_attribute("#pass-explorer", "href")
+
+
+# Each page that runs a model: its model menu (None: MiniLM, always) and the longest text it
+# takes, the lab's own limit or the explorer's (Why √d's real head reads every map at once).
+MODEL_NOTES = {
+    "cross": ("#cross-model", MAX_LAB_REAL_TOKENS),
+    "heads": ("#heads-model", MAX_LAB_REAL_TOKENS),
+    "sparse": ("#sparse-model", MAX_LAB_REAL_TOKENS),
+    "positions": ("#rope-model", MAX_LAB_REAL_TOKENS),
+    "padding": ("#padding-model", MAX_LAB_REAL_TOKENS),
+    "scaling": (None, FULL_MAPS_MAX_TOKENS),
+}
+
+
+def test_each_page_that_runs_a_model_says_what_it_is_and_this_pages_token_limit(page, live_server):
+    with urllib.request.urlopen(f"{live_server}/api/models", timeout=30) as response:
+        described = {m["id"]: m["description"] for m in json.load(response)["models"]}
+    for topic, (menu, limit) in MODEL_NOTES.items():
+        page.goto(f"{live_server}/lab/{topic}")
+        note = f"{menu}-note" if menu else "#real-model-note"
+        wait_js(page, f"document.querySelector('{note}').textContent !== ''")
+        model = page.input_value(menu) if menu else "sentence-transformers/all-MiniLM-L6-v2"
+        expected = f"{described[model]} This page takes texts of up to {limit:,} tokens."
+        assert page.inner_text(note) == expected, topic
+    assert page.errors == []

@@ -4,7 +4,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from tests.e2e.helpers import answer_late, wait_js
+from tests.e2e.helpers import TASK_GUARD_MS, answer_late, click_view, wait_js
 from tests.e2e.pages import EXPLORER_TABS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -18,7 +18,7 @@ new PerformanceObserver((list) => {
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_no_main_thread_task_over_200_ms_on_any_tab_at_512_tokens(page, live_server, model):
+def test_no_long_main_thread_task_on_any_tab_at_512_tokens(page, live_server, model):
     page.add_init_script(LONG_TASKS)
     page.goto(f"{live_server}/?{urlencode({'model': model, 'text': LONG_TEXT})}")
     page.wait_for_selector("#result:not([hidden])", timeout=120_000)
@@ -30,7 +30,7 @@ def test_no_main_thread_task_over_200_ms_on_any_tab_at_512_tokens(page, live_ser
     def visit(tab: str) -> int:
         """The longest task while a tab draws."""
         page.evaluate("window.__long = []")
-        page.click(f"#tab-{tab}")
+        click_view(page, tab)
         page.wait_for_load_state("networkidle")
         if tab == "grid":
             wait_js(
@@ -46,7 +46,7 @@ def test_no_main_thread_task_over_200_ms_on_any_tab_at_512_tokens(page, live_ser
             page.select_option("#layer", "3")  # a map not drawn yet
         worst[tab] = max(worst.get(tab, 0), visit(tab))
         for _ in range(2):
-            if worst[tab] <= 200:
+            if worst[tab] <= TASK_GUARD_MS:
                 break
             # On this 2-core machine the server, the browser and anything else running share
             # the cores: measure a slow tab again (after another tab), up to twice, since a task
@@ -54,7 +54,7 @@ def test_no_main_thread_task_over_200_ms_on_any_tab_at_512_tokens(page, live_ser
             # (a GC, the server answering the tab's request on both cores) is not.
             visit("heatmap" if tab != "heatmap" else "lines")
             worst[tab] = visit(tab)
-    assert max(worst.values()) <= 200, worst
+    assert max(worst.values()) <= TASK_GUARD_MS, worst
     assert page.inner_text("#run-error") == ""
 
 
@@ -92,7 +92,7 @@ def test_a_slow_view_says_it_is_working(page, live_server):
     # within BUSY_AFTER_MS, so the server's answers are held back to make every machine slow.
     page.route("**/api/**", answer_late(1.0))  # longer than BUSY_AFTER_MS (300)
     page.select_option("#layer", "17")
-    page.click("#tab-steps")
+    click_view(page, "steps")
     wait_js(page, "document.querySelector('#steps-grid .js-plotly-plot') !== null", 60)
     wait_js(page, "document.querySelector('#view-busy').hidden", 60)
     assert page.evaluate("window.__busy")

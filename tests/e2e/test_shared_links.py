@@ -5,7 +5,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import click_view, wait_js
 from tests.e2e.pages import MINILM, SENTENCE, open_view
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -37,7 +37,7 @@ def test_overlay_heads_threshold_and_what_if_settings_survive_a_reload(page, liv
     assert lines  # drawn from the shared heads
     other.close()
 
-    page.click("#tab-whatif")
+    click_view(page, "whatif")
     page.uncheck("#whatif-unscaled")
     page.eval_on_selector(
         "#whatif-temperature",

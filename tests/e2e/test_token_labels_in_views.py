@@ -5,7 +5,7 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import click_view, wait_js
 from tests.e2e.pages import open_view
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -31,7 +31,7 @@ def test_split_characters_read_the_same_everywhere(page, live_server):
     q = next(i for i, t in enumerate(tokens) if "‹" in t)
     page.evaluate(f"Plotly.Fx.hover(document.querySelector('#heatmap'), {{xval: 0, yval: {q}}})")
     assert tokens[q] in page.text_content("#heatmap .hoverlayer")
-    page.click("#tab-lines")
+    click_view(page, "lines")
     wait_js(page, "document.querySelectorAll('#lines text').length > 2")
     line_labels = page.evaluate(
         "[...document.querySelectorAll('#lines text[data-side=\"q\"]')].map(t => t.textContent)"

@@ -93,7 +93,7 @@ def test_generation_streams_then_marks_the_generated_tokens_in_every_view(page, 
     page.fill("#generate-count", "8")
     page.click("#generate-run")
     wait_js(page, "new URL(location).searchParams.has('gen')", 120)
-    page.wait_for_selector("#result:not([hidden])", timeout=120_000)
+    wait_js(page, "document.querySelectorAll('#tokens .token.generated').length > 0", 120)
     wait_js(page, "document.querySelector('#view-heatmap .js-plotly-plot')?.data?.length > 0", 60)
     state = url_state(page)
     prompt_tokens = int(state["gen"])

@@ -15,7 +15,7 @@ from app.models.registry import SMOLLM2_ID
 from app.services.heads import DESCRIPTIONS
 from attention_core.head_stats import STATISTICS
 from bench.compression import prose
-from tests.e2e.helpers import answer_late, export, log_colours, wait_js
+from tests.e2e.helpers import TASK_GUARD_MS, answer_late, export, log_colours, wait_js
 from tests.e2e.pages import MINILM, SENTENCE
 from tests.e2e.test_long_inputs import LONG_TASKS
 
@@ -71,14 +71,16 @@ def test_a_long_text_zooms_from_blocks_to_tokens_and_the_url_keeps_the_window(
     ticks = page.evaluate("document.querySelector('#zoom-map').layout.xaxis.ticktext")
     tokens = page.evaluate("document.querySelector('#zoom-map').data[0].z.length")
     assert tokens == 20 and len(ticks) == 20
-    assert max(page.evaluate("window.__long"), default=0) <= 200
+    assert max(page.evaluate("window.__long"), default=0) <= TASK_GUARD_MS
 
-    # The values drawn are the API's for that window.
+    # The values drawn are the API's for that window, in log colours (800 tokens: over 512).
     body = {"model": SMOLLM2_ID, "text": long_text, "layer": 5, "heads": [2],
             "rows": [720, 740], "cols": [700, 720]}  # fmt: skip
     expected = page.request.post(f"{live_server}/api/attention/tiles", data=body).json()
     drawn = page.evaluate("document.querySelector('#zoom-map').data[0].z")
-    assert drawn == expected["values"][0]
+    assert [z for row in drawn for z in row] == pytest.approx(
+        log_colours(expected["values"][0]), abs=1e-12
+    )
 
     assert "win=720%2C740%2C700%2C720" in page.url
     page.reload()
@@ -119,7 +121,8 @@ def test_log_colours_draw_each_weights_log10_from_a_millionth_and_the_url_keeps_
     page.select_option("#zoom-colours", "linear")
     wait_js(page, "document.querySelector('#zoom-map').data[0].zmax === undefined")
     assert page.evaluate("document.querySelector('#zoom-map').data[0].z") == weights
-    assert "colours" not in urlparse(page.url).query  # the text, in the fragment, may say it
+    # Chosen, so said: without it this text, of more than 512 tokens, would open in log colours.
+    assert "colours=linear" in urlparse(page.url).query
     page.select_option("#zoom-colours", "log")
     wait_js(page, "document.querySelector('#zoom-map').data[0].zmax === 0")
     assert "colours=log" in urlparse(page.url).query
@@ -221,6 +224,68 @@ def test_a_head_opens_in_deep_zoom_from_the_explorer_and_back_with_the_same_weig
     assert not page.errors
 
 
+# The whole map's plot area (the drag surface over it) and colour bar, and the colours drawn.
+MAP_DRAWN = """(() => {
+  const map = document.querySelector('#zoom-map');
+  const box = (selector) => {
+    const r = map.querySelector(selector).getBoundingClientRect();
+    return { left: r.left, right: r.right, width: r.width, height: r.height };
+  };
+  return { area: box('.nsewdrag'), bar: box('.colorbar'), zmin: map.data[0].zmin };
+})()"""
+
+
+@pytest.mark.parametrize("width, height", [(1280, 800), (390, 844)])
+def test_a_long_text_opens_in_log_colours_with_square_cells_unless_the_link_chose(
+    browser, live_server, long_text, width, height
+):
+    """800 tokens, more than the explorer's 512: in linear colours a row's weights spread over
+    so many keys that the map reads as one colour, so it opens in log colours; the map's cells
+    are square (the whole map a square) with its colour bar beside it, at either width."""
+    context = browser.new_context(viewport={"width": width, "height": height})
+    try:
+        page = context.new_page()
+        fragment = urlencode({"text": long_text})
+        page.goto(f"{live_server}/zoom?{urlencode({'model': SMOLLM2_ID})}#{fragment}")
+        drawn_window(page)
+        assert page.input_value("#zoom-colours") == "log"
+        assert "colours" not in urlparse(page.url).query  # the length chose, not the link
+        drawn = page.evaluate(MAP_DRAWN)
+        assert drawn["zmin"] == -6
+        assert drawn["area"]["width"] == pytest.approx(drawn["area"]["height"], abs=2)
+        assert 0 <= drawn["bar"]["left"] - drawn["area"]["right"] <= 30
+        assert drawn["bar"]["right"] <= width
+
+        query = urlencode({"model": SMOLLM2_ID, "colours": "linear"})
+        page.goto(f"{live_server}/zoom?{query}#{fragment}")
+        drawn_window(page)
+        assert page.input_value("#zoom-colours") == "linear"
+        assert page.evaluate(MAP_DRAWN)["zmin"] == 0
+    finally:
+        context.close()
+
+
+def test_a_short_text_opens_in_linear_colours_and_the_note_says_deep_zooms_own_limit(
+    page, live_server
+):
+    """The model note states what Deep zoom takes with the chosen model: its whole context
+    (SmolLM2's 8,192 tokens, MiniLM's 512), not the explorer's limit."""
+    query = urlencode({"model": MINILM})
+    page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': SENTENCE})}")
+    drawn_window(page)
+    assert page.input_value("#zoom-colours") == "linear"
+    assert page.evaluate(MAP_DRAWN)["zmin"] == 0
+    models = {m["id"]: m for m in page.request.get(f"{live_server}/api/models").json()["models"]}
+    for model in (MINILM, SMOLLM2_ID):
+        page.select_option("#zoom-model", model)
+        limit = models[model]["max_tokens"]
+        assert page.inner_text("#zoom-model-note") == (
+            f"{models[model]['description']} Deep zoom takes texts of up to {limit:,} tokens with it."
+        )
+    assert "8,192 tokens" in page.inner_text("#zoom-model-note")
+    assert not page.errors
+
+
 def test_deep_zoom_offers_the_explorer_only_for_texts_its_views_take(page, live_server, long_text):
     query = urlencode({"model": SMOLLM2_ID, "win": "0,40,0,40"})
     page.goto(f"{live_server}/zoom?{query}#{urlencode({'text': long_text})}")
@@ -275,7 +340,7 @@ def test_find_marks_a_phrase_on_the_map_and_zooms_to_each_match(page, live_serve
     first, _, last = where.split(" ")[1].partition("–")
     first, last = int(first), int(last or first)
     assert "attention" in "".join(spelled.replace("␣", " ").split()).lower()
-    columns = [(s["x0"], s["x1"]) for s in shapes if s["yref"] == "paper"]
+    columns = [(s["x0"], s["x1"]) for s in shapes if s["yref"] == "y domain"]
     assert columns[0] == (first - 0.5, last + 0.5)
 
     buttons.first.click()  # 64 tokens a side around the match's last token
@@ -309,7 +374,7 @@ def test_every_heads_statistics_fill_in_layer_by_layer_and_open_the_head(
     finished = "document.querySelector('#zoom-heads-status').textContent.startsWith('Every head')"
     wait_js(page, finished, 240)
     assert "30 layers over 800 tokens" in page.inner_text("#zoom-heads-status")
-    assert max(page.evaluate("window.__long"), default=0) <= 200
+    assert max(page.evaluate("window.__long"), default=0) <= TASK_GUARD_MS
     page.select_option("#zoom-stat", "previous")
     wait_js(page, "location.search.includes('stat=previous')")
     wait_js(

@@ -92,7 +92,7 @@ of that shape and the other JSON fields as a JSON string in the header's
 `npy` (`application/x-npy`) is `numpy.load`'s format, the weights only.
 
 Every answer is compressed with zstd, brotli or gzip when the request's `Accept-Encoding`
-offers one (in that order of preference); see the README's measured sizes and times.
+offers one (in that order of preference); see docs/performance.md for measured sizes and times.
 A 512-token MiniLM layer (12 heads) is 3.1 MB as u8, 12.6 MB as f32, about 41 MB as JSON.
 
 **Limits, checked from the request before any work**: `layers` and `heads` hold distinct

@@ -5,6 +5,12 @@ from app.api.running import run_with_room
 from app.compute import Lane, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep
 from app.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
+from app.schemas.lab_inside import (
+    ForwardPassRequest,
+    ForwardPassResponse,
+    HeadAnatomyRequest,
+    HeadAnatomyResponse,
+)
 from app.schemas.lab_matrices import (
     CostRequest,
     CostResponse,
@@ -31,7 +37,7 @@ from app.schemas.lab_models import (
     SparseRequest,
     SparseResponse,
 )
-from app.services import lab_matrices, lab_models
+from app.services import lab_inside, lab_matrices, lab_models
 from app.services.lab import all_masks, scaling_demo
 
 router = APIRouter(prefix="/api/lab", tags=["lab"])
@@ -123,6 +129,36 @@ async def attention_cost(body: CostRequest) -> CostResponse:
 async def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
     """KV-cache bytes per token and in all, for MHA, the configuration given and MQA."""
     return await run_on_compute(lab_matrices.kv_cache, body, lane=Lane.QUICK)
+
+
+@router.post(
+    "/what-a-head-is",
+    response_model=HeadAnatomyResponse,
+    responses=MODEL_ERRORS,
+    summary="What a head is: one real layer, head by head",
+)
+async def what_a_head_is(
+    body: HeadAnatomyRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
+) -> HeadAnatomyResponse:
+    """A real layer recomputed from its weights: its input X, each head's own Q, K, V and
+    weights, the heads' outputs joined and mixed by W_O, and max |Δ| of every step against the
+    model's own on a real pass. Texts of at most 64 tokens."""
+    return await run_with_room(lab_inside.head_anatomy, manager, cache, budget, body)
+
+
+@router.post(
+    "/forward-pass",
+    response_model=ForwardPassResponse,
+    responses=MODEL_ERRORS,
+    summary="One forward pass: tokens to the next token",
+)
+async def forward_pass(
+    body: ForwardPassRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
+) -> ForwardPassResponse:
+    """Tokens and their embeddings, the residual stream's size through every block with what
+    attention and the MLP add, and (with an LM head) the next token's probabilities in float64
+    and the likeliest next token at every position. Texts of at most 64 tokens."""
+    return await run_with_room(lab_inside.forward_pass, manager, cache, budget, body)
 
 
 @router.post(

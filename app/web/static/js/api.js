@@ -107,6 +107,9 @@ export const api = {
   // Model ids contain a slash; the routes take them as a path, so each segment is encoded.
   loadModel: (id, opts) => request("POST", `/api/models/${encodePath(id)}/load`, undefined, opts),
   modelStatus: (id, opts) => request("GET", `/api/models/${encodePath(id)}/status`, undefined, opts),
+  lessons: (opts) => request("GET", "/api/lessons", undefined, opts),
+  lesson: (id, opts) => request("GET", `/api/lessons/${encodeURIComponent(id)}`, undefined, opts),
+  checkLesson: (text, opts) => request("POST", "/api/lessons/check", { text }, opts),
   masks: (body, opts) => request("POST", "/api/lab/masks", body, opts),
   scaling: (body, opts) => request("POST", "/api/lab/scaling", body, opts),
   /** Any other lab route: POST /api/lab/{topic}. */

@@ -55,3 +55,39 @@ export function headColour(h, count) {
   }
   return `rgb(${rgb.join(", ")})`;
 }
+
+const SUPERSCRIPT = "⁰¹²³⁴⁵⁶⁷⁸⁹";
+
+/** 10^d written as it is read ("10⁻⁶"); 10^0 is "1". */
+export function decade(d) {
+  if (d === 0) return "1";
+  return `10${d < 0 ? "⁻" : ""}${[...String(Math.abs(d))].map((digit) => SUPERSCRIPT[digit]).join("")}`;
+}
+
+// Colour bars for the exported pictures: {label, note?, ticks: [{at, text}], colourAt(t)}, where t
+// (and a tick's `at`) is a place on the bar from 0 (bottom) to 1 (top); `note` names a scale that
+// is not linear ("log colours, 10⁻⁶ to 1"). Every bar here is viridis from bottom to top.
+
+/** Values from 0 to `top` in linear colours (viridis(v / top)). */
+export function linearBar(top = 1, label = "weight") {
+  const text = (v) => (top === 1 ? String(v) : String(Number(v.toPrecision(2))));
+  return { label, ticks: [0, 0.25, 0.5, 0.75, 1].map((at) => ({ at, text: text(at * top) })), colourAt: viridis };
+}
+
+/** Weights in log colours: one tick per decade from 10^floor to 1. */
+export function logBar(floor, label = "weight") {
+  const ticks = Array.from({ length: 1 - floor }, (_, i) => ({ at: 1 - (floor + i) / floor, text: decade(floor + i) }));
+  return { label, note: `log colours, ${decade(floor)} to 1`, ticks, colourAt: viridis };
+}
+
+/** Weights drawn by the brightness of their square root (the all-heads grid's thumbnails). */
+export function sqrtBar(label = "weight") {
+  const ticks = [0, 0.05, 0.25, 0.5, 1].map((w) => ({ at: Math.sqrt(w), text: String(w) }));
+  return { label, note: "colours: √weight", ticks, colourAt: viridis };
+}
+
+/** Signed values from -1 to 1 in `colour(v)`'s colours (a difference of weights). */
+export function signedBar(colour, label) {
+  const ticks = [-1, -0.5, 0, 0.5, 1].map((v) => ({ at: (v + 1) / 2, text: v > 0 ? `+${v}` : String(v).replace("-", "−") }));
+  return { label, ticks, colourAt: (t) => colour(2 * t - 1) };
+}

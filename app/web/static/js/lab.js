@@ -2,6 +2,7 @@
 // the older, so a slow answer never overwrites a newer view), errors shown, numbers formatted.
 
 import { api } from "./api.js";
+import { VIRIDIS_LUT } from "./colors.js";
 import { el, showError } from "./dom.js";
 import { keepInputsInUrl } from "./urlstate.js";
 import { plotlyReady } from "./views/plot.js";
@@ -62,6 +63,22 @@ export async function fillModels(select, { encodersOnly = false, llamaOnly = fal
   return usable;
 }
 
+/** What `model` (an /api/models entry) is, and the longest text this page takes with it. */
+export function modelNote(model, tokens) {
+  return `${model.description} This page takes texts of up to ${tokens.toLocaleString("en")} tokens.`;
+}
+
+/** Keeps `note` describing the model chosen in `select` (one of `models`) with this page's
+ * limit: `tokens`. Call it once the select holds the URL's choice (after labForm). */
+export function describeModel(select, note, models, tokens) {
+  const describe = () => {
+    const model = models.find((m) => m.id === select.value);
+    note.textContent = model ? modelNote(model, tokens) : "";
+  };
+  describe();
+  select.addEventListener("change", describe);
+}
+
 const UNITS = ["B", "kB", "MB", "GB", "TB", "PB"];
 
 /** 23040 -> "23.0 kB" (powers of 1000, as drive and memory makers print them). */
@@ -93,3 +110,48 @@ export function numbersTable(caption, headers, rows, id) {
 
 /** "k0", "k1", ... labels for seeded matrices. */
 export const labels = (prefix, n) => Array.from({ length: n }, (_, i) => `${prefix}${i}`);
+
+/** One map (rows of weights in [0, 1]) onto a canvas, a pixel a weight, colour ∝ √weight (as
+ * the explorer's grid, so a faint pattern still shows). */
+function paintMap(canvas, map) {
+  const n = map.length;
+  const cols = n ? map[0].length : 0;
+  canvas.width = cols;
+  canvas.height = n;
+  if (!n || !cols) return;
+  const context = canvas.getContext("2d");
+  const image = context.createImageData(cols, n);
+  for (let r = 0; r < n; r++) {
+    for (let c = 0; c < cols; c++) {
+      const w = Math.max(0, Math.min(1, map[r][c]));
+      const [red, green, blue] = VIRIDIS_LUT[Math.round(Math.sqrt(w) * 255)];
+      const o = (r * cols + c) * 4;
+      image.data.set([red, green, blue, 255], o);
+    }
+  }
+  context.putImageData(image, 0, 0);
+}
+
+/**
+ * Small multiples of a layer's heads: a thumbnail of each map in `maps` (heads, seq, seq), named
+ * by label(h) (text). Each is a button calling onPick(h), the chosen one pressed; or, given
+ * href(h), a link there.
+ */
+export function headThumbnails(container, maps, { label, chosen = -1, onPick, href }) {
+  container.replaceChildren(
+    ...maps.map((map, h) => {
+      const canvas = el("canvas", { attrs: { "aria-hidden": "true" } });
+      paintMap(canvas, map);
+      const attrs = href ? { href: href(h) } : { type: "button", "aria-pressed": String(h === chosen) };
+      const item = el(href ? "a" : "button", { className: "head-thumb", attrs }, [canvas, el("span", { text: label(h) })]);
+      if (onPick) item.addEventListener("click", () => onPick(h));
+      return item;
+    }),
+  );
+}
+
+/** The explorer's URL for a model, text, layer and head (its heatmap view). */
+export function explorerLink(model, text, layer, head = 0) {
+  const params = new URLSearchParams({ model, text, layer: String(layer), head: String(head), view: "heatmap" });
+  return `/?${params}`;
+}

@@ -48,39 +48,63 @@ const FIELDS = {
   generated: ["gen", int], // tokens of the prompt, when the text ends in a generated continuation
 };
 
-export const VIEWS = ["heatmap", "grid", "heads", "search", "follow", "aggregate", "similarity", "lines", "qk", "mask", "whatif", "value", "ablation", "compare", "qkspace", "steps"];
 
-export function createState(defaults) {
+/** Always written, defaults included: a link names what it shows even if a default changes. */
+const ALWAYS = new Set(["model", "text", "layer", "head", "view"]);
+/** A text whose URL form is longer than this travels in the fragment (#text=...), which the
+ * browser never sends to the server: request lines stay short whatever the text. */
+export const TEXT_IN_QUERY_LIMIT = 2000;
+
+/** The URL's parameters: the query's, and the fragment's for the long text that lives there. */
+function urlParams() {
+  const params = new URLSearchParams(window.location.search);
+  const fragment = new URLSearchParams(window.location.hash.slice(1));
+  if (!params.has("text") && fragment.has("text")) params.set("text", fragment.get("text"));
+  return params;
+}
+
+/** views: the names a `view` parameter may take (the page's registry, app/web/explorer_views.py). */
+export function createState(defaults, views) {
   const state = { ...defaults };
   const listeners = new Set();
 
-  /** Reads the URL into the state; returns whether it named a text (so the page runs it). */
+  /** Reads the URL into the state; returns whether it named any state at all (a link, which
+   * the page runs at once, with the example sentence where it names no text). */
   function readUrl() {
-    const params = new URLSearchParams(window.location.search);
+    const params = urlParams();
+    let named = false;
     for (const [key, [name, type]] of Object.entries(FIELDS)) {
       if (!params.has(name)) continue;
+      named = true;
       const value = type.parse(params.get(name));
-      if (value === undefined || (key === "view" && !VIEWS.includes(value))) continue;
+      if (value === undefined || (key === "view" && !views.includes(value))) continue;
       state[key] = value;
     }
-    return params.has("text");
+    return named;
   }
 
   function writeUrl() {
     const params = new URLSearchParams();
+    const fragment = new URLSearchParams();
     for (const [key, [name, type]] of Object.entries(FIELDS)) {
       const value = state[key];
-      if (value === null || value === undefined || value === "" || value === defaults[key]) continue;
+      if (value === null || value === undefined || value === "") continue;
+      if (value === defaults[key] && !ALWAYS.has(key)) continue;
       params.set(name, type.format(value));
     }
-    const url = `${window.location.pathname}?${params.toString()}`;
-    window.history.replaceState(null, "", url);
+    if (new URLSearchParams({ text: params.get("text") ?? "" }).toString().length > TEXT_IN_QUERY_LIMIT) {
+      fragment.set("text", params.get("text"));
+      params.delete("text");
+    }
+    const hash = fragment.size ? `#${fragment}` : "";
+    window.history.replaceState(null, "", `${window.location.pathname}?${params}${hash}`);
   }
 
   return {
     /** A frozen copy: views read the state, they never write into it. */
     get: () => Object.freeze({ ...state }),
     readUrl,
+    writeUrl,
     /** Changes the state; returns the keys that changed (listeners hear of those). */
     set(patch) {
       const changed = Object.keys(patch).filter((k) => JSON.stringify(state[k]) !== JSON.stringify(patch[k]));

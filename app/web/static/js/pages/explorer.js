@@ -4,7 +4,8 @@ import { api } from "../api.js";
 import { AttentionSession } from "../data.js";
 import { $, fillIndexSelect, el as make, readPageData, showError } from "../dom.js";
 import { exportCurrent } from "../export.js";
-import { VIEWS, createState } from "../state.js";
+import { glossify, hasTerm, termElement } from "../glossary.js";
+import { createState } from "../state.js";
 import * as aggregate from "../views/aggregate.js";
 import * as follow from "../views/follow.js";
 import * as grid from "../views/grid.js";
@@ -24,12 +25,16 @@ import * as steps from "../views/stages.js";
 import * as whatif from "../views/whatif.js";
 
 const page = readPageData();
+const VIEWS = page.views.map((v) => v.name); // app/web/explorer_views.py, in tab order
+const GROUP_OF = Object.fromEntries(page.views.map((v) => [v.name, v.group]));
+// layer and head stay null until a link or the user names them: the first run then opens the
+// head with the clearest role on the text (chooseHead).
 const state = createState({
-  model: page.default_model, text: page.example_text, textPair: "", layer: 0, head: 0, view: "heatmap", colours: "linear", query: null,
+  model: page.default_model, text: page.example_text, textPair: "", layer: null, head: null, view: "heatmap", colours: "linear", query: null,
   overlay: null, threshold: 0.05, unscaled: true, temperature: 1,
   stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster", ablate: "", ablation: "zero",
   compare: "", compareText: "", compareModel: "", qkScope: "head", qkMethod: "pca", generated: null,
-});
+}, VIEWS);
 
 // The page's own controls; each view gets only the [data-part] elements of its own panel.
 const el = {
@@ -37,6 +42,7 @@ const el = {
   run: $("#run"), progress: $("#load-progress"), status: $("#run-status"), error: $("#run-error"), modelNote: $("#model-note"),
   notice: $("#run-notice"),
   result: $("#result"), layer: $("#layer"), head: $("#head"), headInfo: $("#head-info"), tokens: $("#tokens"), views: $("#views"),
+  headWhy: $("#head-why"), viewGuide: $("#view-guide"),
   busy: $("#view-busy"),
   generate: $("#generate"), genCount: $("#generate-count"), genStrategy: $("#generate-strategy"),
   genTemperature: $("#generate-temperature"), genSeed: $("#generate-seed"), genRun: $("#generate-run"),
@@ -65,6 +71,7 @@ let exported = null; // what the shown view's render returned: the export button
 /** Opens one head in the heatmap (views call it when a head is clicked). */
 function open(layer, head, { focusView = false } = {}) {
   state.set({ layer, head, view: "heatmap" });
+  document.dispatchEvent(new CustomEvent("atlas:open-head", { detail: { layer, head } })); // a lesson's question listens
   if (focusView) el.views.focus(); // keyboard users land in the view they opened
 }
 
@@ -132,7 +139,10 @@ function describeModel() {
   const mapsOnly = info.replay === false
     ? " Maps only: Atlas has no adapter for this architecture, so the views that replay a head from its weights (Query · Key, Mask, Without √d, Value-weighted, Step by step) need a BERT, GPT-2 or Llama-family model."
     : "";
-  el.modelNote.textContent = `${info.description} ${shape}${gqa}; up to ${info.max_tokens ?? "?"} tokens.${mapsOnly}`;
+  const limits = info.full_map_tokens && info.max_tokens > info.full_map_tokens
+    ? `the explorer takes up to ${info.full_map_tokens} tokens (Deep zoom, ${info.max_tokens.toLocaleString("en")})`
+    : `up to ${info.full_map_tokens ?? info.max_tokens ?? "?"} tokens`;
+  el.modelNote.textContent = `${info.description} ${shape}${gqa}; ${limits}.${mapsOnly}`;
   el.pairLabel.hidden = info.causal === true;
   el.generate.hidden = !(info.causal === true && info.predicts !== "none");
 }
@@ -149,7 +159,11 @@ async function waitUntilLoaded(modelId) {
   if (status.state === "failed") throw new Error(status.error);
 }
 
+let runs = 0; // each run's number: a run that a newer one replaced stops at its next await
+
 async function run() {
+  const mine = ++runs;
+  const stale = () => mine !== runs;
   const { model, text, textPair } = state.get();
   el.text.value = text; // the form shows what runs (a link, or the induction test, may set it)
   el.textPair.value = textPair || "";
@@ -164,19 +178,26 @@ async function run() {
   try {
     await waitUntilLoaded(model);
     // A model's layer and head counts are known once it has loaded: ask until they are.
-    if (!modelInfo(model)?.num_layers) await refreshModels();
+    if (!stale() && !modelInfo(model)?.num_layers) await refreshModels();
+    if (stale()) return;
     const info = modelInfo(model);
     const asked = state.get();
-    const layer = Math.min(asked.layer, info.num_layers - 1);
-    const head = Math.min(asked.head, info.num_heads - 1);
+    // No head named: open the clearest one (of the named layer, where a layer is named).
+    const choose = asked.head === null;
+    const layer = asked.layer === null ? 0 : Math.min(asked.layer, info.num_layers - 1);
+    const head = choose ? 0 : Math.min(asked.head, info.num_heads - 1);
     const changes = [];
-    if (layer !== asked.layer) changes.push(`layer ${asked.layer} (it has layers 0–${info.num_layers - 1}): showing layer ${layer}`);
-    if (head !== asked.head) changes.push(`head ${asked.head} (it has heads 0–${info.num_heads - 1}): showing head ${head}`);
+    if (asked.layer !== null && layer !== asked.layer) changes.push(`layer ${asked.layer} (it has layers 0–${info.num_layers - 1}): showing layer ${layer}`);
+    if (!choose && head !== asked.head) changes.push(`head ${asked.head} (it has heads 0–${info.num_heads - 1}): showing head ${head}`);
     if (changes.length) notice(`This model has no ${changes.join("; and no ")}.`);
-    state.set({ layer, head });
+    if (!choose) state.set({ layer, head });
     setStatus("Running the model…");
-    session = new AttentionSession(model, text, info.causal ? null : textPair);
-    const first = await session.layer(layer);
+    const current = new AttentionSession(model, text, info.causal ? null : textPair);
+    session = current;
+    chosen = null;
+    el.headWhy.textContent = "";
+    const first = await current.layer(layer);
+    if (stale()) return;
     const meta = first.meta;
     if (meta.tokens.length > info.full_map_tokens) {
       session.abort();
@@ -186,15 +207,21 @@ async function run() {
       offerDeepZoom(model, text, meta.tokens.length);
       return;
     }
-    fillPickers(meta);
+    const opened = choose ? await chooseHead(current, asked.layer === null ? null : layer) : { layer, head };
+    if (stale()) return;
+    fillPickers(meta, opened);
     showTokens(meta);
     el.result.hidden = false;
     const { generated } = state.get();
     const made = generated !== null && generated < meta.tokens.length ? ` (the last ${meta.tokens.length - generated} generated, marked)` : "";
     setStatus(`${meta.tokens.length} tokens${made} · forward pass ${meta.forward_ms.toFixed(0)} ms${meta.cached ? " (cached)" : ""}`);
-    await render();
+    if (!state.set(opened).length) rendering = render();
+    await rendering;
+    if (stale()) return;
+    if (scrollToResult) el.result.scrollIntoView({ block: "start" }); // the first picture, in view
+    scrollToResult = false;
   } catch (err) {
-    if (err.name === "AbortError") return;
+    if (err.name === "AbortError" || stale()) return;
     setStatus("");
     if (err.status === 422 && err.message.includes("/api/attention/tiles")) {
       el.result.hidden = true;
@@ -203,7 +230,7 @@ async function run() {
     }
     showError(el.error, err.message);
   } finally {
-    el.run.disabled = false;
+    if (!stale()) el.run.disabled = false;
   }
 }
 
@@ -213,14 +240,62 @@ async function refreshModels() {
   describeModel();
 }
 
-function fillPickers(meta) {
-  fillIndexSelect(el.layer, meta.num_layers, state.get().layer);
-  fillIndexSelect(el.head, meta.num_heads, state.get().head);
-  syncPickers();
+function fillPickers(meta, { layer, head }) {
+  fillIndexSelect(el.layer, meta.num_layers, layer);
+  fillIndexSelect(el.head, meta.num_heads, head);
+}
+
+// --- the head the page opens, and why ---------------------------------------------------------
+let chosen = null; // {layer, head, role, statistic, score, threshold}: the head opened by the rule
+
+/** The head with the clearest specific role on this text (HeadStatistics.clearest, server
+ * side: each role's score as a multiple of its threshold, sink and broad aside); layer 0
+ * head 0 where no head has one, or where the statistics cannot be had. */
+async function chooseHead(current, layer) {
+  try {
+    chosen = (await current.heads(layer === null ? {} : { layers: [layer] })).clearest;
+  } catch (err) {
+    if (err.name === "AbortError") throw err;
+    chosen = null;
+  }
+  if (chosen) chosen.scope = layer === null ? "on this text" : `of layer ${layer} on this text`;
+  return chosen ? { layer: chosen.layer, head: chosen.head } : { layer: layer ?? 0, head: 0 };
+}
+
+/** One line on the open head: why the page opened it, or the roles it has on this text. */
+async function explainHead() {
+  const current = session;
+  const { layer, head } = state.get();
+  let data;
+  try {
+    data = await current.heads();
+  } catch {
+    el.headWhy.textContent = "";
+    return;
+  }
+  if (current !== session || state.get().layer !== layer || state.get().head !== head) return;
+  const roles = data.roles[data.layers.indexOf(layer)]?.[head] ?? [];
+  const rule = ({ role, score }) => [termOf(role), ` ${score.toFixed(2)} (${data.rules[role].statistic} ≥ ${data.rules[role].threshold})`];
+  const where = `layer ${layer} head ${head}`;
+  if (chosen && chosen.layer === layer && chosen.head === head) {
+    el.headWhy.replaceChildren(`Opened on ${where}, the clearest role ${chosen.scope}: `, ...rule(chosen), ". Pick any other head above.");
+  } else if (roles.length) {
+    el.headWhy.replaceChildren(`${where[0].toUpperCase()}${where.slice(1)}: `, ...roles.flatMap((r, i) => [i ? "; " : "", ...rule(r)]), ".");
+  } else {
+    el.headWhy.textContent = `Layer ${layer} head ${head}: no role past its threshold on this text (Head roles has every statistic).`;
+  }
+}
+
+/** A role's name, glossed where the glossary has it ("previous-token", "induction" ...). */
+const ROLE_TERMS = { "first-token (sink)": "sink", broad: "entropy", "local window": "local-window" }; // else the role's own entry
+function termOf(role) {
+  const id = ROLE_TERMS[role] || role;
+  return hasTerm(id) ? termElement(id, role) : role;
 }
 
 function syncPickers() {
   const { layer, head, query } = state.get();
+  explainHead();
   el.layer.value = String(layer);
   el.head.value = String(head);
   for (const chip of el.tokens.children) chip.setAttribute("aria-pressed", String(Number(chip.dataset.index) === query));
@@ -258,14 +333,32 @@ function showTokens(meta) {
   );
 }
 
+/** Shows one view: its group's row of views, its tab selected, its panel, and a line with
+ * the question its group answers and the lab pages that teach it. */
 function showView(view) {
+  const group = GROUP_OF[view];
+  for (const tab of document.querySelectorAll("[data-group]:not([data-view])")) {
+    const selected = tab.dataset.group === group;
+    tab.setAttribute("aria-selected", String(selected));
+    tab.tabIndex = selected ? 0 : -1;
+  }
   for (const name of VIEWS) {
     $(`#view-${name}`).hidden = name !== view;
     const tab = $(`#tab-${name}`);
+    tab.hidden = GROUP_OF[name] !== group;
     tab.setAttribute("aria-selected", String(name === view));
     tab.tabIndex = name === view ? 0 : -1;
   }
+  const question = $(`#group-${group}`).title;
+  const labs = page.labs[view] || [];
+  el.viewGuide.replaceChildren(
+    question,
+    ...(labs.length ? [" Learn how it works: ", ...labs.flatMap((lab, i) => [i ? ", " : "", make("a", { text: lab.title, attrs: { href: `/lab/${lab.slug}` } })])] : []),
+  );
 }
+
+/** The last view opened in each group: a group's tab opens it again. */
+const lastInGroup = {};
 
 // --- generation ---------------------------------------------------------------------------
 let generation = null; // the running continuation's AbortController: the button stops it
@@ -334,12 +427,28 @@ async function generate() {
   }
 }
 
+/** Runs another text in place of the user's (the induction test's), keeping theirs one click
+ * away: a notice with a button that puts it back, with the head and view they had. */
+function replaceText(patch, why) {
+  const before = state.get();
+  const back = { model: before.model, text: before.text, textPair: before.textPair, generated: before.generated, layer: before.layer, head: before.head, view: before.view, query: null };
+  const button = make("button", { text: "Back to your text", attrs: { type: "button" } });
+  button.addEventListener("click", () => {
+    notice("");
+    state.set(back);
+  });
+  el.notice.replaceChildren(`${why} `, button);
+  el.notice.hidden = false;
+  state.set({ textPair: "", generated: null, query: null, ...patch });
+}
+
 let renderToken = 0;
 async function render() {
   if (!session || !session.meta) return;
   const token = ++renderToken;
   const current = state.get();
   showView(current.view);
+  lastInGroup[GROUP_OF[current.view]] = current.view;
   syncPickers();
   await plotlyReady();
   const busy = setTimeout(() => {
@@ -348,11 +457,12 @@ async function render() {
   }, BUSY_AFTER_MS);
   const isStale = () => token !== renderToken; // a newer render began while this one awaited
   try {
-    const scene = { state: current, session, info: session.meta, parts: PARTS[current.view], set: state.set, open, isStale, models, projections };
+    const scene = { state: current, session, info: session.meta, parts: PARTS[current.view], set: state.set, open, isStale, models, projections, replaceText };
     const shown = await VIEW_MODULES[current.view].render(scene);
     if (!isStale()) {
       exported = shown;
       showError(el.error, "");
+      glossify($(`#view-${current.view}`));
     }
   } catch (err) {
     if (err.name === "AbortError") return;
@@ -367,7 +477,10 @@ async function render() {
 }
 
 // --- wiring -------------------------------------------------------------------------------
-const hadText = state.readUrl();
+state.readUrl(); // a link's state; whatever it names, the page runs at once (the example by default)
+state.writeUrl(); // and the address names it all from the start, defaults included
+let scrollToResult = true; // after a link opens or a sentence is run: the first picture comes into view
+let rendering = Promise.resolve(); // the latest render: a run waits for its first picture
 el.text.value = state.get().text;
 el.textPair.value = state.get().textPair || "";
 
@@ -379,12 +492,24 @@ el.text.addEventListener("keydown", (event) => {
     el.form.requestSubmit();
   }
 });
+/** Over-long text is refused with the limit, never cut (the text box has no maxlength). */
+function tooLong() {
+  const chars = [...el.text.value].length + [...el.textPair.value].length; // code points, as the server counts
+  const over = chars > page.max_text_chars;
+  el.text.setAttribute("aria-invalid", String(over));
+  showError(el.error, over ? `This text is ${chars.toLocaleString("en")} characters; the server takes up to ${page.max_text_chars.toLocaleString("en")}. Shorten it: nothing was cut.` : "");
+  return over;
+}
+el.text.addEventListener("input", () => el.text.getAttribute("aria-invalid") === "true" || [...el.text.value].length > page.max_text_chars ? tooLong() : null);
+
 el.form.addEventListener("submit", (event) => {
   event.preventDefault();
+  if (tooLong()) return;
   const patch = { model: el.model.value, text: el.text.value, textPair: el.textPair.value, query: null };
   if (patch.text !== state.get().text || patch.model !== state.get().model) patch.generated = null;
-  if (patch.model !== state.get().model) Object.assign(patch, { layer: 0, head: 0, overlay: null });
+  if (patch.model !== state.get().model) Object.assign(patch, { layer: null, head: null, overlay: null });
   notice("");
+  scrollToResult = true;
   const changed = state.set(patch);
   if (!changed.some((k) => RUN_FROM.includes(k))) run(); // the same text again: run it anyway
 });
@@ -395,18 +520,40 @@ showSampling();
 el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value), overlay: null }));
 el.head.addEventListener("change", () => state.set({ head: Number(el.head.value) }));
 for (const [name, module] of Object.entries(VIEW_MODULES)) module.bind?.(PARTS[name], state.set);
-for (const tab of document.querySelectorAll('[role="tab"]')) {
+/** A group's view: the one last opened there, else its first. */
+function viewOfGroup(group) {
+  return lastInGroup[group] || VIEWS.find((name) => GROUP_OF[name] === group);
+}
+
+/** Arrow keys move along a row of tabs (the groups, or the views shown), wrapping around. */
+function arrowThrough(tabs, tab, event, open) {
+  const step = event.key === "ArrowRight" ? 1 : event.key === "ArrowLeft" ? -1 : 0;
+  if (!step) return;
+  event.preventDefault();
+  const next = tabs[(tabs.indexOf(tab) + step + tabs.length) % tabs.length];
+  open(next);
+  next.focus();
+}
+
+const groupTabs = [...document.querySelectorAll("[data-group]:not([data-view])")];
+for (const tab of groupTabs) {
+  tab.addEventListener("click", () => state.set({ view: viewOfGroup(tab.dataset.group) }));
+  tab.addEventListener("keydown", (event) => arrowThrough(groupTabs, tab, event, (next) => state.set({ view: viewOfGroup(next.dataset.group) })));
+}
+for (const tab of document.querySelectorAll("[data-view]")) {
   tab.addEventListener("click", () => state.set({ view: tab.dataset.view }));
   tab.addEventListener("keydown", (event) => {
-    const i = VIEWS.indexOf(tab.dataset.view);
-    const next = event.key === "ArrowRight" ? i + 1 : event.key === "ArrowLeft" ? i - 1 : null;
-    if (next === null) return;
-    event.preventDefault();
-    const view = VIEWS[(next + VIEWS.length) % VIEWS.length];
-    state.set({ view });
-    $(`#tab-${view}`).focus();
+    const shown = [...document.querySelectorAll("[data-view]:not([hidden])")];
+    arrowThrough(shown, tab, event, (next) => state.set({ view: next.dataset.view }));
   });
 }
+// A click on a map gives the chart area focus, so the arrow keys work at once.
+el.views.addEventListener("pointerdown", (event) => {
+  if (event.target.closest("input, select, textarea, button, a, table, canvas")) return;
+  el.views.dataset.pointer = "1"; // focused by a click: no keyboard focus ring until a key moves it
+  el.views.focus({ preventScroll: true });
+});
+el.views.addEventListener("blur", () => delete el.views.dataset.pointer);
 el.views.addEventListener("keydown", (event) => {
   if (!session?.meta || event.target.closest("input, select, textarea, button, table")) return;
   const { layer, head } = state.get();
@@ -435,7 +582,7 @@ state.subscribe((_, changed) => {
   if (changed.some((k) => RUN_FROM.includes(k))) {
     if (modelsListed) run();
   } else {
-    render();
+    rendering = render();
   }
 });
 
@@ -443,6 +590,6 @@ plotlyReady().then(() => setTimeout(warmPlotly, 0)); // while the models are lis
 loadModels()
   .then(() => {
     modelsListed = true;
-    if (hadText) run();
+    run();
   })
   .catch((err) => showError(el.error, err.message));

@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { $, metricCard, readPageData } from "../dom.js";
-import { fillModels, labForm, labels, read } from "../lab.js";
+import { describeModel, fillModels, labForm, labels, read } from "../lab.js";
 import { drawChart, drawHeatmap } from "../views/plot.js";
 
 const page = readPageData();
@@ -44,8 +44,10 @@ async function attendTyped(signal) {
 }
 
 async function start() {
-  await fillModels(fields.model, { encodersOnly: true });
-  labForm({ form: $("#cross-form"), error: $("#cross-error"), fields, run: attend })();
+  const models = await fillModels(fields.model, { encodersOnly: true });
+  const go = labForm({ form: $("#cross-form"), error: $("#cross-error"), fields, run: attend });
+  describeModel(fields.model, $("#cross-model-note"), models, page.lab_tokens);
+  go();
   labForm({ form: $("#typed-form"), error: $("#typed-error"), fields: typed, run: attendTyped })();
 }
 start();

@@ -4,7 +4,7 @@
 import { api } from "../api.js";
 import { $, metricCard, readPageData } from "../dom.js";
 import { headColour } from "../colors.js";
-import { bytes, fillModels, labForm, numbersTable, read } from "../lab.js";
+import { bytes, describeModel, fillModels, labForm, numbersTable, read } from "../lab.js";
 import { drawChart, drawHeatmap } from "../views/plot.js";
 
 const page = readPageData();
@@ -41,11 +41,11 @@ async function compare(signal) {
   );
 }
 
-const kvFields = { layers: $("#kv-layers"), heads: $("#kv-heads"), kv: $("#kv-kv"), dim: $("#kv-dim"), bytes: $("#kv-bytes"), tokens: $("#kv-tokens"), batch: $("#kv-batch") };
+const kvFields = { layers: $("#kv-layers"), heads: $("#kv-heads"), kvheads: $("#kv-kv"), dim: $("#kv-dim"), bytes: $("#kv-bytes"), tokens: $("#kv-tokens"), batch: $("#kv-batch") };
 
 async function countCache(signal) {
   const v = read(kvFields);
-  const r = await api.lab("kv-cache", { layers: v.layers, heads: v.heads, kv_heads: v.kv, head_dim: v.dim, bytes_per_value: Number(v.bytes), tokens: v.tokens, batch: v.batch }, { signal });
+  const r = await api.lab("kv-cache", { layers: v.layers, heads: v.heads, kv_heads: v.kvheads, head_dim: v.dim, bytes_per_value: Number(v.bytes), tokens: v.tokens, batch: v.batch }, { signal });
   $("#kv-table").replaceChildren(
     numbersTable(
       `KV cache for ${r.tokens.toLocaleString("en-US")} tokens × batch ${r.batch}`,
@@ -64,11 +64,13 @@ async function start() {
     if (!m) return;
     kvFields.layers.value = m.num_layers;
     kvFields.heads.value = m.num_heads;
-    kvFields.kv.value = m.num_kv_heads;
+    kvFields.kvheads.value = m.num_kv_heads;
     kvFields.dim.value = m.head_dim;
-    for (const name of ["layers", "heads", "kv", "dim"]) kvFields[name].dispatchEvent(new Event("change", { bubbles: true }));
+    for (const name of ["layers", "heads", "kvheads", "dim"]) kvFields[name].dispatchEvent(new Event("change", { bubbles: true }));
   });
-  labForm({ form: $("#heads-form"), error: $("#heads-error"), fields, run: compare })();
+  const go = labForm({ form: $("#heads-form"), error: $("#heads-error"), fields, run: compare });
+  describeModel(fields.model, $("#heads-model-note"), models, page.lab_tokens);
+  go();
   labForm({ form: $("#kv-form"), error: $("#kv-error"), fields: kvFields, run: countCache })();
 }
 start();

@@ -1,8 +1,8 @@
 // A padded batch through an encoder (POST /api/lab/padding).
 
 import { api } from "../api.js";
-import { $, el, metricCard } from "../dom.js";
-import { fillModels, labForm, numbersTable, read } from "../lab.js";
+import { $, el, metricCard, readPageData } from "../dom.js";
+import { describeModel, fillModels, labForm, numbersTable, read } from "../lab.js";
 import { drawHeatmap } from "../views/plot.js";
 
 const fields = { model: $("#padding-model"), text: $("#padding-text"), layer: $("#padding-layer"), head: $("#padding-head") };
@@ -40,7 +40,9 @@ async function batch(signal) {
 }
 
 async function start() {
-  await fillModels(fields.model, { encodersOnly: true });
-  labForm({ form: $("#padding-form"), error: $("#padding-error"), fields, run: batch })();
+  const models = await fillModels(fields.model, { encodersOnly: true });
+  const go = labForm({ form: $("#padding-form"), error: $("#padding-error"), fields, run: batch });
+  describeModel(fields.model, $("#padding-model-note"), models, readPageData().lab_tokens);
+  go();
 }
 start();

@@ -2,7 +2,7 @@
 
 import { api } from "../api.js";
 import { $, metricCard, readPageData } from "../dom.js";
-import { fillModels, labForm, labels, read } from "../lab.js";
+import { describeModel, fillModels, labForm, labels, read } from "../lab.js";
 import { drawHeatmap } from "../views/plot.js";
 
 const page = readPageData();
@@ -49,6 +49,7 @@ async function start() {
     return;
   }
   const go = labForm({ form: $("#rope-form"), error: $("#rope-error"), fields: ropeFields, run: replay });
+  describeModel(ropeFields.model, $("#rope-model-note"), models, page.lab_tokens);
   // A model that is not loaded yet takes seconds to load: that waits for the Replay button.
   if (models.find((m) => m.id === ropeFields.model.value)?.loaded) go();
   else $("#rope-metrics").textContent = "Press Replay: the model loads the first time (up to half a minute).";

@@ -2,7 +2,7 @@
 
 import { api } from "../api.js";
 import { $, el, readPageData } from "../dom.js";
-import { fillModels, labForm, read } from "../lab.js";
+import { describeModel, fillModels, labForm, read } from "../lab.js";
 import { drawChart, drawHeatmap } from "../views/plot.js";
 
 const page = readPageData();
@@ -43,7 +43,9 @@ async function compare(signal) {
 }
 
 async function start() {
-  await fillModels(fields.model);
-  labForm({ form: $("#sparse-form"), error: $("#sparse-error"), fields, run: compare })();
+  const models = await fillModels(fields.model);
+  const go = labForm({ form: $("#sparse-form"), error: $("#sparse-error"), fields, run: compare });
+  describeModel(fields.model, $("#sparse-model-note"), models, page.lab_tokens);
+  go();
 }
 start();

@@ -2,6 +2,7 @@
 
 import { api } from "../api.js";
 import { $, metricCard, readPageData, showError } from "../dom.js";
+import { modelNote } from "../lab.js";
 import { meanEntropy } from "../stats.js";
 import { keepInputsInUrl } from "../urlstate.js";
 import { drawChart, drawHeatmap, plotlyReady } from "../views/plot.js";
@@ -99,3 +100,8 @@ $("#real-form").addEventListener("submit", (e) => {
 });
 update();
 compareRealHead();
+// The real head's model, and the longest sentence it takes (the detail route reads every map).
+api.models().then(({ models }) => {
+  const model = models.find((m) => m.id === page.default_model);
+  if (model) $("#real-model-note").textContent = modelNote(model, model.full_map_tokens);
+});

@@ -51,11 +51,12 @@ export function findTokens(tokens, query) {
 }
 
 /** Plotly shapes outlining each match's keys (a column band) and queries (a row band), for
- * the first MARKED matches. */
+ * the first MARKED matches: each band spans the map (its axes' domain, narrower than the chart
+ * where square cells leave room beside it). */
 export function matchShapes(matches) {
   return matches.slice(0, MARKED).flatMap(({ first, last }) => [
-    { type: "rect", xref: "x", yref: "paper", x0: first - 0.5, x1: last + 0.5, y0: 0, y1: 1, line: MARK },
-    { type: "rect", xref: "paper", yref: "y", x0: 0, x1: 1, y0: first - 0.5, y1: last + 0.5, line: MARK },
+    { type: "rect", xref: "x", yref: "y domain", x0: first - 0.5, x1: last + 0.5, y0: 0, y1: 1, line: MARK },
+    { type: "rect", xref: "x domain", yref: "y", x0: 0, x1: 1, y0: first - 0.5, y1: last + 0.5, line: MARK },
   ]);
 }
 

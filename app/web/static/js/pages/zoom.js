@@ -6,18 +6,12 @@
 import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
 import { exportCurrent } from "../export.js";
-import { BASE_CONFIG, COLORSCALE, escapeLabel, formatNumber, logColours, nextTask, plotlyReady, warmPlotly, weightScale } from "../views/plot.js";
+import { formatNumber, nextTask, plotlyReady, warmPlotly, weightScale } from "../views/plot.js";
 import { aroundMatch, findTokens, MARKED, matchShapes } from "./zoom-find.js";
 import { headFinder } from "./zoom-heads.js";
+import { mapGeometry, mapLayout, mapTrace, PLOT_CONFIG, tokenLabels } from "./zoom-map.js";
 
 const MAX_CELLS_ACROSS = 320; // values a row of the drawn window has at most: 100k cells draw within ~150 ms
-const LABEL_PIXELS = 14; // room a token label needs across
-const POSITION_TICKS = { tickmode: "auto", ticktext: undefined, tickvals: undefined }; // Plotly's own
-// "Autoscale" would redraw the coarse image at full size; double-click asks for the whole map.
-const PLOT_CONFIG = {
-  ...BASE_CONFIG,
-  modeBarButtonsToRemove: [...BASE_CONFIG.modeBarButtonsToRemove, "autoScale2d"],
-};
 
 const page = readPageData();
 const state = {
@@ -26,7 +20,7 @@ const state = {
   layer: 0,
   head: 0,
   reduce: "max",
-  colours: "linear", // or "log": the colour of log10 of each weight, 10^-6 to 1
+  colours: null, // "linear", "log" (the colour of log10 of each weight, 10^-6 to 1), or null: by length
   window: null, // [r0, r1, c0, c1]: rows and columns shown, null for the whole map
   stat: null, // the head finder's statistic, once it has been run
   find: "", // a word or phrase whose tokens are marked (in the fragment, with the text)
@@ -38,6 +32,7 @@ const state = {
 const form = $("#zoom-form");
 const textBox = $("#zoom-text");
 const modelSelect = $("#zoom-model");
+const modelNote = $("#zoom-model-note");
 const progress = $("#zoom-progress");
 const status = $("#zoom-status");
 const stopButton = $("#zoom-stop");
@@ -84,7 +79,7 @@ function writeUrl() {
     query.set("layer", String(state.layer));
     query.set("head", String(state.head));
     if (state.reduce !== "max") query.set("reduce", state.reduce);
-    if (state.colours !== "linear") query.set("colours", state.colours);
+    if (state.colours) query.set("colours", state.colours);
     if (state.window) query.set("win", state.window.join(","));
     if (state.stat && finder.ready) query.set("stat", state.stat);
     if (state.readFrom === "last") query.set("from", "last");
@@ -103,8 +98,15 @@ function linkExplorer() {
   explorerLink.hidden = !state.pass || !(state.pass.seq_len <= limit);
   if (explorerLink.hidden) return;
   const query = new URLSearchParams({ model: state.model, text: state.text, layer: String(state.layer), head: String(state.head) });
-  if (state.colours === "log") query.set("colours", "log");
+  if (colours() === "log") query.set("colours", "log");
   explorerLink.href = `/?${query}`;
+}
+
+/** The colour scale drawn: the one chosen (in the menu or the URL), else log for a text longer
+ * than the explorer takes (its rows spread over so many keys that linear colours show one
+ * uniform colour), linear for a shorter one. */
+function colours() {
+  return state.colours ?? (state.pass?.seq_len > page.log_colours_above ? "log" : "linear");
 }
 
 function readUrl() {
@@ -115,7 +117,7 @@ function readUrl() {
   state.layer = int("layer") ?? 0;
   state.head = int("head") ?? 0;
   if (query.get("reduce") === "mean") state.reduce = "mean";
-  if (query.get("colours") === "log") state.colours = "log";
+  if (["log", "linear"].includes(query.get("colours"))) state.colours = query.get("colours");
   if (query.get("from") === "last") state.readFrom = "last";
   if (/^[a-z_]+$/.test(query.get("stat") || "")) state.stat = query.get("stat");
   const win = (query.get("win") || "").split(",").map(Number);
@@ -164,6 +166,14 @@ async function loadModels() {
   );
   if (!models.some((m) => m.id === state.model)) state.model = models[0]?.id;
   modelSelect.value = state.model;
+  describeModel();
+}
+
+/** What the chosen model is, and how long a text Deep zoom takes with it: its whole context
+ * (the explorer, reading every map at once, takes less). */
+function describeModel() {
+  const m = models.find((x) => x.id === modelSelect.value);
+  modelNote.textContent = m ? `${m.description} Deep zoom takes texts of up to ${m.max_tokens.toLocaleString("en")} tokens with it.` : "";
 }
 
 /** Runs the forward pass over the state's text, showing its progress; then draws. */
@@ -199,7 +209,7 @@ async function runPass({ keepView = false, findHeads = false } = {}) {
     state.layer = Number(layerSelect.value);
     state.head = Number(headSelect.value);
     reduceSelect.value = state.reduce;
-    coloursSelect.value = state.colours;
+    coloursSelect.value = colours();
     state.window = clampWindow(state.window);
     findMatches();
     result.hidden = false;
@@ -236,7 +246,8 @@ async function draw() {
   drawing = controller;
   writeUrl();
   const [r0, r1, c0, c1] = state.window || [0, pass.seq_len, 0, pass.seq_len];
-  const across = Math.max(50, Math.min(MAX_CELLS_ACROSS, Math.floor(plot.clientWidth - 80)));
+  const size = mapGeometry(plot);
+  const across = Math.max(50, Math.min(MAX_CELLS_ACROSS, size.side));
   const cell = Math.max(1, Math.ceil(Math.max(r1 - r0, c1 - c0) / across));
   windowLine.textContent = `Computing rows ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}…`;
   let answer;
@@ -251,37 +262,17 @@ async function draw() {
   }
   if (drawing !== controller) return;
   await nextTask();
-  const width = plot.clientWidth || 600;
-  const height = Math.max(320, Math.min(760, width));
-  const trace = {
-    type: "heatmap",
-    ...colouring(answer.values[0]),
-    x0: c0 + (cell - 1) / 2, dx: cell,
-    y0: r0 + (cell - 1) / 2, dy: cell,
-    colorscale: COLORSCALE,
-    // Above 40,000 cells, one image a pixel a cell (a third faster to draw than a rectangle each).
-    zsmooth: answer.values[0].length * (answer.values[0][0]?.length || 0) > 40_000 ? "fast" : false,
-    hoverinfo: "none",
-  };
-  const layout = {
-    height,
-    margin: { t: 80, r: 10, b: 10, l: 80 },
-    xaxis: { range: [c0 - 0.5, c1 - 0.5], side: "top", tickangle: -45, ...POSITION_TICKS, title: { text: "" } },
-    yaxis: { range: [r1 - 0.5, r0 - 0.5], ...POSITION_TICKS },
-    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
-    font: { family: "system-ui, sans-serif" },
-    dragmode: "zoom",
-    shapes: matchShapes(state.matches),
-  };
+  const where = { r0, r1, c0, c1, cell };
   shown = {
-    layer: state.layer, head: state.head, reduce: state.reduce, colours: state.colours,
-    r0, r1, c0, c1, cell, values: answer.values[0], errorBound: answer.error_bound,
+    layer: state.layer, head: state.head, reduce: state.reduce, colours: colours(),
+    ...where, values: answer.values[0], errorBound: answer.error_bound,
   };
-  await window.Plotly.react(plot, [trace], layout, PLOT_CONFIG);
+  const trace = mapTrace(shown.values, where, shown.colours, size);
+  await window.Plotly.react(plot, [trace], mapLayout(where, size, matchShapes(state.matches)), PLOT_CONFIG);
   // Token labels, where they fit, each axis in a task of its own: measuring dozens of new
   // labels costs Plotly about as much as the map itself.
-  for (const [axis, span, pixels] of [["xaxis", [c0, c1], width - 90], ["yaxis", [r0, r1], height - 90]]) {
-    const labels = ticks(...span, pixels);
+  for (const [axis, span] of [["xaxis", [c0, c1]], ["yaxis", [r0, r1]]]) {
+    const labels = tokenLabels(state.pass.tokens, ...span, size.side - 10);
     if (labels.tickmode !== "array") continue;
     await nextTask();
     if (drawing !== controller) return;
@@ -291,16 +282,6 @@ async function draw() {
   // Said once the map and its labels are drawn (tests wait for it).
   const what = cell === 1 ? "each cell one weight" : `each cell the ${state.reduce === "max" ? "largest" : "mean"} weight of ${cell} × ${cell} tokens`;
   windowLine.textContent = `Layer ${state.layer}, head ${state.head}: queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}; ${what} (within ${answer.error_bound} of the model's own weights).`;
-}
-
-/** The heatmap's values, colour range and colour bar for the state's colour scale: the weights
- * from 0 to the window's largest, or their log10 from 10^-6 to 1 (hovering reads the weights
- * themselves either way). */
-function colouring(values) {
-  const bar = { thickness: 10, outlinewidth: 0 };
-  if (state.colours !== "log") return { z: values, zmin: 0, colorbar: bar };
-  const log = logColours(values);
-  return { ...log, colorbar: { ...bar, ...log.colorbar } };
 }
 
 /** What the export buttons save of the window drawn (see export.js): its values with a label
@@ -316,27 +297,19 @@ function windowExport() {
   });
   const top = Math.max(0, ...values.map((row) => Math.max(...row)));
   const cells = cell === 1 ? "each cell one weight" : `each cell the ${reduce === "max" ? "largest" : "mean"} weight of a block of ${cell} × ${cell} tokens`;
+  const scale = weightScale(shown.colours, values, top || 1);
   return {
     kind: "head", element: plot, layer, head, tokens: labels(c0, c1), rowTokens: labels(r0, r1), matrix: values,
     matrixName: "values", corner: "query \\ key", where: `L${layer}-H${head}-q${r0}-${r1 - 1}-k${c0}-${c1 - 1}`,
     suffix: cell === 1 ? "" : `-${reduce}-of-${cell}`,
     title: `layer ${layer} · head ${head} · queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}`,
-    colour: weightScale(shown.colours, values, top || 1).colour,
+    colour: scale.colour, colourBar: scale.bar,
     payload: {
       what: `Deep zoom's window: values[i][j] is for queries from ${r0} + i·${cell} and keys from ${c0} + j·${cell}, ${cells}; within error_bound of the model's own weights`,
       rows: [r0, r1], cols: [c0, c1], cell, reduce: cell === 1 ? null : reduce, error_bound: shown.errorBound,
       seq_len: state.pass.seq_len,
     },
   };
-}
-
-/** Token labels where every token in the span gets room; positions otherwise. */
-function ticks(start, stop, pixels) {
-  const span = stop - start;
-  if (span * LABEL_PIXELS > pixels) return POSITION_TICKS;
-  const tickvals = Array.from({ length: span }, (_, i) => start + i);
-  const ticktext = tickvals.map((i) => escapeLabel(state.pass.tokens[i]));
-  return { tickmode: "array", tickvals, ticktext };
 }
 
 function wirePlot() {
@@ -438,12 +411,18 @@ async function main() {
   findBox.value = state.find;
   form.addEventListener("submit", (event) => {
     event.preventDefault();
+    const chars = [...textBox.value].length; // code points, as the server counts; never cut
+    if (chars > page.max_text_chars) {
+      showError(errorBox, `This text is ${chars.toLocaleString("en")} characters; the server takes up to ${page.max_text_chars.toLocaleString("en")}. Shorten it: nothing was cut.`);
+      return;
+    }
     state.text = textBox.value;
     state.model = modelSelect.value;
     runPass();
   });
   modelSelect.addEventListener("change", () => {
     state.model = modelSelect.value;
+    describeModel();
     writeUrl();
   });
   stopButton.addEventListener("click", () => running?.abort());

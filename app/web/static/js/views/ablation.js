@@ -93,7 +93,7 @@ export async function render({ session, state, info, parts, set, open, isStale }
   return {
     kind: "head", element: parts.after, layer: answer.layer, head: answer.head, tokens, matrix: answer.ablated_weights,
     matrixName: "ablated_weights", title: `layer ${answer.layer} head ${answer.head} with ${formatHeads(answer.ablated)} switched off (${answer.mode})`,
-    colour: after.colour, suffix: `-ablated-${answer.mode}-${answer.ablated.map((h) => `L${h.layer}H${h.head}`).join("-")}`,
+    colour: after.colour, colourBar: after.bar, suffix: `-ablated-${answer.mode}-${answer.ablated.map((h) => `L${h.layer}H${h.head}`).join("-")}`,
     payload: { what: "an intervention: these heads switched off, not what the model computed", ...answer },
   };
 }

@@ -56,7 +56,7 @@ export async function render({ session, state, parts, info, isStale }) {
   );
   return {
     kind: "head", element: parts.map, where: `${kind}-L${state.layer}`, layer: state.layer, tokens, matrix,
-    matrixName: kind === "rollout" ? "rollout" : "head_average", title: name, colour: scale.colour,
+    matrixName: kind === "rollout" ? "rollout" : "head_average", title: name, colour: scale.colour, colourBar: scale.bar,
     payload: {
       what: kind === "rollout"
         ? "attention rollout (Abnar & Zuidema, 2020): row i = how much of each input token token i holds after this layer"

@@ -1,6 +1,7 @@
 // Two heads side by side: the open head (A) against another layer and head (B), optionally on
 // another text or another model; their difference wherever the tokens line up.
 
+import { signedBar } from "../colors.js";
 import { fillIndexSelect, metricCard } from "../dom.js";
 import { drawHeatmap, weightScale } from "./plot.js";
 
@@ -37,8 +38,9 @@ export async function render({ session, state, info, parts, models, isStale }) {
   parts.model.value = sameModel ? "" : state.compareModel;
   parts.text.value = state.compareText || "";
   parts.colours.value = state.colours;
-  // B's layer and head: the URL's, else the open head's neighbour (the next layer down).
-  const asked = parseHead(state.compare) || { layer: Math.min(state.layer + 1, info.num_layers - 1), head: state.head };
+  // B's layer and head: the URL's, else A's own (so "the same head on another text" compares
+  // one head, not two); B's pickers then choose another head of this run.
+  const asked = parseHead(state.compare) || { layer: state.layer, head: state.head };
   const layers = sameModel ? info.num_layers : other?.num_layers ?? 1;
   const heads = sameModel ? info.num_heads : other?.num_heads ?? 1;
   fillIndexSelect(parts.layer, layers, asked.layer);
@@ -49,7 +51,10 @@ export async function render({ session, state, info, parts, models, isStale }) {
   if (state.compareText) body.other.text = state.compareText;
   const answer = await session.compare(body);
   if (isStale()) return null;
-  parts.alignment.textContent = answer.alignment;
+  const itself = sameModel && !state.compareText && b.layer === state.layer && b.head === state.head;
+  parts.alignment.textContent = itself
+    ? "B is the open head on the same text: choose another layer and head, a text or a model for B."
+    : answer.alignment;
   const changed = answer.differing_tokens.map((i) => `${i} “${answer.a.tokens[i]}” → “${answer.b.tokens[i]}”`);
   parts.metrics.replaceChildren(
     ...(answer.aligned
@@ -81,12 +86,12 @@ export async function render({ session, state, info, parts, models, isStale }) {
   }
   const where = `compare-L${answer.a.layer}H${answer.a.head}-vs-L${answer.b.layer}H${answer.b.head}`;
   const shown = answer.aligned ? answer.difference : answer.b.weights;
+  const difference = (v) => (v >= 0 ? `rgba(178,24,43,${Math.min(1, Math.abs(v))})` : `rgba(33,102,172,${Math.min(1, Math.abs(v))})`);
   return {
     kind: "head", element: answer.aligned ? parts.difference : parts.b, layer: answer.a.layer, head: answer.a.head,
     tokens: answer.b.tokens, rowTokens: answer.b.tokens, matrix: shown, matrixName: answer.aligned ? "difference" : "b_weights",
     where, title: `${name(answer.b)} minus ${name(answer.a)}`, payload: answer,
-    colour: answer.aligned
-      ? (v) => (v >= 0 ? `rgba(178,24,43,${Math.min(1, Math.abs(v))})` : `rgba(33,102,172,${Math.min(1, Math.abs(v))})`)
-      : scaleB.colour,
+    colour: answer.aligned ? difference : scaleB.colour,
+    colourBar: answer.aligned ? signedBar(difference, "B − A") : scaleB.bar,
   };
 }

@@ -60,7 +60,7 @@ export async function render({ session, state, parts, info, open, isStale }) {
   onCellClick(parts.keyHeads, openRow);
   return {
     kind: "head", element: parts.queryLayers, where: `token-${token}`, tokens, rowTokens: labels.layers,
-    matrix: queryLayers, matrixName: `query_${summary}`, corner: "layer \\ key", colour: queryScale.colour,
+    matrix: queryLayers, matrixName: `query_${summary}`, corner: "layer \\ key", colour: queryScale.colour, colourBar: queryScale.bar,
     title: `what ${word} attends to, layer by layer (${how})`,
     payload: {
       what: "token followed through the model: as_query[layer][head][key] is its row, as_key[layer][head][query] its column; *_mean and *_max sum up each layer's heads",

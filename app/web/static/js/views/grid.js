@@ -72,7 +72,8 @@ export async function render({ session, state, parts, info, open }) {
   }
   grid.append(header);
   const canvases = [];
-  const shown = { tokens: session.meta.tokens, layers, heads, size: 0, maps: {} };
+  const columns = [...header.children].slice(1).map((label) => label.textContent);
+  const shown = { tokens: session.meta.tokens, layers, heads, columns, size: 0, maps: {} };
   shownIn.set(grid, shown);
   for (let l = 0; l < layers; l++) {
     const row = make("div", { attrs: { role: "row" }, className: "grid-row" }, [
@@ -165,11 +166,18 @@ async function fillIn(grid, key, session, canvases, shown, status) {
   status.textContent = `${layers * heads} heads shown.`;
 }
 
-/** What the grid's export buttons save: the thumbnails as one PNG, and the values they show. */
+/** What the grid's export buttons save: the thumbnails as one picture (export-grid.js), and the
+ * values they show. */
 function gridExport(grid, shown) {
   return {
     kind: "grid",
     element: grid,
+    scope: `all heads: ${shown.layers} layers × ${shown.heads} heads`,
+    get subtitle() {
+      const pooled = shown.size < shown.tokens.length ? `, max-pooled to ${shown.size} × ${shown.size} cells` : "";
+      return `each head's map, queries down and keys across${pooled}`;
+    },
+    thumbnails: shown,
     get payload() {
       return {
       what: `the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major (${
@@ -183,37 +191,7 @@ function gridExport(grid, shown) {
       ),
       };
     },
-    toPng: () => gridPng(grid),
   };
-}
-
-/** Every thumbnail of the grid, with its layer and head labels, drawn into one PNG. */
-async function gridPng(grid) {
-  const cells = [...grid.querySelectorAll("canvas[data-layer]")];
-  const layers = 1 + Math.max(...cells.map((c) => Number(c.dataset.layer)));
-  const heads = 1 + Math.max(...cells.map((c) => Number(c.dataset.head)));
-  const size = THUMB;
-  const gap = 4;
-  const left = 40;
-  const top = 24;
-  const canvas = document.createElement("canvas");
-  canvas.width = left + heads * (size + gap);
-  canvas.height = top + layers * (size + gap);
-  const c2d = canvas.getContext("2d");
-  c2d.fillStyle = "#fff";
-  c2d.fillRect(0, 0, canvas.width, canvas.height);
-  c2d.imageSmoothingEnabled = false;
-  c2d.fillStyle = "#1b1d23";
-  c2d.font = "12px sans-serif";
-  const labels = [...grid.querySelectorAll("[role=columnheader]")].slice(1).map((e) => e.textContent);
-  labels.forEach((text, h) => c2d.fillText(text, left + h * (size + gap), 16));
-  for (const cell of cells) {
-    const l = Number(cell.dataset.layer);
-    const h = Number(cell.dataset.head);
-    if (h === 0) c2d.fillText(`L${l}`, 4, top + l * (size + gap) + size / 2 + 4);
-    if (cell.width) c2d.drawImage(cell, left + h * (size + gap), top + l * (size + gap), size, size);
-  }
-  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
 }
 
 function focusCell(grid, cell) {

@@ -2,7 +2,7 @@
 // table with its roles (each with the score that decided it).
 
 import { api } from "../api.js";
-import { viridis } from "../colors.js";
+import { linearBar, viridis } from "../colors.js";
 import { el as make } from "../dom.js";
 import { drawHeatmap, onCellClick } from "./plot.js";
 
@@ -51,12 +51,15 @@ export function bind(parts, set) {
   });
 }
 
-export async function render({ session, state, parts, info, set, open, isStale }) {
+export async function render({ session, state, parts, info, set, open, isStale, replaceText }) {
   parts.induction.onclick = async () => {
     parts.induction.disabled = true;
     try {
       const made = await api.inductionText(state.model, INDUCTION_LENGTH, 0);
-      set({ text: made.text, textPair: "", query: null, view: "heads", stat: "induction", sort: "-induction" });
+      const patch = { text: made.text, view: "heads", stat: "induction", sort: "-induction" };
+      const why = `Showing ${INDUCTION_LENGTH} random tokens written twice, the test text for induction heads.`;
+      if (replaceText) replaceText(patch, why);
+      else set(patch); // the notebook widget has no text of its own to keep
     } finally {
       parts.induction.disabled = false;
     }
@@ -69,7 +72,10 @@ export async function render({ session, state, parts, info, set, open, isStale }
   }
   const stat = names.includes(state.stat) ? state.stat : "previous";
   parts.stat.value = stat;
-  parts.describe.textContent = `${stat.replace("_", " ")}: ${data.descriptions[stat]}.`;
+  // Each role's threshold, beside the statistic that decides it.
+  const decides = Object.entries(data.rules).filter(([, rule]) => rule.statistic === stat);
+  const roles = decides.map(([role, rule]) => `${role} head at ≥ ${rule.threshold}`);
+  parts.describe.textContent = `${stat.replace("_", " ")}: ${data.descriptions[stat]}.${roles.length ? ` Role: ${roles.join("; ")}.` : ""}`;
   const grid = data.statistics[stat];
   const labels = headLabels(info);
   const top = stat === "distance" ? gridMax(grid) : 1;
@@ -97,6 +103,7 @@ export async function render({ session, state, parts, info, set, open, isStale }
   return {
     kind: "head", element: scored ? parts.map : null, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
     matrix: grid, matrixName: stat, blank: "", corner: "layer \\ head", title, colour: (v) => viridis(v / top),
+    colourBar: linearBar(top, stat.replace("_", " ")),
     payload: {
       what: "statistics[name][layer][head] of every head on this text (null: no query row qualifies); roles[layer][head] strongest first",
       statistics: data.statistics, descriptions: data.descriptions, roles: data.roles, rules: data.rules,

@@ -49,5 +49,8 @@ export async function render({ session, state, parts, models, isStale }) {
   await drawHeatmap(parts.plot, scale.options.z, queries, tokens, { ...scale.options, title, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
   if (isStale()) return null;
   await drawPredictions(parts.predictions, session, parts.plot, isStale);
-  return { kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, colour: scale.colour };
+  return {
+    kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, subtitle: "rows: queries, columns: keys",
+    colour: scale.colour, colourBar: scale.bar,
+  };
 }

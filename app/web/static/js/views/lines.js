@@ -147,8 +147,16 @@ export async function render({ session, state, parts, info, isStale }) {
     return built.get(h);
   };
   const main = heads.includes(state.head) ? state.head : heads[0];
+  const named = heads.length === 1 ? `head ${heads[0]}` : `heads ${heads.slice(0, -1).join(", ")} and ${heads.at(-1)}`;
   return {
     kind: "svg", element: root, layer: state.layer, head: main, tokens, suffix: "-lines",
+    scope: `layer ${state.layer} · ${named}`,
+    subtitle: "queries left, keys right: a line per weight, wider and darker the larger it is",
+    notes: [
+      heads.length === 1 ? `${named} drawn` : `${named} overlaid, a colour each`,
+      threshold > 0 ? `lines below ${Number(threshold.toPrecision(3))} hidden` : "every weight above 0 drawn",
+    ],
+    keys: heads.map((h) => ({ text: `h${h}`, colour: headColour(h, info.num_heads) })),
     get matrix() {
       return matrixOf(main);
     },

@@ -1,7 +1,7 @@
 // The mask a real model used: scores before softmax (forbidden cells are −∞) and weights after.
 
 import { metricCard as metric } from "../dom.js";
-import { viridis } from "../colors.js";
+import { linearBar, viridis } from "../colors.js";
 import { maskedScores } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
 
@@ -52,6 +52,6 @@ export async function render({ session, state, parts, info, isStale }) {
   await drawHeatmap(parts.after, detail.weights, tokens, tokens, { ...common, title: "after softmax: weights (masked = 0)", zmin: 0, zmax: 1, hoverName: "weight" });
   return {
     kind: "head", element: parts.after, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
-    title: "weights after the mask", colour: viridis, suffix: "-mask", payload: { mask: detail.mask },
+    title: "weights after the mask", colour: viridis, colourBar: linearBar(), suffix: "-mask", payload: { mask: detail.mask },
   };
 }

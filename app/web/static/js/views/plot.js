@@ -2,14 +2,13 @@
 // HTML subset in labels and hovers, so every label passes through escapeLabel first, and
 // axes are numeric (tickvals/ticktext) so repeated tokens never merge into one column.
 
-import { viridis } from "../colors.js";
+import { decade, linearBar, logBar, viridis } from "../colors.js";
 
 export const COLORSCALE = "Viridis";
 
 // Log colours: the decades from 10^-6 to 1. A row spread evenly over 8,192 keys gives each
 // 1.2 × 10^-4; zero (a masked key) and anything under 10^-6 take the lowest colour.
 export const LOG_FLOOR = -6;
-const SUPERSCRIPT = "⁰¹²³⁴⁵⁶⁷⁸⁹";
 
 /** log10 of a weight, clipped at 10^-6 (zero, a masked key, too). */
 const logWeight = (w) => (w > 0 ? Math.max(LOG_FLOOR, Math.log10(w)) : LOG_FLOOR);
@@ -19,22 +18,23 @@ const logWeight = (w) => (w > 0 ? Math.max(LOG_FLOOR, Math.log10(w)) : LOG_FLOOR
 export function logColours(weights) {
   const z = weights.map((row) => row.map(logWeight));
   const decades = Array.from({ length: 1 - LOG_FLOOR }, (_, i) => LOG_FLOOR + i);
-  const ticktext = decades.map((d) => (d === 0 ? "1" : `10⁻${SUPERSCRIPT[-d]}`));
-  return { z, zmin: LOG_FLOOR, zmax: 0, colorbar: { tickmode: "array", tickvals: decades, ticktext } };
+  return { z, zmin: LOG_FLOOR, zmax: 0, colorbar: { tickmode: "array", tickvals: decades, ticktext: decades.map(decade) } };
 }
 
 /**
  * A map of attention weights (rows of numbers in [0, 1]) in the scale the user chose (the
  * state's `colours`): `options` for drawHeatmap ({z, zmin, zmax, colorbar, hoverValues}; draw
- * options.z) and `colour(weight)`, the same colour as a CSS string, for the exports.
+ * options.z), and for the exports `colour(weight)`, the same colour as a CSS string, and `bar`,
+ * its colour bar (colors.js).
  * "log": log10 of each weight from 10^-6 to 1, hovering still reads the weight; "linear": the
  * weight from 0 to `top` (1 unless the map's own largest value should top the scale).
  */
 export function weightScale(scale, weights, top = 1) {
   if (scale === "log") {
-    return { options: { ...logColours(weights), hoverValues: weights }, colour: (w) => viridis(1 - logWeight(w) / LOG_FLOOR) };
+    const colour = (w) => viridis(1 - logWeight(w) / LOG_FLOOR);
+    return { options: { ...logColours(weights), hoverValues: weights }, colour, bar: logBar(LOG_FLOOR) };
   }
-  return { options: { z: weights, zmin: 0, zmax: top }, colour: (w) => viridis(w / top) };
+  return { options: { z: weights, zmin: 0, zmax: top }, colour: (w) => viridis(w / top), bar: linearBar(top) };
 }
 
 // Offline: no button may send a chart anywhere (plotly.js shows "Share chart..." by default).
@@ -66,9 +66,33 @@ export function formatNumber(x, digits = 4) {
 }
 
 const FAST_DRAW_CELLS = 40_000;
-const TOOLBAR_BAND = 40; // pixels at the top of a chart kept for Plotly's tool bar (26 px tall)
-const TITLE_LINE = 17; // pixels a 13 px title line takes
+export const TOOLBAR_BAND = 40; // pixels at the top of a chart kept for Plotly's tool bar (26 px tall)
+export const TITLE_LINE = 17; // pixels a 13 px title line takes
 const TITLE_CHAR = 7.2; // average pixels a character of a 13 px title takes
+const TICK_FONT = 12; // px, Plotly's tick labels
+const TICK_ROOM = 8; // pixels between a tick label and the plot: the tick (5 px) and a gap
+// An axis title sits STANDOFF pixels beyond its axis's tick labels, however long they are
+// (Plotly measures them when title.standoff is set); the margin holds its AXIS_TITLE_BAND.
+const AXIS_TITLE_FONT = 13;
+const STANDOFF = 6;
+const AXIS_TITLE_BAND = STANDOFF + Math.ceil(AXIS_TITLE_FONT * 1.3) + 2;
+const LABEL_MAX = 180; // pixels of a tick label the margins make room for (a longer one is cut)
+
+/** An axis title that keeps clear of the axis's tick labels; `text` is raw. */
+export function axisTitle(text) {
+  return text ? { text: escapeLabel(text), standoff: STANDOFF, font: { size: AXIS_TITLE_FONT } } : { text: "" };
+}
+
+let measurer = null;
+
+/** Pixels the widest of `labels` (raw text) takes as a 12 px tick label, at most LABEL_MAX. */
+function labelPixels(labels) {
+  measurer ??= document.createElement("canvas").getContext("2d");
+  measurer.font = `${TICK_FONT}px system-ui, sans-serif`;
+  let widest = 0;
+  for (const label of new Set(labels)) widest = Math.max(widest, measurer.measureText(String(label)).width);
+  return Math.min(LABEL_MAX, Math.ceil(widest));
+}
 
 /** Title text (raw) broken into lines that fit `width` pixels, escaped, joined with <br>. */
 export function wrapTitle(text, width) {
@@ -165,15 +189,17 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
   const xTicks = tokenTicks(axes.xaxis);
   // With a title, the axis title joins it so the two never collide above the plot.
   const title = options.title && options.xTitle ? `${options.title} — columns: ${options.xTitle}` : options.title;
-  // Column labels sit above the map, rotated 45°: room for the longest one shown.
-  const longest = Math.min(24, Math.max(1, ...xTicks.ticktext.map((t) => t.length)));
-  const head = titleLayout(title, width, height, 13, Math.ceil(longest * 6 * Math.SQRT1_2) + 14);
+  const xTitle = title ? "" : options.xTitle;
+  // Column labels sit above the map, rotated 45°: room for the longest one shown, and for the
+  // axis title above them. Margins from the labels' own widths: Plotly's automargin would
+  // draw every chart twice.
+  const columnLabels = Math.ceil((labelPixels(xTicks.tickvals.map((i) => cols[i])) + TICK_FONT) * Math.SQRT1_2);
+  const head = titleLayout(title, width, height, 13, columnLabels + TICK_ROOM + (xTitle ? AXIS_TITLE_BAND : 0));
   const layout = {
     title: head.title,
-    // Margins from the labels' own lengths: Plotly's automargin would draw every chart twice.
-    margin: { t: head.margin.t, r: 10, b: 10, l: rowLabelWidth(rows, options.yTitle) },
-    xaxis: { ...xTicks, type: "category", side: "top", tickangle: -45, title: { text: title ? "" : options.xTitle || "" } },
-    yaxis: { ...tokenTicks(axes.yaxis), type: "category", autorange: "reversed", title: { text: options.yTitle || "" } },
+    margin: { t: head.margin.t, r: 10, b: 10, l: labelPixels(rows) + TICK_ROOM + (options.yTitle ? AXIS_TITLE_BAND : 4) },
+    xaxis: { ...xTicks, type: "category", side: "top", tickangle: -45, title: axisTitle(xTitle) },
+    yaxis: { ...tokenTicks(axes.yaxis), type: "category", autorange: "reversed", title: axisTitle(options.yTitle) },
     height,
     shapes: options.shapes || [],
     paper_bgcolor: "rgba(0,0,0,0)",
@@ -201,11 +227,6 @@ export function onCellClick(el, fn) {
   });
 }
 
-/** Saves the chart in `el` as PNG or SVG (Plotly's own image export). */
-export function downloadPlot(el, format, filename) {
-  return window.Plotly.downloadImage(el, { format, filename, scale: format === "png" ? 2 : 1 });
-}
-
 /**
  * Ticks for an axis of tokens: as many labels as fit (`perLabel` pixels each over `pixels`),
  * every k-th token over the visible `range` of indices, so zooming in brings labels back.
@@ -218,12 +239,6 @@ export function tokenTicks({ labels, pixels, perLabel }, range = [0, labels.leng
   const tickvals = [];
   for (let i = Math.ceil(lo / every) * every; i <= hi; i += every) tickvals.push(i);
   return { tickmode: "array", tickvals, ticktext: tickvals.map((i) => escapeLabel(labels[i])), automargin: false };
-}
-
-/** Pixels the row labels (12 px text) and an axis title need left of a map. */
-function rowLabelWidth(rows, axisTitle) {
-  const longest = Math.min(28, Math.max(1, ...rows.map((r) => String(r).length)));
-  return Math.ceil(longest * 6.6) + (axisTitle ? 30 : 12);
 }
 
 /** Re-thin an element's token axes whenever the user zooms or pans (or resets). */
@@ -246,13 +261,18 @@ function followZoom(el, axes) {
 
 /** Any other chart; layout.title may be raw text or {text, font}: it is wrapped and placed
  * below the tool bar like the heatmaps' titles. tokenAxes ({xaxis: {labels, pixels, perLabel}})
- * names axes whose positions are token indices: their labels thin out and follow the zoom. */
+ * names axes whose positions are token indices: their labels thin out and follow the zoom.
+ * An axis with a title keeps it clear of its tick labels (the margin grows to hold both). */
 export async function drawChart(el, traces, layout, config = {}, tokenAxes = {}) {
   await nextTask();
   const { title, ...rest } = layout;
   const text = typeof title === "string" ? title : title?.text;
   const head = titleLayout(text, el.clientWidth || 600, layout.height ?? 450, title?.font?.size ?? 13);
   for (const [name, axis] of Object.entries(tokenAxes)) rest[name] = { ...(rest[name] || {}), ...tokenTicks(axis) };
+  for (const [name, axis] of Object.entries(rest)) {
+    if (!/^[xy]axis\d*$/.test(name) || !axis?.title?.text) continue;
+    rest[name] = { ...axis, automargin: true, title: { standoff: STANDOFF, ...axis.title } };
+  }
   return window.Plotly.react(
     el,
     traces,

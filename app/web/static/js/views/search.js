@@ -2,7 +2,7 @@
 // their share of attention on a span of tokens (POST /heads' `marked`). The query lives in the
 // state as one string (state.find), so a search is a link.
 
-import { viridis } from "../colors.js";
+import { linearBar, viridis } from "../colors.js";
 import { el as make } from "../dom.js";
 import { headLabels } from "./heads.js";
 import { drawHeatmap, onCellClick } from "./plot.js";
@@ -123,7 +123,7 @@ export async function render({ session, state, parts, info, open, isStale }) {
   return {
     kind: "head", element: parts.map, where: `search-${encodeFind(query).replace(/[^a-z0-9]+/gi, "-")}`,
     tokens: labels.heads, rowTokens: labels.layers, matrix: grid, matrixName: "found", blank: "", corner: "layer \\ head",
-    title: what, colour: (v) => viridis(v / top),
+    title: what, colour: (v) => viridis(v / top), colourBar: linearBar(top, valueName(query)),
     payload: { what, query, matches: found.matches, heads: found.heads },
   };
 }

@@ -2,7 +2,7 @@
 // or in layer order (boxes mark the heads that share a key/value head).
 
 import { metricCard } from "../dom.js";
-import { viridis } from "../colors.js";
+import { linearBar, viridis } from "../colors.js";
 import { drawHeatmap, onCellClick } from "./plot.js";
 
 export function bind(parts, set) {
@@ -63,7 +63,7 @@ export async function render({ session, state, parts, info, open, isStale }) {
   onCellClick(parts.map, (row) => open(Math.floor(indices[row] / heads), indices[row] % heads));
   return {
     kind: "head", element: parts.map, where: `head-similarity-${order}`, tokens: labels, rowTokens: labels, matrix,
-    matrixName: "similarity", corner: "head \\ head", title, colour: viridis,
+    matrixName: "similarity", corner: "head \\ head", title, colour: viridis, colourBar: linearBar(1, "similarity"),
     payload: {
       what: data.measure, order, head_order: indices, exact: data.exact, rows_compared: data.rows_compared, key_bins: data.key_bins,
       mean_similarity: means,

@@ -1,6 +1,6 @@
 // Step by step: QKᵀ -> scale -> mask -> softmax -> weights × V, each stage a heatmap.
 
-import { viridis } from "../colors.js";
+import { linearBar, viridis } from "../colors.js";
 import { el as make } from "../dom.js";
 import { maskedScores, poolLabels, poolMax } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
@@ -76,7 +76,7 @@ export async function render({ session, state, parts, isStale }) {
   );
   return {
     kind: "head", element: plots.weights, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
-    title: "softmax weights", colour: viridis, suffix: "-stages",
+    title: "softmax weights", colour: viridis, colourBar: linearBar(), suffix: "-stages",
     payload: { scores: detail.scores, scaled_scores: detail.scaled_scores, mask: detail.mask, output: detail.output, model_scale: detail.model_scale },
   };
 }

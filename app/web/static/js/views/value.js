@@ -1,6 +1,6 @@
 // Where a head looks against what it takes: its weights beside ‖α·v‖ (Kobayashi et al., 2020).
 
-import { viridis } from "../colors.js";
+import { linearBar, viridis } from "../colors.js";
 import { metricCard } from "../dom.js";
 import { drawHeatmap } from "./plot.js";
 
@@ -45,7 +45,7 @@ export async function render({ session, state, parts, isStale }) {
   return {
     kind: "head", element: parts.norms, layer: state.layer, head: state.head, tokens,
     matrix: shares, matrixName: "value_weighted_shares", title: "value-weighted attention (row shares of ‖α·v‖)",
-    colour: viridis, suffix: "-value-weighted",
+    colour: viridis, colourBar: linearBar(1, "share"), suffix: "-value-weighted",
     payload: { what: "‖α·v‖ per query and key (value_weighted), and each row's shares of it", value_weighted: detail.value_weighted, weights: detail.weights },
   };
 }

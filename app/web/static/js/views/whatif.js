@@ -1,6 +1,6 @@
 // The same real head without the 1/sqrt(d) scale, or at another temperature.
 
-import { viridis } from "../colors.js";
+import { linearBar, viridis } from "../colors.js";
 import { metricCard } from "../dom.js";
 import { meanEntropy, meanMax } from "../stats.js";
 import { settle } from "./settle.js";
@@ -42,7 +42,7 @@ export async function render({ session, state, parts, isStale }) {
   const suffix = `-what-if-${unscaled ? "unscaled" : "scaled"}-T${detail.counterfactual_temperature}`;
   return {
     kind: "head", element: parts.counterfactual, layer: state.layer, head: state.head, tokens,
-    matrix: detail.counterfactual_weights, matrixName: "counterfactual_weights", title: `what-if: ${label}`, colour: viridis, suffix,
+    matrix: detail.counterfactual_weights, matrixName: "counterfactual_weights", title: `what-if: ${label}`, colour: viridis, colourBar: linearBar(), suffix,
     payload: {
       what: "counterfactual weights: this head recomputed at another scale and temperature, not what the model computed",
       counterfactual: { scale: detail.counterfactual_scale, temperature: detail.counterfactual_temperature, unscaled },

@@ -1,0 +1,101 @@
+"""Lessons (issue 37, point 6): the shipped ones are valid and open real pages, an operator's
+folder adds more, and a lesson written by hand is checked with a message that says what is
+wrong."""
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.services.lessons import SHIPPED
+from tests.conftest import make_settings
+
+SHIPPED_IDS = ["attention-basics", "why-sqrt-d", "find-the-induction-head"]
+
+
+def test_three_lessons_ship_in_course_order(client):
+    listed = client.get("/api/lessons").json()["lessons"]
+    assert [lesson["id"] for lesson in listed] == SHIPPED_IDS
+    assert all(lesson["source"] == "shipped" and lesson["steps"] >= 4 for lesson in listed)
+
+
+@pytest.mark.parametrize("lesson_id", SHIPPED_IDS)
+def test_every_step_of_a_shipped_lesson_opens_a_page_and_some_ask_questions(client, lesson_id):
+    lesson = client.get(f"/api/lessons/{lesson_id}").json()
+    for step in lesson["steps"]:
+        assert client.get(step["page"].split("#")[0]).status_code == 200, step["page"]
+    assert any(step.get("question") for step in lesson["steps"])
+    assert client.get(f"/learn/{lesson_id}").status_code == 200
+
+
+def test_an_unknown_lesson_is_a_404_that_lists_the_lessons(client):
+    answer = client.get("/api/lessons/no-such-lesson")
+    assert answer.status_code == 404
+    assert answer.json()["code"] == "not_found"
+    assert "attention-basics" in answer.json()["detail"]
+    assert client.get("/learn/no-such-lesson").status_code == 404
+
+
+def lesson(**changes):
+    base = {
+        "id": "mine",
+        "title": "Mine",
+        "summary": "A lesson written by hand.",
+        "steps": [{"page": "/?view=grid", "caption": "Look."}],
+    }
+    return {**base, **changes}
+
+
+def check(client, body, status=200):
+    answer = client.post("/api/lessons/check", json={"text": json.dumps(body)})
+    assert answer.status_code == status, answer.text
+    return answer.json()
+
+
+def test_a_pasted_lesson_is_checked_and_given_back_as_the_player_reads_it(client):
+    question = {"kind": "key", "ask": "Which?", "query": 3}
+    checked = check(client, lesson(steps=[{"page": "/", "caption": "c", "question": question}]))
+    assert checked["steps"][0]["question"] == {**question, "map": "#heatmap"}
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (lesson(steps=[{"page": "https://example.com/", "caption": "c"}]), "steps.0.page"),
+        (lesson(steps=[{"page": "/admin", "caption": "c"}]), "one of"),
+        (lesson(steps=[]), "steps"),
+        (lesson(id="Has Spaces"), "id"),
+        (lesson(steps=[{"page": "/", "caption": "c", "question": {"kind": "guess"}}]), "kind"),
+        (lesson(steps=[{"page": "/", "caption": "c", "extra": 1}]), "extra"),
+    ],
+)
+def test_a_broken_lesson_is_refused_saying_where(client, body, says):
+    assert says in check(client, body, 422)["detail"]
+
+
+def test_text_that_is_not_json_is_refused_with_its_line_and_column(client):
+    answer = client.post("/api/lessons/check", json={"text": '{"id": "x",\n  oops}'})
+    assert answer.status_code == 422
+    assert "line 2" in answer.json()["detail"]
+
+
+def test_an_operators_folder_adds_lessons_and_cannot_replace_a_shipped_one(
+    local_checkpoints, tmp_path
+):
+    (tmp_path / "mine.json").write_text(json.dumps(lesson()))
+    taken = lesson(id="attention-basics", title="Not the real one")
+    (tmp_path / "taken.json").write_text(json.dumps(taken))
+    (tmp_path / "broken.json").write_text("{")
+    settings = make_settings(local_checkpoints).model_copy(update={"lessons_dir": str(tmp_path)})
+    with TestClient(create_app(settings)) as other:
+        listed = {x["id"]: x for x in other.get("/api/lessons").json()["lessons"]}
+        assert listed["mine"]["source"] == "served"
+        assert listed["attention-basics"]["title"] == "Attention basics"
+        assert len(listed) == len(SHIPPED_IDS) + 1
+        assert other.get("/learn/mine").status_code == 200
+
+
+def test_the_shipped_files_are_what_the_api_serves():
+    files = sorted(SHIPPED.glob("*.json"))
+    assert [json.loads(path.read_text())["id"] for path in files] == SHIPPED_IDS

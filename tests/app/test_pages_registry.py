@@ -1,0 +1,54 @@
+"""The facts the pages are built from, each written once: the explorer's views and their
+groups, the lab's course, the glossary (issue 37)."""
+
+import re
+
+from app.web.explorer_views import GROUPS, VIEWS, views_taught_by
+from app.web.glossary import TERMS
+from app.web.lab_topics import LAB_TOPICS, PARTS, neighbours
+from tests.support.live import REPO
+
+EXPLORER = REPO / "app" / "web" / "static" / "js" / "pages" / "explorer.js"
+
+
+def test_every_view_has_a_group_a_panel_and_a_module(client):
+    page = client.get("/").text
+    modules = re.search(r"const VIEW_MODULES = \{([^}]*)\}", EXPLORER.read_text()).group(1)
+    for name, view in VIEWS.items():
+        assert view.group in GROUPS
+        assert f'id="view-{name}"' in page and f'id="tab-{name}"' in page
+        assert re.search(rf"\b{name}\b", modules), name
+        assert all(slug in LAB_TOPICS for slug in view.labs), name
+    assert len(VIEWS) == 16 and all(any(v.group == g for v in VIEWS.values()) for g in GROUPS)
+
+
+def test_each_group_fits_one_row_at_390_px():
+    """A group's views must be few enough to show as one row of tabs on a phone (the row
+    scrolls sideways past that, but a group of more than five is a sign to split it)."""
+    for group in GROUPS:
+        assert 2 <= sum(v.group == group for v in VIEWS.values()) <= 5, group
+
+
+def test_the_lab_is_a_course_that_starts_with_a_head_and_a_forward_pass(client):
+    order = list(LAB_TOPICS)
+    assert order[:2] == ["what-a-head-is", "forward-pass"]
+    assert neighbours(order[0]) == (None, order[1]) and neighbours(order[-1])[1] is None
+    assert {topic.part for topic in LAB_TOPICS.values()} == set(PARTS)
+    page = client.get("/lab/masks").text
+    assert 'rel="prev" href="/lab/forward-pass"' not in page  # its own neighbours, not others'
+    previous, following = neighbours("masks")
+    assert (
+        f'rel="prev" href="/lab/{previous}"' in page
+        and f'rel="next" href="/lab/{following}"' in page
+    )
+    assert 'href="/?view=mask"' in page  # back to the explorer view it teaches
+    assert [name for name, _ in views_taught_by("masks")] == ["mask"]
+
+
+def test_every_glossary_term_has_a_gloss_and_a_formula_or_a_picture(client):
+    page = client.get("/glossary").text
+    for key, term in TERMS.items():
+        assert re.fullmatch(r"[a-z0-9-]+", key), key  # an id in a link
+        assert term.gloss and len(term.gloss) <= 160 and term.pattern
+        assert term.formula or term.picture, key
+        assert f'id="{key}"' in page
