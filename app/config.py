@@ -13,6 +13,28 @@ from app.models.placement import DeviceName, DtypeName
 TOKEN_LIMIT_CEILING = 32_768
 """The largest token limit a server may be given (ATLAS_MAX_TOKENS)."""
 
+SPARE_FILE_DESCRIPTORS = 256
+"""File descriptors ATLAS_MAX_CONNECTIONS must leave free (half the open-file limit where that
+is less): the server's own files (models, logs, the listening socket) and the connections of
+app.transport's health reserve."""
+
+
+def open_file_limit() -> int | None:
+    """The process's open-file limit (ulimit -n); None where there is none or it is unknown."""
+    try:
+        import resource
+    except ImportError:  # not Unix
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def default_max_connections() -> int:
+    """Half the open-file limit, at most 2,000: a connection costs one file descriptor, and one
+    over the cap holds its own only while it is refused."""
+    limit = open_file_limit()
+    return 2000 if limit is None else max(1, min(2000, limit // 2))
+
 
 class Settings(BaseSettings):
     """Everything an operator can change. Unsafe values are refused at start-up."""
@@ -74,10 +96,38 @@ class Settings(BaseSettings):
         20.0,
         gt=0,
         le=600,
-        description="A request head must arrive within this, and its body keep arriving (408).",
+        description="A request head must arrive within this, and its body be whole within this "
+        "of its head (408).",
+    )
+    max_connections: int = Field(
+        default_factory=default_max_connections,
+        ge=1,
+        description="Connections all clients may hold open; past it, 503 at once (a few more "
+        "answer only GET /api/health). Half the open-file limit, at most 2,000, by default.",
+    )
+    max_connections_per_client: int = Field(
+        256,
+        ge=1,
+        description="Connections one client address may hold open (trusted proxies excepted); "
+        "past it, 503 at once. A class behind one NAT address is one client: 40 browsers open "
+        "up to 6 connections each.",
     )
     send_timeout_seconds: float = Field(
         30.0, gt=0, le=3600, description="A reader that takes nothing for this long is dropped."
+    )
+    shutdown_grace_seconds: float = Field(
+        20.0,
+        gt=0,
+        le=3600,
+        description="On SIGTERM, running work stops at its next step and waiting work is "
+        "refused at once; connections still open after this long are closed.",
+    )
+    heavy_lane_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="How far below the rest of the server the heavy lane runs (Linux nice); "
+        "0 on a host whose cores other busy processes share.",
     )
     max_answer_bytes: int = Field(
         128 * 2**20, ge=2**20, le=2**34, description="Largest binary /api/attention answer."
@@ -91,11 +141,42 @@ class Settings(BaseSettings):
         10.0, ge=0, le=600, description="How long an answer waits for the in-flight budget (503)."
     )
     rate_limit_per_minute: int = Field(600, ge=0, description="Per client; 0 turns it off.")
+    queue_heavy_jobs: int = Field(
+        64, ge=1, le=10_000, description="Jobs that may wait for the heavy lane (then 503)."
+    )
+    queue_heavy_seconds: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="Estimated seconds of work that may wait for the heavy lane (then 503); "
+        "one client may hold half. A job that finds nothing waiting always gets in.",
+    )
+    queue_per_client_jobs: int = Field(
+        8, ge=1, le=1000, description="Jobs one client may have waiting for the heavy lane (429)."
+    )
+    queue_quick_jobs: int = Field(
+        256, ge=1, le=100_000, description="Jobs that may wait for the quick lane (then 503)."
+    )
     trusted_proxies: list[str] = Field(
         default_factory=list,
         description="Addresses or networks (CIDR) of reverse proxies whose X-Forwarded-For is "
         "believed; empty (the default) believes no one.",
     )
+
+    @field_validator("max_connections")
+    @classmethod
+    def _connections_fit_the_file_limit(cls, value: int) -> int:
+        limit = open_file_limit()
+        if limit is None:
+            return value
+        spare = min(SPARE_FILE_DESCRIPTORS, limit // 2)
+        if value > limit - spare:
+            raise ValueError(
+                f"max_connections is {value}, but the open-file limit (ulimit -n) is {limit} and "
+                f"the server needs {spare} of those for itself; lower it to at most "
+                f"{limit - spare}, or raise the limit"
+            )
+        return value
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -1,22 +1,26 @@
-"""Transport limits as pure ASGI middleware: request bodies (size 413, time 408), stalled
-readers (answers go out in bounded chunks; a reader that takes none for too long is dropped),
-and a per-client rate limit (429)."""
+"""Transport limits as pure ASGI middleware: request bodies (counted in the in-flight budget
+before they are read, 503; size 413; time 408), stalled readers (answers go out in bounded
+chunks; a reader that takes none for too long is dropped), and a per-client rate limit (429)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import math
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import ErrorCode, error_body
+
+if TYPE_CHECKING:
+    from app.inference.inflight import AnswerBudget, Reservation
 
 log = logging.getLogger("attention_atlas")
 
@@ -38,6 +42,15 @@ KERNEL_SEND_BUFFER_BYTES = _kernel_send_buffer_bytes()
 """What the kernel may take of an answer into its connection's send buffer while a slow reader
 takes it: memory outside the process, but charged to the server's cgroup in a container."""
 
+PARSED_BODY_FACTOR = 48
+"""What a request body may cost in memory while its request lives, as a multiple of its bytes:
+the bytes, the JSON parsed from them and the model validated from that, for the costliest JSON
+measured (docs/performance.md, "What a request body costs")."""
+
+BODY_STEP_BYTES = 64 * 1024
+"""A body without a Content-Length (chunked) is paid for this many bytes ahead of what has
+arrived (uvicorn stops reading a connection whose unread body passes 64 KiB)."""
+
 T = TypeVar("T")
 
 if sys.version_info >= (3, 11):
@@ -48,11 +61,21 @@ if sys.version_info >= (3, 11):
         async with asyncio.timeout(seconds):
             return await awaitable
 
+    async def _before(awaitable: Awaitable[T], deadline: float) -> T:
+        """await `awaitable`, raising TimeoutError at `deadline` (the event loop's clock)."""
+        async with asyncio.timeout_at(deadline):
+            return await awaitable
+
 else:  # pragma: no cover - Python 3.10
 
     async def _within(awaitable: Awaitable[T], seconds: float) -> T:
         """await `awaitable`, raising TimeoutError after `seconds`."""
         return await asyncio.wait_for(awaitable, seconds)
+
+    async def _before(awaitable: Awaitable[T], deadline: float) -> T:
+        """await `awaitable`, raising TimeoutError at `deadline` (the event loop's clock)."""
+        left = deadline - asyncio.get_running_loop().time()
+        return await asyncio.wait_for(awaitable, max(0.0, left))
 
 
 async def _reject(
@@ -74,37 +97,115 @@ async def _reject(
 
 
 class _BodyRefused(Exception):
-    def __init__(self, status: int, code: ErrorCode, detail: str) -> None:
+    def __init__(
+        self, status: int, code: ErrorCode, detail: str, headers: list | None = None
+    ) -> None:
         super().__init__(detail)
-        self.status, self.code, self.detail = status, code, detail
+        self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+def _content_length(scope: Scope) -> int | None:
+    """The request's Content-Length, or None when it has none (a chunked body, or no body)."""
+    for name, value in scope.get("headers", []):
+        if name == b"content-length" and value.isdigit():
+            return int(value)
+    return None
+
+
+def carries_body(scope: Scope) -> bool:
+    """Whether the request sends a body: a Content-Length above 0, or a Transfer-Encoding."""
+    for name, value in scope.get("headers", []):
+        if name == b"transfer-encoding" or (name == b"content-length" and value not in (b"", b"0")):
+            return True
+    return False
+
+
+class _HeldForBody:
+    """What one request's body holds in the in-flight budget: PARSED_BODY_FACTOR times the bytes
+    it covers, taken before they are read (all of a Content-Length at once, a chunked body
+    BODY_STEP_BYTES at a time), released together when the request ends."""
+
+    def __init__(self, budget: AnswerBudget) -> None:
+        self.budget = budget
+        self.covered = 0  # body bytes paid for
+        self._parts: list[Reservation] = []
+
+    def cover(self, nbytes: int) -> bool:
+        """Pay for the body up to `nbytes`; False (and nothing more taken) if the room is not
+        there now."""
+        if nbytes <= self.covered:
+            return True
+        part = self.budget.try_reserve(object(), (nbytes - self.covered) * PARSED_BODY_FACTOR)
+        if part is None:
+            return False
+        self._parts.append(part)
+        self.covered = nbytes
+        return True
+
+    def release(self) -> None:
+        for part in self._parts:
+            part.release()
+        self._parts.clear()
+
+    def refusal(self, nbytes: int) -> _BodyRefused:
+        """The 503 for a body that found no room: at once, with Retry-After."""
+        retry = str(max(1, math.ceil(self.budget.wait_seconds)))
+        need = (nbytes - self.covered) * PARSED_BODY_FACTOR
+        return _BodyRefused(
+            503,
+            "busy",
+            f"the server holds {self.budget.held_bytes / 2**20:,.0f} MB of requests and answers "
+            f"in flight and this request's body needs {need / 2**20:,.1f} MB more once read; "
+            f"retry in {retry} s",
+            [(b"retry-after", retry.encode())],
+        )
 
 
 class RequestBodyGuard:
-    """Refuse bodies over max_bytes (413, by Content-Length or while streaming) and bodies whose
-    next piece takes longer than timeout seconds to arrive (408)."""
+    """Count each request's body in the in-flight budget before reading it (503 `busy` when it
+    does not fit), refuse bodies over max_bytes (413, by Content-Length or while streaming), and
+    bodies not whole within timeout seconds of the request's start (408).
 
-    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float) -> None:
+    A body costs PARSED_BODY_FACTOR times its bytes while its request lives: the bytes, the
+    parsed JSON and the validated model (docs/performance.md). The reservation covers the
+    request while it waits for a lane and while it runs, and is released when it ends.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float, budget: AnswerBudget) -> None:
         self.app = app
-        self.max_bytes = max_bytes
+        self.budget = budget
+        self.max_bytes = min(max_bytes, budget.max_bytes // PARSED_BODY_FACTOR)
+        self.lowered = self.max_bytes < max_bytes
         self.timeout = timeout
 
     def _too_big(self) -> _BodyRefused:
+        limit = "ATLAS_MAX_BODY_BYTES"
+        if self.lowered:
+            limit += f", here ATLAS_INFLIGHT_BYTES / {PARSED_BODY_FACTOR}"
         return _BodyRefused(
             413,
             "too_large",
             f"the request body is larger than {self.max_bytes:,} bytes; send less "
-            "(the limit is ATLAS_MAX_BODY_BYTES)",
+            f"(the limit is {limit})",
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                refusal = self._too_big()
-                await _reject(send, refusal.status, refusal.code, refusal.detail)
-                return
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        length = _content_length(scope)
+        held = _HeldForBody(self.budget)
+        refusal: _BodyRefused | None = None
+        if length is not None and length > self.max_bytes:
+            refusal = self._too_big()
+        elif length and not held.cover(length):
+            refusal = held.refusal(length)
+        elif length is None and carries_body(scope) and not held.cover(BODY_STEP_BYTES):
+            refusal = held.refusal(BODY_STEP_BYTES)
+        if refusal is not None:  # answered without reading the body (app.transport drains it)
+            await _reject(send, refusal.status, refusal.code, refusal.detail, refusal.headers)
+            return
         received = 0
         body_done = False
         refused: _BodyRefused | None = None
@@ -115,12 +216,13 @@ class RequestBodyGuard:
             if body_done:
                 return await receive()
             try:
-                message = await _within(receive(), self.timeout)
+                message = await _before(receive(), deadline)
             except asyncio.TimeoutError:
                 refused = _BodyRefused(
                     408,
                     "body_timeout",
-                    f"the request body did not arrive within {self.timeout:g} s; send it at once",
+                    f"the request body was not whole within {self.timeout:g} s of its head; "
+                    "send it at once",
                 )
                 raise refused from None
             if message["type"] == "http.request":
@@ -128,6 +230,11 @@ class RequestBodyGuard:
                 body_done = not message.get("more_body", False)
                 if received > self.max_bytes:
                     refused = self._too_big()
+                    raise refused
+                ahead = 0 if body_done or length is not None else BODY_STEP_BYTES
+                wanted = min(received + ahead, self.max_bytes)
+                if not held.cover(wanted):  # paid for before the next piece is read
+                    refused = held.refusal(wanted)
                     raise refused
             else:
                 body_done = True
@@ -139,16 +246,20 @@ class RequestBodyGuard:
             if refused is not None:
                 if not started:
                     started = True
-                    await _reject(send, refused.status, refused.code, refused.detail)
+                    await _reject(
+                        send, refused.status, refused.code, refused.detail, refused.headers
+                    )
                 return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
             await self.app(scope, guarded_receive, guarded_send)
-        except _BodyRefused as refusal:
+        except _BodyRefused as err:
             if not started:
-                await _reject(send, refusal.status, refusal.code, refusal.detail)
+                await _reject(send, err.status, err.code, err.detail, err.headers)
+        finally:
+            held.release()
 
 
 class _ReaderStalled(Exception):
@@ -217,9 +328,11 @@ class SendGuard:
 class RateLimit:
     """Token bucket per client address: `per_minute` requests a minute, bursts up to that many.
 
-    Only /api/ routes count, except /api/health (health checks must never be throttled). The
-    client address is the connection's peer; behind a reverse proxy, ProxyHeaders (added only
-    for the proxies the operator trusts) replaces it with the forwarded one first.
+    /api/ routes count, except /api/health (health checks must never be throttled), and so
+    does any request that carries a body, whatever its path (a body sent to a page or an
+    unknown path costs the server as much to receive). The client address is the connection's
+    peer; behind a reverse proxy, ProxyHeaders (added only for the proxies the operator trusts)
+    replaces it with the forwarded one first.
     """
 
     def __init__(self, app: ASGIApp, per_minute: int, max_clients: int = 10_000) -> None:
@@ -228,6 +341,11 @@ class RateLimit:
         self.max_clients = max_clients
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
+
+    @staticmethod
+    def _counts(scope: Scope) -> bool:
+        path = scope.get("path", "")
+        return (path.startswith("/api/") and path != "/api/health") or carries_body(scope)
 
     def _allow(self, client: str) -> float:
         """0 if the request may go ahead, else the seconds until it could."""
@@ -250,13 +368,7 @@ class RateLimit:
         return wait
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if (
-            scope["type"] != "http"
-            or self.per_minute <= 0
-            or not path.startswith("/api/")
-            or path == "/api/health"
-        ):
+        if scope["type"] != "http" or self.per_minute <= 0 or not self._counts(scope):
             await self.app(scope, receive, send)
             return
         client = (scope.get("client") or ("unknown", 0))[0]

@@ -1,6 +1,7 @@
 """The ASGI app. Serve it with `python -m app` (app/__main__.py), which also gives uvicorn the
-server's HTTP protocol (app/transport.py: a deadline for each request head); plain
-`uvicorn app.main:app` serves the same app without that deadline."""
+server's HTTP protocol (app/transport.py: a deadline for each request head, caps on open
+connections, unread bodies drained); plain `uvicorn app.main:app` serves the same app without
+them."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from starlette_compress import CompressMiddleware, add_compress_type
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import timing as server_timing
+from app.admission import AdmissionContext, QueueLimits
 from app.api.routes import attention, core, health, lab, lessons, models
 from app.compute import call_on_compute
 from app.config import Settings, get_settings
 from app.errors import AtlasError, install_error_handlers
+from app.framing import OneBodyLength
 from app.inference.cache import ForwardCache
 from app.inference.forward import warm_up
 from app.inference.inflight import AnswerBudget
@@ -70,6 +73,15 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
 
 
+def queue_limits(settings: Settings) -> QueueLimits:
+    return QueueLimits(
+        heavy_jobs=settings.queue_heavy_jobs,
+        heavy_seconds=settings.queue_heavy_seconds,
+        per_client_jobs=settings.queue_per_client_jobs,
+        quick_jobs=settings.queue_quick_jobs,
+    )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     return_freed_memory_to_the_os()
@@ -108,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Content-Type"],
             expose_headers=[server_timing.HEADER],  # a page there may read where time went
         )
+    app.add_middleware(AdmissionContext, limits=queue_limits(settings))  # the lanes' admission
     app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)
     if settings.trusted_proxies:  # only their X-Forwarded-For names the client
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
@@ -115,7 +128,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         RequestBodyGuard,
         max_bytes=settings.max_body_bytes,
         timeout=settings.body_timeout_seconds,
+        budget=app.state.answer_budget,
     )
+    app.add_middleware(OneBodyLength)  # before any body is read
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(CompressMiddleware, **COMPRESSION)
     app.add_middleware(SendGuard, timeout=settings.send_timeout_seconds)

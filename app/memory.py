@@ -37,15 +37,17 @@ def return_freed_memory_to_the_os() -> bool:
 
 
 WORKING_MARGIN_BYTES = 128 * 2**20
-"""What the sum below leaves for the rest: one forward pass's per-layer temporaries, request
-bodies and Python objects. The bytes of answers being sent are counted in the in-flight bytes
-(app.serialize.held_while_sending for a streamed one, the whole body for one built whole)."""
+"""What the sum below leaves for the rest: one forward pass's per-layer temporaries, open
+connections (at most ATLAS_MAX_CONNECTIONS) and Python objects. The bytes of answers being sent
+are counted in the in-flight bytes (app.serialize.held_while_sending for a streamed one, the
+whole body for one built whole), and so are request bodies, parsed (app.limits.RequestBodyGuard)."""
 
 
 def worst_case_rss(resident_with_models: int, forward_cache_bytes: int, inflight_bytes: int) -> int:
     """The server's memory bound: the process with its models loaded (at most
     ATLAS_MAX_LOADED_MODELS of them), plus every forward pass the cache may keep, plus every
-    forward pass that answers in flight may hold outside the cache, plus a working margin."""
+    forward pass that answers in flight may hold outside the cache and every request body they
+    and waiting requests hold, plus a working margin."""
     return resident_with_models + forward_cache_bytes + inflight_bytes + WORKING_MARGIN_BYTES
 
 

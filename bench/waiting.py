@@ -10,7 +10,10 @@ of one layer's 9 heads at 32 × 32 cells (POST /api/attention/tiles, the pass ca
 job lets a short one in between two of its steps (app.compute.run_beside: layers, blocks of
 rows, tiles), so the sentence should wait for one step, not for the job. Printed: each job's
 time and the sentence's, medians and ranges, side by side with a sentence sent to the idle
-server.
+server. Last, every head's statistics over a new text (POST /api/attention/heads with no
+`layers`: Deep zoom's head finder in one job, its forward pass included, a minute or more) with
+a new sentence sent 10, 60 and 120 s into it: at any age of a long job a sentence should wait
+at most a slice of it (app.compute.SLICE_SECONDS), within AGE_GOAL times its idle time.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from bench.compression import prose
 from tests.support.live import start_server
 
 SENT_AFTER_SECONDS = 1.0
+AGES_SECONDS = (10.0, 60.0, 120.0)
+AGE_GOAL = 2.0  # a sentence's time beside a long job, in multiples of its time on an idle server
 _sentences = iter(range(10**6))
 
 
@@ -69,6 +74,37 @@ def beside(
     waited = sentence(short)
     thread.join()
     return took["long"], waited
+
+
+def at_ages(
+    base: str, short: httpx.Client, long_job: Callable[[httpx.Client], None], idle: float
+) -> None:
+    """A new sentence sent AGES_SECONDS into `long_job`, each timed against `idle` seconds."""
+    ended: dict[str, float] = {}
+    start = time.perf_counter()
+
+    def run_long() -> None:
+        with httpx.Client(base_url=base, timeout=900) as client:
+            long_job(client)
+        ended["at"] = time.perf_counter() - start
+
+    thread = threading.Thread(target=run_long)
+    thread.start()
+    print("\nA new MiniLM sentence sent into every head's statistics of a new text (no layers):")
+    print(f"{'sent at, s':<12} {'the job then':<14} {'the sentence, ms':>18} {'× idle':>8}")
+    worst = 0.0
+    for age in AGES_SECONDS:
+        time.sleep(max(0.0, start + age - time.perf_counter()))
+        running = "running" if "at" not in ended else "ended"
+        waited = sentence(short)
+        worst = max(worst, waited / idle) if running == "running" else worst
+        print(f"{age:<12g} {running:<14} {waited * 1000:>18,.0f} {waited / idle:>8.1f}")
+    thread.join()
+    goal = "met" if worst <= AGE_GOAL else "MISSED"
+    print(
+        f"the job took {ended['at']:.1f} s; while it ran, the worst was {worst:.1f}× idle "
+        f"(goal <= {AGE_GOAL:g}×: {goal})"
+    )
 
 
 def posted(path: str, body: dict) -> Callable[[httpx.Client], None]:
@@ -126,6 +162,9 @@ def run(tokens: int, repeats: int) -> None:
                 measured = [beside(server.base, short, job) for job in runs]
                 longs, shorts = [m[0] for m in measured], [m[1] for m in measured]
                 print(f"{name:<28} {summary(longs, 1, 2):>22} {summary(shorts, 1000, 0):>24}")
+            text = prose(tokenizer, tokens, start=104729)  # not cached: its pass comes first
+            head_finder = posted("/api/attention/heads", {"model": SMOLLM2_ID, "text": text})
+            at_ages(server.base, short, head_finder, statistics.median(idle))
         finally:
             server.stop()
 

@@ -11,17 +11,21 @@ from app.schemas.common import ErrorDetail
 _DESCRIPTIONS = {
     400: "The body is not UTF-8 JSON (or holds a number JSON parsers refuse).",
     404: "Unknown model; the message names the nearest ids, or lists them all.",
-    408: "The request body (code body_timeout), or its head (head_timeout, answered by the "
-    "server before any route), did not arrive within ATLAS_BODY_TIMEOUT_SECONDS.",
+    408: "The request body was not whole within ATLAS_BODY_TIMEOUT_SECONDS of its head (code "
+    "body_timeout), or the head did not arrive within it (head_timeout, answered by the server "
+    "before any route).",
     413: "The request body is larger than ATLAS_MAX_BODY_BYTES.",
     415: "The body was sent without `Content-Type: application/json` (as text/plain, as a form, "
     "or with no Content-Type); the detail names the header to send.",
     422: "The body breaks its schema (code 'invalid_field') or a rule the schema cannot state "
     "(code 'input_rule', e.g. more tokens than the model takes); the detail says which, and "
     "`errors` gives each field's issue.",
-    429: "Over the per-client rate limit; retry after the Retry-After header's seconds.",
+    429: "Over the per-client rate limit, or this client already has its share of long jobs "
+    "waiting for the compute lane; retry after the Retry-After header's seconds.",
     503: "The model cannot be loaded here (code 'model_unavailable', with the reason and the "
-    "fix), or the server is busy sending other large answers (code 'busy', with Retry-After).",
+    "fix), or the server is busy (code 'busy', with Retry-After): its compute lane's queue is "
+    "full, it is shutting down, it is sending other large answers, or it has no room for this "
+    "request's body, which it did not read.",
 }
 _EXAMPLES = {  # one answer of each status as the server words it, with its code
     400: ("the body is not valid JSON (error at character 12)", "invalid_body"),
@@ -29,7 +33,10 @@ _EXAMPLES = {  # one answer of each status as the server words it, with its code
         "Unknown model 'all-MiniLM-L6-v2'; did you mean 'sentence-transformers/all-MiniLM-L6-v2'?",
         "unknown_model",
     ),
-    408: ("the request body did not arrive within 20 s; send it at once", "body_timeout"),
+    408: (
+        "the request body was not whole within 20 s of its head; send it at once",
+        "body_timeout",
+    ),
     413: (
         "the request body is larger than 2,000,000 bytes; send less (the limit is "
         "ATLAS_MAX_BODY_BYTES)",
@@ -65,8 +72,9 @@ def errors(*statuses: int, **descriptions: str) -> dict:
     return out
 
 
-BODY_ROUTE = (400, 408, 413, 415, 422, 429)
-"""Every route that reads a JSON body can answer these."""
+BODY_ROUTE = (400, 408, 413, 415, 422, 429, 503)
+"""Every route that reads a JSON body can answer these (503: no room for its body, or for its
+job in a compute lane's queue)."""
 
 
 def ndjson_lines(description: str, *line_models: type[BaseModel]) -> dict:

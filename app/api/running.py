@@ -15,11 +15,13 @@ from pydantic import BaseModel
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from app import compute
 from app.compute import Lane, iterate_on_compute, run_on_compute
 from app.errors import AtlasError
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult
 from app.inference.inflight import AnswerBudget, NoRoomYet, Reservation
+from app.inference.tokens import estimated_tokens
 from app.models.manager import ModelManager
 from app.schemas.attention import TextRequest
 from app.schemas.forward import ForwardFailed, ForwardProgress
@@ -36,6 +38,8 @@ class LaneCost(NamedTuple):
     lane: Lane
     seconds: float = 0.0  # estimated: the heavy lane's order
     model: str | None = None  # the one model it runs, where known (app.compute's run_beside)
+    counted: float | None = None  # its seconds against the queue's bound, where not `seconds`
+    text: tuple | None = None  # (model, text, pair) whose pass it reads: never run inside that pass
 
 
 HEAVY_UNKNOWN = LaneCost(Lane.HEAVY)
@@ -50,41 +54,69 @@ CHARS_PER_TOKEN = 3
 reads at 3.6 characters a token in SmolLM2's tokenizer, 4.4 in MiniLM's)."""
 FIRST_LOAD_SECONDS = 30.0
 """What a request that loads its model first is taken to cost (SmolLM2's first load: ~30 s)."""
+STATISTICS_PER_PASS = 2.6
+"""Every head's statistics over a long text, in forward passes of it: a layer's statistics at
+8,190 SmolLM2 tokens took 1.6 s and its whole pass 18.5 s (docs/performance.md), so all 30
+layers about 2.6 passes."""
 
 
-def where_to_run(manager: ModelManager, cache: ForwardCache, body: TextRequest) -> LaneCost:
+def where_to_run(
+    manager: ModelManager, cache: ForwardCache, body: TextRequest, passes: float = 1.0
+) -> LaneCost:
     """(lane, estimated seconds) for a request on a text: the quick lane when it reads a cached
-    pass of a short text (and, for a comparison, no other text or model); else heavy()."""
+    pass of a short text (and, for a comparison, no other text or model); else heavy(), for
+    work of `passes` forward passes of the text (every head's statistics: more than one)."""
     other = getattr(body, "other", None)
     alone = other is None or (other.text is None and other.model is None)
     held = cache.held((body.model, body.text, body.text_pair))
     if alone and held is not None and held.seq_len <= QUICK_MAX_TOKENS:
         return LaneCost(Lane.QUICK)
-    return heavy(manager, body)
+    return heavy(manager, body, passes)
 
 
-def heavy(manager: ModelManager, body: TextRequest) -> LaneCost:
-    """The heavy lane, ordered by the forward pass the request may need, guessed from its
-    text's length (or the model's first load), with its model (none where a comparison reads
-    a second one)."""
+def heavy(manager: ModelManager, body: TextRequest, passes: float = 1.0) -> LaneCost:
+    """The heavy lane, ordered by `passes` forward passes of the request's text, guessed from
+    its length (or the model's first load), with its model (none where a comparison reads a
+    second one)."""
     other = getattr(body, "other", None)
     model = body.model if other is None or other.model in (None, body.model) else None
     loaded = manager.loaded_or_none(body.model)
-    if loaded is None:
-        return LaneCost(Lane.HEAVY, FIRST_LOAD_SECONDS, model)
+    text = (body.model, body.text, body.text_pair)
+    if loaded is None:  # the load goes first; it is paid once, so the bound does not count it
+        return LaneCost(Lane.HEAVY, FIRST_LOAD_SECONDS, model, counted=0.0, text=text)
     chars = len(body.text) + len(body.text_pair or "")
     seconds = ForwardResult.seconds_for(loaded.arch, 2 + chars // CHARS_PER_TOKEN)
-    return LaneCost(Lane.HEAVY, seconds, model)
+    # Admitted, and let run beside a long job, by an upper bound: digits and emoji beat the
+    # typical ratio that orders the queue (SmolLM2 reads a digit, and up to a byte, a token).
+    bound = estimated_tokens(loaded, body.text, body.text_pair)
+    at_most = ForwardResult.seconds_for(loaded.arch, bound)
+    return LaneCost(Lane.HEAVY, seconds * passes, model, counted=at_most * passes, text=text)
 
 
-async def run_with_room(fn: Callable[..., T], *args: object, cost: LaneCost = HEAVY_UNKNOWN) -> T:
-    """fn(*args) where `cost` says (run_on_compute); when a reservation finds no room there
-    (NoRoomYet), wait for the room here, off the lane, for at most the budget's wait, and run
-    fn again; after that wait, the 503 the reservation would have given."""
+def statistics_passes(manager: ModelManager, body: TextRequest) -> float:
+    """What every head's statistics of the layers asked (all where `layers` is absent) cost,
+    in forward passes: the pass itself, and STATISTICS_PER_PASS for all the layers."""
+    layers = getattr(body, "layers", None)
+    loaded = manager.loaded_or_none(body.model)
+    if layers is None or loaded is None:
+        return 1.0 + STATISTICS_PER_PASS
+    return 1.0 + STATISTICS_PER_PASS * min(1.0, len(layers) / loaded.arch.num_layers)
+
+
+async def run_with_room(
+    fn: Callable[..., T],
+    *args: object,
+    cost: LaneCost = HEAVY_UNKNOWN,
+    gone: Callable[[], bool] | None = None,
+) -> T:
+    """fn(*args) where `cost` says (run_on_compute, admitted within the queue limits); when a
+    reservation finds no room there (NoRoomYet), wait for the room here, off the lane, for at
+    most the budget's wait, and run fn again; after that wait, the 503 the reservation would
+    have given. `gone`: whether the client has left (a job not started yet is dropped)."""
     deadline = None
     while True:
         try:
-            return await run_on_compute(fn, *args, **cost._asdict())
+            return await run_on_compute(fn, *args, **cost._asdict(), gone=gone)
         except NoRoomYet as short:
             budget = short.budget
             deadline = deadline or time.monotonic() + budget.wait_seconds
@@ -98,22 +130,21 @@ async def until_disconnect(
     lane_cost: LaneCost = HEAVY_UNKNOWN,
 ) -> T:
     """Run `work(should_stop)` where `lane_cost` says; should_stop turns True if the client
-    leaves (while the job waits its turn too, so it stops at its first check)."""
+    leaves: a job still queued is then dropped at once, one running stops at its next check.
+    Waiting costs the event loop nothing: the watcher sleeps in one receive() until the server
+    says the client disconnected (the body has been read: nothing else can arrive)."""
     gone = threading.Event()
-    done = asyncio.Event()
 
     async def watch() -> None:
-        while not done.is_set():
-            if await request.is_disconnected():
-                gone.set()
-                return
-            await asyncio.sleep(0.05)
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+        compute.drop_gone()
 
     watcher = asyncio.create_task(watch())
     try:
-        return await run_with_room(work, gone.is_set, cost=lane_cost)
+        return await run_with_room(work, gone.is_set, cost=lane_cost, gone=gone.is_set)
     finally:
-        done.set()
         watcher.cancel()
 
 
@@ -130,13 +161,15 @@ async def answer_from_pass(
     cache: ForwardCache,
     budget: AnswerBudget,
     body: TextRequest,
+    passes: float = 1.0,
 ) -> T:
-    """service(manager, cache, budget, body, should_stop) on the lane where_to_run picks,
-    stopped if the client leaves: what every route reading a text's forward pass does."""
+    """service(manager, cache, budget, body, should_stop) on the lane where_to_run picks (for
+    work of `passes` forward passes of the text), stopped if the client leaves: what every
+    route reading a text's forward pass does."""
     return await until_disconnect(
         request,
         lambda stop: service(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body),
+        where_to_run(manager, cache, body, passes),
     )
 
 
@@ -235,7 +268,9 @@ async def progress_lines(
     async def run() -> None:
         answer: BaseModel | None = None
         try:
-            answer = await run_with_room(work, gone.is_set, progress, cost=lane_cost)
+            answer = await run_with_room(
+                work, gone.is_set, progress, cost=lane_cost, gone=gone.is_set
+            )
         except AtlasError as err:
             answer = ForwardFailed(event="error", status=err.status, detail=err.message)
         except Exception:  # the stream has started: say so in it rather than hang
@@ -252,5 +287,6 @@ async def progress_lines(
             yield (line.model_dump_json() + "\n").encode("utf-8")
     finally:
         gone.set()
+        compute.drop_gone()
         if not task.done():
             task.cancel()

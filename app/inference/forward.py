@@ -313,6 +313,8 @@ def run_forward(
                 raise RequestCancelled(
                     "the client closed the request; the forward pass was stopped"
                 )
+            if compute.shutting_down():
+                raise compute.ShuttingDown("the server is shutting down; the pass was stopped")
             if progress is not None:
                 progress(index, len(modules))
             compute.run_beside()  # a short job waiting goes between two layers

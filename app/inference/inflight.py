@@ -64,6 +64,7 @@ class AnswerBudget:
         self.wait_seconds = wait_seconds
         self._held: dict[Hashable, tuple[int, int]] = {}  # key -> (bytes, answers reading it)
         self._cond = threading.Condition()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
     @property
     def held_bytes(self) -> int:
@@ -97,6 +98,20 @@ class AnswerBudget:
                     raise self.busy(nbytes)
                 self._cond.wait(left)
 
+    def try_reserve(self, key: Hashable, nbytes: int) -> Reservation | None:
+        """Count `nbytes` for `key` if they fit now, else None: never waits (beyond the lock's
+        few instructions), so the event loop may call it (app.limits counts request bodies)."""
+        with self._cond:
+            if key in self._held:
+                size, readers = self._held[key]
+                self._held[key] = (size, readers + 1)
+                return Reservation(self, key)
+            in_use = sum(size for size, _ in self._held.values())
+            if in_use + nbytes > self.max_bytes:
+                return None
+            self._held[key] = (nbytes, 1)
+            return Reservation(self, key)
+
     def busy(self, nbytes: int) -> ServerBusy:
         """The 503 for an answer that found no room for `nbytes` in time."""
         in_use = self.held_bytes
@@ -107,15 +122,26 @@ class AnswerBudget:
         )
 
     async def room_for(self, nbytes: int, seconds: float) -> bool:
-        """Whether `nbytes` fit within `seconds` from now (looked at every 20 ms, off every
-        compute lane); a reservation may still find them taken, and then asks again."""
-        deadline = time.monotonic() + seconds
-        while True:
-            if self.held_bytes + nbytes <= self.max_bytes:
-                return True
-            if time.monotonic() >= deadline:
+        """Whether `nbytes` fit within `seconds` from now, off every compute lane; a
+        reservation may still find them taken, and then asks again. Waiting costs the event
+        loop nothing: each release wakes the waiters (_release), no one polls."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.held_bytes + nbytes > self.max_bytes:
+            freed = asyncio.Event()
+            waiter = (loop, freed)
+            with self._cond:
+                self._waiters.add(waiter)
+            try:
+                if self.held_bytes + nbytes <= self.max_bytes:  # freed before we listened
+                    return True
+                await asyncio.wait_for(freed.wait(), max(0.0, deadline - loop.time()))
+            except asyncio.TimeoutError:
                 return False
-            await asyncio.sleep(0.02)
+            finally:
+                with self._cond:
+                    self._waiters.discard(waiter)
+        return True
 
     def _release(self, key: Hashable) -> None:
         with self._cond:
@@ -125,3 +151,6 @@ class AnswerBudget:
             else:
                 del self._held[key]
             self._cond.notify_all()
+            waiters = list(self._waiters)
+        for loop, freed in waiters:  # room_for's, waiting on an event loop
+            loop.call_soon_threadsafe(freed.set)

@@ -146,7 +146,8 @@ def load_model(
         raise
     except Exception as err:  # any failure to read a checkpoint is the model's, not the server's
         log.warning("loading %s failed: %s", spec.id, err)
-        raise ModelUnavailable(f"'{spec.id}' could not be loaded: {_first_line(err)}") from err
+        detail = _first_line(err, cache_dir, spec.folder)
+        raise ModelUnavailable(f"'{spec.id}' could not be loaded: {detail}") from err
     model, predictor, loading = split_head(model, loading, family)
     _check_weights(spec.id, loading)
     family = family or family_of(spec, model.config.to_dict())
@@ -241,8 +242,17 @@ def _check_weights(model_id: str, loading: dict) -> None:
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s'\"/]+/)*[^\s'\",;:]*")
 
 
-def _first_line(err: BaseException) -> str:
-    """The error's first line for a client, without any server path in it."""
+def _first_line(err: BaseException, *folders: Path | None) -> str:
+    """The error's first line for a client, without any server path in it: no absolute path,
+    and no path inside `folders` (the cache folder, a model's folder), however they were
+    written (ATLAS_CACHE_DIR is relative by default: var/cache)."""
     text = str(err).strip().splitlines()
     line = text[0][:300] if text else type(err).__name__
+    for folder in folders:
+        if folder is None:
+            continue
+        for written in sorted({str(folder), str(folder.resolve())}, key=len, reverse=True):
+            if not written.strip("./"):
+                continue  # "." or "/": the cache folder is the working directory or the root
+            line = re.sub(rf"(?<![\w.-]){re.escape(written)}[^\s'\",;:]*", "<path>", line)
     return _ABSOLUTE_PATH.sub("<path>", line)

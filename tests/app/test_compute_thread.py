@@ -28,6 +28,7 @@ from app.compute import (
     on_compute_thread,
     run_on_compute,
 )
+from app.config import get_settings
 from app.errors import ServerBusy
 from app.inference.cache import ForwardCache
 from app.inference.forward import run_forward
@@ -199,12 +200,13 @@ def test_the_heavy_lane_and_its_openmp_helpers_run_below_the_rest_of_the_server(
         return threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0)
 
     base = os.getpriority(os.PRIO_PROCESS, 0)
-    expected = min(19, base + HEAVY_LANE_NICE)
+    expected = min(19, base + get_settings().heavy_lane_nice)
     heavy_thread, heavy_nice = call_on_compute(heavy_job)
     quick_nice = asyncio.run(
         run_on_compute(lambda: os.getpriority(os.PRIO_PROCESS, 0), lane=Lane.QUICK)
     )
-    assert HEAVY_LANE_NICE > 0 and (heavy_nice, quick_nice) == (expected, base)
+    assert get_settings().heavy_lane_nice == HEAVY_LANE_NICE > 0  # the default
+    assert (heavy_nice, quick_nice) == (expected, base)
     nice = _nice_of_threads()
     assert nice[heavy_thread] == expected and nice[threading.get_native_id()] == base
     lowered = [tid for tid, value in nice.items() if value == expected]
@@ -281,13 +283,14 @@ def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client)
     text = "Which lane does a request on this sentence take?"
     body = AttentionRequest(model=MINILM_ID, text=text)
     client.post("/api/attention", json={"model": MINILM_ID, "text": "load the model first"})
-    lane, seconds, model = where_to_run(manager, cache, body)
+    lane, seconds, model, _, text_key = where_to_run(manager, cache, body)
+    assert text_key == (MINILM_ID, text, None)  # never run inside the pass of its own text
     assert lane is Lane.HEAVY and 0 < seconds < 1  # a new pass: ordered by its estimate
     assert model == MINILM_ID  # and said to run that model alone (run_beside)
     longer = where_to_run(manager, cache, AttentionRequest(model=MINILM_ID, text=text * 20))
     assert longer[1] > 10 * seconds  # a longer text is estimated to cost more
     assert client.post("/api/attention", json={"model": MINILM_ID, "text": text}).is_success
-    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0, None)
+    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0, None, None, None)
     other = CompareRequest(
         model=MINILM_ID,
         text=text,
@@ -305,7 +308,8 @@ def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client)
         build_registry([], None), cache_dir=Path("var/cache"), token_limit=512, max_loaded=1
     )
     first_use = where_to_run(nothing_loaded, ForwardCache(8, 2**20), body)
-    assert first_use == (Lane.HEAVY, FIRST_LOAD_SECONDS, MINILM_ID)  # loading comes first
+    assert first_use[:4] == (Lane.HEAVY, FIRST_LOAD_SECONDS, MINILM_ID, 0.0)  # loading first
+    assert first_use.counted == 0.0  # paid once: the queue's bound does not count it
 
 
 def test_short_jobs_that_name_their_model_run_inside_a_long_one_between_its_steps():

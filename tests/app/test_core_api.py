@@ -22,6 +22,12 @@ def test_health(client):
     assert response.json() == {"status": "ok"}
 
 
+def test_health_answers_head_as_load_balancers_send_it(client):
+    response = client.head("/api/health")  # was 405
+    assert response.status_code == 200 and response.content == b""
+    assert response.headers["content-type"] == "application/json"
+
+
 def test_seed_example_over_http_matches_the_core(client):
     response = client.post("/api/core/attention", json=SEED_EXAMPLE)
     assert response.status_code == 200

@@ -46,6 +46,17 @@ def test_cached_hub_model_is_listed_and_served(hub_cache, local_checkpoints):
     assert (served - expected).abs().max() <= 1e-5  # replayed on demand, within the bound
 
 
+def test_a_hub_model_cached_without_its_weights_is_listed_unavailable(hub_cache, local_checkpoints):
+    (hub_cache / "model.safetensors").unlink()  # a download cut short, or config.json alone
+    client = TestClient(create_app(make_settings(local_checkpoints)))
+    model = {m["id"]: m for m in client.get("/api/models").json()["models"]}["distilgpt2"]
+    assert model["available"] is False
+    assert model["unavailable_reason"].startswith(
+        "the weights of 'distilgpt2' are not in the local HuggingFace cache"
+    )
+    assert "huggingface-cli download distilgpt2" in model["unavailable_reason"]
+
+
 def test_uncached_hub_model_is_503_with_the_fix(local_checkpoints, tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     client = TestClient(create_app(make_settings(local_checkpoints)))

@@ -32,6 +32,16 @@ def test_rate_limit_answers_429_with_retry_after_and_spares_health(local_checkpo
     assert all(client.get("/api/health").status_code == 200 for _ in range(10))
 
 
+def test_rate_limit_counts_every_request_that_carries_a_body_whatever_its_path(local_checkpoints):
+    """Before, only /api/ routes counted, so bodies sent to a page or an unknown path never did."""
+    client = fresh_client(local_checkpoints, rate_limit_per_minute=3)
+    paths = ["/", "/zoom", "/no/such/page", "/api/health"]
+    codes = [client.post(path, content=b"x" * 100).status_code for path in paths]
+    assert codes == [405, 405, 404, 429]
+    assert client.post("/", content=b"x").headers["retry-after"]
+    assert all(client.get(path).status_code == 200 for path in ("/", "/api/health"))
+
+
 def test_body_size_limit_answers_413(local_checkpoints):
     client = fresh_client(local_checkpoints, max_body_bytes=4096)
     response = client.post("/api/attention", json={"model": MINILM_ID, "text": "x" * 10_000})
@@ -267,6 +277,7 @@ def test_pickle_checkpoints_and_remote_code_are_never_used(local_checkpoints, tm
         json.dumps({"model_type": "evil", "auto_map": {"AutoModel": "evil.EvilModel"}})
     )
     (remote / "evil.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    shutil.copy(local_checkpoints["local/gpt2-tiny"] / "model.safetensors", remote)  # all else fine
     client = fresh_client(
         local_checkpoints, extra_models=[f"bad/pickle={folder}", f"bad/remote={remote}"]
     )

@@ -1,15 +1,23 @@
 """deploy/kubernetes.yaml is valid Kubernetes (schemas of kubernetes-validate, strict: no
-unknown fields), and its probes and resources are the ones the README's memory sum gives."""
+unknown fields), its probes and resources are the ones docs/deployment.md's memory sum gives,
+and Kubernetes waits for the server's shutdown grace."""
 
+import re
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from app.config import Settings
 from app.memory import EMBEDDED_MODELS_RSS, worst_case_rss
 
-MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes.yaml"
+REPO = Path(__file__).resolve().parents[2]
+MANIFEST = REPO / "deploy" / "kubernetes.yaml"
+DEPLOYMENT_DOC = REPO / "docs" / "deployment.md"
+SHUTDOWN_MARGIN_SECONDS = 10
+"""What Kubernetes waits past the server's grace before it kills it: the lifespan's end, a
+pass's last layer (0.7 s at 8,192 tokens) and the interpreter's exit."""
 KUBERNETES_VERSION = "1.30.0"
 UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
@@ -57,3 +65,36 @@ def test_probes_resources_and_service_fit_the_app():
     assert limit - bound < 512 * 2**20  # sized from the sum, not guessed generously
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+
+
+def the_container() -> tuple[dict, dict]:
+    deployment = next(d for d in documents() if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    return pod, pod["containers"][0]
+
+
+def test_kubernetes_waits_for_the_shutdown_grace_and_a_margin():
+    pod, container = the_container()
+    env = {e["name"]: e["value"] for e in container["env"]}
+    grace = Settings.model_fields["shutdown_grace_seconds"].default
+    assert float(env["ATLAS_SHUTDOWN_GRACE_SECONDS"]) == grace
+    assert pod["terminationGracePeriodSeconds"] == grace + SHUTDOWN_MARGIN_SECONDS
+
+
+def test_the_cpu_request_is_the_limit():
+    """The heavy lane's threads are counted from the limit, and its nice value weighs it only
+    against the server's own threads (docs/deployment.md, "Cores")."""
+    _, container = the_container()
+    resources = container["resources"]
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"]
+
+
+def test_the_deployment_doc_gives_the_manifests_memory():
+    """docs/deployment.md said 2,560 Mi long after the manifest moved to 3072Mi."""
+    _, container = the_container()
+    stated = re.findall(r"\b([\d,]+) ?Mi\b", DEPLOYMENT_DOC.read_text())  # 3,072 Mi; not MiB
+    assert stated, "docs/deployment.md no longer states the manifest's memory"
+    for figure in stated:
+        assert int(figure.replace(",", "")) * 2**20 == quantity(
+            container["resources"]["limits"]["memory"]
+        )

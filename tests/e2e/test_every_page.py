@@ -17,9 +17,12 @@ AXE = Axe()
 
 @pytest.mark.parametrize("view", PAGES)
 def test_nothing_points_off_origin_and_axe_finds_nothing_serious(page, live_server, view):
-    """One page load per page for both desktop checks."""
+    """One page load per page for the desktop checks, and the link it writes: a page that runs
+    a model names it in its URL, its default included (issue 37), so the link restores it."""
     open_view(page, live_server, view)
     assert desktop_problems(page) == []
+    if page.locator("main select[id$='-model']").count():
+        assert "model=" in page.url.split("#")[0], page.url
 
 
 def test_no_explorer_tab_points_off_origin_or_has_serious_axe_findings(page, live_server):

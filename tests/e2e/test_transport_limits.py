@@ -1,6 +1,9 @@
 """Issue 8.2: a request body that never finishes is cut off (408), and so is a request head
-(app.transport); a request head of any size is refused; on the real server."""
+(app.transport); a request head of any size is refused. Issue 38: the body's deadline is for
+all of it; a body nobody reads does not hold its connection; connections are capped, and
+/api/health still answers. On the real server."""
 
+import contextlib
 import socket
 import time
 
@@ -78,4 +81,154 @@ def test_a_request_head_that_never_finishes_gets_408_and_a_silent_connection_is_
             conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert conn.recv(4096).startswith(b"HTTP/1.1 200")
     finally:
+        server.stop()
+
+
+def read_answer(conn: socket.socket) -> bytes:
+    """One whole answer (head and a Content-Length body) from `conn`."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        more = conn.recv(4096)
+        if not more:
+            return answer
+        answer += more
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+        if line.startswith(b"content-length:")
+    )  # fmt: skip
+    while len(body) < length:
+        more = conn.recv(4096)
+        if not more:
+            break
+        body += more
+    return head + b"\r\n\r\n" + body
+
+
+def trickle_until_cut_off(conn: socket.socket, seconds: float) -> float | None:
+    """Send a byte every 0.2 s until the server resets the connection (it closed it while bytes
+    still came); the seconds that took, or None if it had not after `seconds`."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            conn.sendall(b"1")
+        except OSError:  # reset (ECONNRESET) or broken pipe (EPIPE): the server closed it
+            return time.monotonic() - started
+        time.sleep(0.2)
+    return None
+
+
+def test_a_body_trickled_faster_than_the_deadline_still_gets_408_when_not_whole_in_time(tmp_path):
+    """The deadline is for the whole body from the request's start, not for each piece: before,
+    a byte every 0.2 s with a 1 s deadline kept a request (and its connection) for ever."""
+    server = start_server(tmp_path / "server.log", {"ATLAS_BODY_TIMEOUT_SECONDS": "1"})
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+            conn.sendall(
+                b"POST /api/core/attention HTTP/1.1\r\nHost: x\r\n"
+                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+            )
+            started = time.monotonic()
+            conn.settimeout(0.2)
+            answer = b""
+            while time.monotonic() - started < 6 and b"body_timeout" not in answer:
+                conn.sendall(b" ")
+                with contextlib.suppress(TimeoutError):  # nothing yet
+                    answer += conn.recv(4096)
+            waited = time.monotonic() - started
+            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+            assert b"not whole within 1 s of its head" in answer
+            assert 0.9 < waited < 2.5
+            conn.settimeout(10)
+            assert trickle_until_cut_off(conn, 6) is not None  # and the connection is let go
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    "head,status",
+    [
+        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", b"405"),
+        (b"POST /zoom HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", b"405"),
+        (b"POST /no/such/page HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", b"404"),
+        (
+            b"POST /api/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100000000\r\n\r\n",
+            b"413",
+        ),
+    ],
+)
+def test_a_body_nobody_reads_does_not_hold_its_connection(live_server, head, status):
+    """Before, uvicorn discarded an unread body for as long as it came: a byte every few seconds
+    held the connection for ever. Now the answer comes, then the end of the server's side
+    (its answer is not lost to a reset), and the connection is closed soon after."""
+    host, port = live_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(head + b"x" * 10)
+        answer = read_answer(conn)
+        assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+        conn.settimeout(3)
+        assert conn.recv(4096) == b""  # the server's side has ended: it sends nothing more
+        conn.settimeout(10)
+        cut_off = trickle_until_cut_off(conn, 8)
+        assert cut_off is not None and cut_off < 4, cut_off
+
+
+def test_connections_over_the_caps_get_503_at_once_and_health_still_answers(tmp_path):
+    """Before, every connection was taken until the process ran out of file descriptors, and
+    then /api/health could not be reached. Here 200 may be open (150 from one address); past
+    that a small reserve answers only /api/health to addresses that hold no connection, and
+    anything more gets 503 at once."""
+    env = {"ATLAS_MAX_CONNECTIONS": "200", "ATLAS_MAX_CONNECTIONS_PER_CLIENT": "150"}
+    server = start_server(tmp_path / "server.log", env)
+    held: list[socket.socket] = []
+
+    def connect(source: str) -> socket.socket:
+        conn = socket.create_connection(
+            ("127.0.0.1", server.port), timeout=10, source_address=(source, 0)
+        )
+        held.append(conn)
+        return conn
+
+    def refused(conn: socket.socket) -> bytes:
+        answer = read_answer(conn)
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert b"\r\nretry-after: 5\r\n" in answer and b"\r\nconnection: close\r\n" in answer
+        assert b'"code": "busy"' in answer
+        assert conn.recv(4096) == b""  # and closed
+        return answer
+
+    def health(source: str) -> bytes:
+        with socket.create_connection(
+            ("127.0.0.1", server.port), timeout=10, source_address=(source, 0)
+        ) as conn:
+            conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            return read_answer(conn)
+
+    try:
+        for _ in range(150):
+            connect("127.0.0.2")
+        for _ in range(10):  # one address past its own cap
+            assert b"ATLAS_MAX_CONNECTIONS_PER_CLIENT" in refused(connect("127.0.0.2"))
+        for _ in range(50):
+            connect("127.0.0.3")  # 200 open: the server is full
+        assert health("127.0.0.1").startswith(b"HTTP/1.1 200")  # from the reserve
+        with connect("127.0.0.1") as conn:  # the reserve answers nothing else
+            conn.sendall(b"GET /api/models HTTP/1.1\r\nHost: x\r\n\r\n")
+            refused(conn)
+        refused(connect("127.0.0.3"))  # nor an address that holds connections already
+        reserve = [connect(f"127.0.0.{10 + i}") for i in range(16)]  # taken, and silent
+        for _ in range(100):
+            assert b"(ATLAS_MAX_CONNECTIONS)" in refused(connect("127.0.0.5"))
+        for conn in reserve:  # a reserve place is given up within 1 s if nothing comes
+            conn.settimeout(4)
+            assert conn.recv(4096) == b""
+        assert health("127.0.0.1").startswith(b"HTTP/1.1 200")
+        for conn in held:
+            conn.close()
+        time.sleep(0.5)
+        assert health("127.0.0.2").startswith(b"HTTP/1.1 200")
+    finally:
+        for conn in held:
+            conn.close()
         server.stop()

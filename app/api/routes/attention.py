@@ -10,10 +10,12 @@ from app.api.running import (
     heavy,
     progress_lines,
     reserved_json,
+    statistics_passes,
     stream_maps,
     until_disconnect,
     where_to_run,
 )
+from app.api.strict_json import StrictJSONRoute
 from app.compute import iterate_on_compute, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
 from app.schemas.ablation import AblationRequest, AblationResponse
@@ -52,7 +54,7 @@ from app.services.qkspace import query_key_space
 from app.services.tiles import tiles
 
 log = logging.getLogger("attention_atlas")
-router = APIRouter(prefix="/api/attention", tags=["attention"])
+router = APIRouter(prefix="/api/attention", tags=["attention"], route_class=StrictJSONRoute)
 
 ERRORS = errors(*BODY_ROUTE, 404, 503)
 MAPS_RESPONSES = {  # maps answers: JSON (the response model) or the binary format below
@@ -169,7 +171,8 @@ async def post_detail(
 async def post_heads(
     body: HeadsRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> HeadsResponse:
-    return await answer_from_pass(request, describe_heads, manager, cache, budget, body)
+    passes = statistics_passes(manager, body)
+    return await answer_from_pass(request, describe_heads, manager, cache, budget, body, passes)
 
 
 @router.post(
@@ -378,7 +381,8 @@ async def post_tiles(
 async def post_search(
     body: SearchRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
 ) -> SearchResponse:
-    return await answer_from_pass(request, search_heads, manager, cache, budget, body)
+    passes = statistics_passes(manager, body)  # ranks and roles read every layer
+    return await answer_from_pass(request, search_heads, manager, cache, budget, body, passes)
 
 
 @router.post(

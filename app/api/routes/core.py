@@ -1,11 +1,12 @@
 from fastapi import APIRouter
 
 from app.api.responses import BODY_ROUTE, errors
+from app.api.strict_json import StrictJSONRoute
 from app.compute import Lane, run_on_compute
 from app.schemas.core import CoreAttentionRequest, CoreAttentionResponse
 from app.services.core_attention import run_core_attention
 
-router = APIRouter(prefix="/api/core", tags=["attention_core"])
+router = APIRouter(prefix="/api/core", tags=["attention_core"], route_class=StrictJSONRoute)
 
 
 @router.post(

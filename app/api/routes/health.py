@@ -1,10 +1,15 @@
 from fastapi import APIRouter
 
+from app.api.strict_json import StrictJSONRoute
 from app.schemas.common import Health
 
-router = APIRouter(prefix="/api", tags=["health"])
+router = APIRouter(prefix="/api", tags=["health"], route_class=StrictJSONRoute)
 
 
+# HEAD is what many load balancers' and monitors' checks send. It is a route of its own (one
+# route of both methods has one operation id for two operations), left out of the schema as
+# HTTP's implicit method, and after GET, whose methods a 405 for OPTIONS then lists in Allow.
+@router.head("/health", include_in_schema=False)
 @router.get("/health", response_model=Health, summary="Liveness check")
 async def health() -> Health:
     """Answers at once, even while models load or long requests run."""

@@ -2,6 +2,7 @@ from fastapi import APIRouter
 
 from app.api.responses import BODY_ROUTE, errors
 from app.api.running import run_with_room
+from app.api.strict_json import StrictJSONRoute
 from app.compute import Lane, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep
 from app.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
@@ -40,7 +41,7 @@ from app.schemas.lab_models import (
 from app.services import lab_inside, lab_matrices, lab_models
 from app.services.lab import all_masks, scaling_demo
 
-router = APIRouter(prefix="/api/lab", tags=["lab"])
+router = APIRouter(prefix="/api/lab", tags=["lab"], route_class=StrictJSONRoute)
 # Small tensors of the request's own (bounded by its schema) take the quick lane; the routes that
 # run a model take the heavy one (app.compute).
 

@@ -1,6 +1,7 @@
 from fastapi import APIRouter, Path, Query
 
 from app.api.responses import errors
+from app.api.strict_json import StrictJSONRoute
 from app.compute import run_on_compute
 from app.deps import ManagerDep
 from app.models.registry import MINILM_ID, SMOLLM2_ID
@@ -9,7 +10,7 @@ from app.services.induction import induction_text
 from app.services.models import describe
 from app.services.qkspace import projection_methods
 
-router = APIRouter(prefix="/api/models", tags=["models"])
+router = APIRouter(prefix="/api/models", tags=["models"], route_class=StrictJSONRoute)
 
 ModelIdPath = Path(description="A model id from GET /api/models.", max_length=300)
 
