@@ -358,6 +358,12 @@ def shutting_down() -> bool:
     return _shutting_down.is_set()
 
 
+def heavy_runs(model: str) -> bool:
+    """Whether the heavy lane runs a job on `model` now (its pass holds the model's lock)."""
+    running = list(_heavy._running)  # a copy: the lane's thread changes it
+    return any(job.model in (model, None) for job in running)
+
+
 def drop_gone() -> int:
     """Fail the queued heavy-lane jobs whose clients have left (EarliestDeadlineFirst.drop_gone)."""
     return _heavy.drop_gone()

@@ -6,11 +6,12 @@ Every error body is {"detail": sentence, "code": one of ERROR_CODES}, middleware
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException
 
@@ -155,9 +156,31 @@ HTTP_CODES: dict[int, ErrorCode] = {
 }
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def wants_a_page(request: Request) -> bool:
+    """Whether a 404 goes to a browser reading pages: the request accepts HTML and its path is
+    not the API's (API paths answer JSON whatever they accept)."""
+    path = request.url.path
+    api = path == "/api" or path.startswith("/api/")
+    return not api and "text/html" in request.headers.get("accept", "")
+
+
+NotFoundPage = Callable[[Request, str], Response]  # (request, detail) -> the HTML 404 page
+
+
+def install_error_handlers(app: FastAPI, not_found_page: NotFoundPage | None = None) -> None:
+    """Every error as {"detail", "code"} JSON; a 404 that a browser asked for as a page is
+    `not_found_page` (app.web.pages: what was not found, and where to go instead)."""
+
+    def page_for(request: Request, status: int, detail: str) -> Response | None:
+        if status == 404 and not_found_page is not None and wants_a_page(request):
+            return not_found_page(request, detail)
+        return None
+
     @app.exception_handler(AtlasError)
-    async def atlas_error(_: Request, exc: AtlasError) -> JSONResponse:
+    async def atlas_error(request: Request, exc: AtlasError) -> Response:
+        page = page_for(request, exc.status, exc.message)
+        if page is not None:
+            return page
         return JSONResponse(
             error_body(exc.message, exc.code), status_code=exc.status, headers=exc.headers
         )
@@ -185,7 +208,10 @@ def install_error_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        page = page_for(request, exc.status_code, str(exc.detail))
+        if page is not None:
+            return page
         detail = exc.detail
         if exc.status_code == 400 and detail == "There was an error parsing the body":
             detail = (

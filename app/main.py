@@ -111,7 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.forward_cache_entries, settings.forward_cache_bytes
     )
     app.state.answer_budget = AnswerBudget(settings.inflight_bytes, settings.inflight_wait_seconds)
-    install_error_handlers(app)
+    install_error_handlers(app, not_found_page=pages.not_found_page)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -119,7 +119,7 @@ def summary(values: list[float], unit: float, digits: int) -> str:
     return f"{statistics.median(values) * unit:,.{digits}f} ({low:,.{digits}f}-{high:,.{digits}f})"
 
 
-def run(tokens: int, repeats: int) -> None:
+def run(tokens: int, repeats: int, ages_only: bool = False) -> None:
     app = create_app(Settings(preload=[]))
     tokenizer = app.state.manager.get(SMOLLM2_ID).tokenizer
     texts = [prose(tokenizer, tokens, start=7919 * (i + 1)) for i in range(repeats)]
@@ -158,7 +158,7 @@ def run(tokens: int, repeats: int) -> None:
             )
             print(f"{'long job':<28} {'its time, s':>22} {'the sentence, ms':>24}")
             print(f"{'none (the server idle)':<28} {'':>22} {summary(idle, 1000, 0):>24}")
-            for name, runs in jobs.items():
+            for name, runs in ({} if ages_only else jobs).items():
                 measured = [beside(server.base, short, job) for job in runs]
                 longs, shorts = [m[0] for m in measured], [m[1] for m in measured]
                 print(f"{name:<28} {summary(longs, 1, 2):>22} {summary(shorts, 1000, 0):>24}")
@@ -173,5 +173,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=8190)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--ages-only", action="store_true", help="only the sentences at 10/60/120 s"
+    )
     args = parser.parse_args()
-    run(args.tokens, args.repeats)
+    run(args.tokens, args.repeats, args.ages_only)

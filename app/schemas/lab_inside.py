@@ -1,4 +1,4 @@
-"""Schemas of the course's first two lessons on a real model: what one layer's heads compute
+"""Schemas of the course's first two lab pages on a real model: what one layer's heads compute
 (what a head is), and one forward pass from tokens to the next token. Texts are at most
 MAX_LAB_REAL_TOKENS tokens, counted before any forward pass."""
 
@@ -17,10 +17,10 @@ from app.schemas.lab_models import (
 )
 
 MAX_LAB_WIDTH = 1024
-"""The widest layer (d_model, and heads × head width) whose matrices a lesson sends whole:
+"""The widest layer (d_model, and heads × head width) whose matrices a lab page sends whole:
 64 tokens × 1,024 numbers a matrix at most (BERT-base and GPT-2 are 768 wide)."""
 SHOWN_DIMS = 64
-"""Embedding dimensions the forward-pass lesson sends of each token (its norm uses them all)."""
+"""Embedding dimensions the forward-pass page sends of each token (its norm uses them all)."""
 NEXT_TOKEN_TOP = 10
 FORWARD_EXAMPLE = "The Eiffel Tower is in the city of"
 

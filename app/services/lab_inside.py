@@ -1,4 +1,4 @@
-"""The course's first two lessons on a real model: one layer's heads recomputed from their own
+"""The course's first two lab pages on a real model: one layer's heads recomputed from their own
 weights and checked against what the model computed, and one forward pass from the tokens to
 the next token's probabilities."""
 
@@ -45,7 +45,7 @@ def _known_family(loaded: LoadedModel, what: str) -> None:
     """Refused before any forward pass: a model whose modules Atlas cannot find."""
     if not loaded.family.replayable:
         raise InvalidInput(
-            f"'{loaded.id}' is a {loaded.model.config.model_type} model: this lesson reads "
+            f"'{loaded.id}' is a {loaded.model.config.model_type} model: this lab page reads "
             f"{what}, which Atlas finds only in a {REPLAY_FAMILIES} model."
         )
 
@@ -55,7 +55,7 @@ def _narrow_enough(loaded: LoadedModel) -> None:
     width = max(arch.d_model, arch.num_heads * arch.head_dim)
     if width > MAX_LAB_WIDTH:
         raise InvalidInput(
-            f"'{loaded.id}' is {width} numbers wide; this lesson sends whole matrices of models "
+            f"'{loaded.id}' is {width} numbers wide; this lab page sends whole matrices of models "
             f"up to {MAX_LAB_WIDTH} wide. Pick a smaller model (MiniLM, SmolLM2)."
         )
 

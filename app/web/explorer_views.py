@@ -46,7 +46,9 @@ VIEWS: dict[str, View] = {
     "aggregate": View(
         "Average & rollout", "token", "a layer's heads averaged; rollout through layers"
     ),
-    "qk": View("Query · Key", "explain", "a token's query against every key", ("step-by-step",)),
+    "qk": View(
+        "Query · Key", "explain", "a token's query against every key", ("step-by-step", "scoring")
+    ),
     "steps": View("Step by step", "explain", "QKᵀ, scale, mask, softmax, × V", ("step-by-step",)),
     "mask": View(
         "Mask", "explain", "the mask the model used, before and after softmax", ("masks", "padding")

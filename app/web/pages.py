@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Path, Request
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -13,7 +15,6 @@ from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from app.schemas.core import SEED_EXAMPLE
 from app.schemas.generate import MAX_NEW_TOKENS
 from app.schemas.lab_models import MAX_LAB_REAL_TOKENS
-from app.schemas.lessons import LESSON_ID
 from app.services.heads import DESCRIPTIONS
 from app.services.lessons import get_lesson, lessons
 from app.web.assets import (
@@ -45,17 +46,35 @@ def glossary_data() -> dict[str, list[str]]:
 templates.env.globals["glossary_data"] = glossary_data
 
 
+# Where the explorer shows a lab topic best on a real model, beyond its view's defaults (a
+# causal mask needs a decoder; RoPE's previous-token head is SmolLM2's layer 16 head 0).
+LAB_LINK_STATE = {
+    ("masks", "mask"): {"model": SMOLLM2_ID},
+    ("positions", "heatmap"): {"model": SMOLLM2_ID, "layer": 16, "head": 0},
+}
+ZOOM_TOPICS = ("tiling", "cost")  # taught on the whole context, which Deep zoom reads
+
+
 def lab_course(slug: str) -> dict:
-    """Where a lab topic sits in the course: its part, number, neighbours and the explorer
-    views it teaches."""
+    """Where a lab topic sits in the course: its part, number, neighbours, and the links to
+    where the explorer or Deep zoom shows its idea on a real model: [(label, href)]."""
     previous, following = neighbours(slug)
+    links = [
+        (
+            f"the explorer's {view.label} view",
+            "/?" + urlencode({**LAB_LINK_STATE.get((slug, name), {}), "view": name}),
+        )
+        for name, view in views_taught_by(slug)
+    ]
+    if slug in ZOOM_TOPICS:
+        links.append(("Deep zoom, over SmolLM2's whole context", "/zoom"))
     return {
         "part": PARTS[LAB_TOPICS[slug].part],
         "number": list(LAB_TOPICS).index(slug) + 1,
         "total": len(LAB_TOPICS),
         "previous": previous,
         "next": following,
-        "views": views_taught_by(slug),
+        "links": links,
     }
 
 
@@ -136,14 +155,31 @@ def pasted_lesson(request: Request) -> HTMLResponse:
 
 
 @page("/learn/{lesson_id}", response_class=HTMLResponse)
-def lesson_page(
-    request: Request,
-    settings: SettingsDep,
-    lesson_id: str = Path(pattern=LESSON_ID),
-) -> HTMLResponse:
-    get_lesson(settings.lessons_dir, lesson_id)  # 404 naming the lessons there are
+def lesson_page(request: Request, settings: SettingsDep, lesson_id: str) -> HTMLResponse:
+    get_lesson(settings.lessons_dir, lesson_id)  # 404: a page listing the lessons there are
     return templates.TemplateResponse(
         request, "lesson.html", {"page": "lesson", "page_data": {"id": lesson_id}}
+    )
+
+
+def not_found_page(request: Request, detail: str) -> HTMLResponse:
+    """The 404 a browser gets for a page (app.errors sends API paths JSON): what was not found,
+    the lessons where a lesson was asked for, and the ways in (Learn, the lab, the explorer)."""
+    path = request.url.path
+    lesson = path.removeprefix("/learn/") if path.startswith("/learn/") else None
+    found = lessons(request.app.state.settings.lessons_dir) if lesson is not None else {}
+    return templates.TemplateResponse(
+        request,
+        "not_found.html",
+        {
+            "page": "not-found",
+            "path": path,
+            "lesson": lesson,
+            "lessons": found,
+            # the route's own sentence, where it says more than Starlette's "Not Found"
+            "detail": detail if detail != "Not Found" and lesson is None else None,
+        },
+        status_code=404,
     )
 
 

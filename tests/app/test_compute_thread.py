@@ -283,12 +283,16 @@ def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client)
     text = "Which lane does a request on this sentence take?"
     body = AttentionRequest(model=MINILM_ID, text=text)
     client.post("/api/attention", json={"model": MINILM_ID, "text": "load the model first"})
-    lane, seconds, model, _, text_key = where_to_run(manager, cache, body)
-    assert text_key == (MINILM_ID, text, None)  # never run inside the pass of its own text
+    # A new sentence (at most QUICK_NEW_TOKENS): its pass runs on the quick lane, beside
+    # whatever the heavy lane runs; a longer new text goes to the heavy lane.
+    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0, None, None, None)
+    longer_body = AttentionRequest(model=MINILM_ID, text=text * 3)  # over 64 tokens
+    lane, seconds, model, _, text_key = where_to_run(manager, cache, longer_body)
+    assert text_key == (MINILM_ID, text * 3, None)  # never run inside the pass of its own text
     assert lane is Lane.HEAVY and 0 < seconds < 1  # a new pass: ordered by its estimate
     assert model == MINILM_ID  # and said to run that model alone (run_beside)
-    longer = where_to_run(manager, cache, AttentionRequest(model=MINILM_ID, text=text * 20))
-    assert longer[1] > 10 * seconds  # a longer text is estimated to cost more
+    longest = where_to_run(manager, cache, AttentionRequest(model=MINILM_ID, text=text * 20))
+    assert longest[1] > 5 * seconds  # a longer text is estimated to cost more
     assert client.post("/api/attention", json={"model": MINILM_ID, "text": text}).is_success
     assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0, None, None, None)
     other = CompareRequest(

@@ -1,4 +1,4 @@
-"""The course's first two lessons on a real model (what a head is, one forward pass): every
+"""The course's first two lab pages on a real model (what a head is, one forward pass): every
 number checked against transformers itself, hooked here without any app code in between."""
 
 import pytest
@@ -181,7 +181,7 @@ def test_bad_lesson_requests_get_a_clear_422(client, path, body, needle):
     assert needle in post(client, path, body, 422)["detail"]
 
 
-def test_an_unknown_model_is_404_on_both_lessons(client):
+def test_an_unknown_model_is_404_on_both_pages(client):
     for path in ("what-a-head-is", "forward-pass"):
         assert post(client, path, {"model": "no/such-model", "text": TEXT}, 404)["detail"]
 

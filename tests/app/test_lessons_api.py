@@ -2,6 +2,7 @@
 folder adds more, and a lesson written by hand is checked with a message that says what is
 wrong."""
 
+import itertools
 import json
 
 import pytest
@@ -35,6 +36,56 @@ def test_an_unknown_lesson_is_a_404_that_lists_the_lessons(client):
     assert answer.json()["code"] == "not_found"
     assert "attention-basics" in answer.json()["detail"]
     assert client.get("/learn/no-such-lesson").status_code == 404
+
+
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/learn/no-such-lesson", "no lesson <code>no-such-lesson</code>"),
+        ("/learn/Not_An_Id", "no lesson <code>Not_An_Id</code>"),
+        ("/lab/nope", "no page at <code>/lab/nope</code>"),
+    ],
+)
+def test_a_browser_asking_for_a_page_that_is_not_there_gets_a_page_saying_so(client, path, says):
+    answer = client.get(path, headers=BROWSER)
+    assert answer.status_code == 404
+    assert answer.headers["content-type"].startswith("text/html")
+    assert says in answer.text
+    for way_in in ('href="/learn"', 'href="/lab"', 'href="/"'):
+        assert way_in in answer.text
+    if path.startswith("/learn/"):
+        assert 'href="/learn/why-sqrt-d"' in answer.text  # the lessons there are
+    assert client.get(path).json()["code"] == "not_found"  # no HTML asked for: JSON
+
+
+def test_the_api_answers_json_404s_even_to_a_browser(client):
+    for path in ("/api/lessons/no-such-lesson", "/api/nope"):
+        answer = client.get(path, headers=BROWSER)
+        assert answer.status_code == 404
+        assert answer.json()["code"] == "not_found"
+
+
+def test_key_questions_name_their_row_by_token_and_position_as_the_page_shows_it(client):
+    for lesson_id in SHIPPED_IDS:
+        for step in client.get(f"/api/lessons/{lesson_id}").json()["steps"]:
+            question = step.get("question") or {}
+            if question.get("kind") == "key":
+                assert f"(position {question['query']})" in question["ask"], question
+                assert "‘ " not in question["ask"], question  # a leading space shows as ␣
+
+
+def test_a_last_caption_that_promises_the_next_lesson_names_the_one_that_follows(client):
+    listed = client.get("/api/lessons").json()["lessons"]
+    promised = 0
+    for this, following in itertools.pairwise(listed):
+        last = client.get(f"/api/lessons/{this['id']}").json()["steps"][-1]["caption"]
+        if "next lesson" in last.lower():
+            promised += 1
+            assert following["title"] in last, last  # Finish links to it (lesson-page.js)
+    assert promised  # Attention basics promises Why √d
 
 
 def lesson(**changes):

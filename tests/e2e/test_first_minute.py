@@ -158,6 +158,15 @@ def test_at_390_px_the_choices_are_two_rows(sized, live_server):
         assert len(set(round(t) for t in tops)) == 1, (row, tops)
     assert page.locator("#view-tabs button:not([hidden])").count() == 5  # Explain the numbers
     assert page.get_attribute("#view-guide a", "href") == "/lab/masks"
+    page.goto(f"{live_server}/?view=value")  # the last view of a later group
+    drawn(page)
+    for selected in ("#group-explain", "#tab-value"):  # scrolled into its row's view
+        inside = page.evaluate(
+            f"""(() => {{ const t = document.querySelector('{selected}').getBoundingClientRect();
+            const r = document.querySelector('{selected}').parentElement.getBoundingClientRect();
+            return t.left >= r.left - 1 && t.right <= r.right + 1; }})()"""
+        )
+        assert inside, selected
 
 
 def test_terms_have_a_gloss_on_hover_and_focus_and_a_glossary_entry(page, live_server):

@@ -75,7 +75,7 @@ export function linearBar(top = 1, label = "weight") {
 }
 
 /** Weights in log colours: one tick per decade from 10^floor to 1. */
-export function logBar(floor, label = "weight") {
+export function logBar(floor, label = "weight (log)") {
   const ticks = Array.from({ length: 1 - floor }, (_, i) => ({ at: 1 - (floor + i) / floor, text: decade(floor + i) }));
   return { label, note: `log colours, ${decade(floor)} to 1`, ticks, colourAt: viridis };
 }

@@ -1,16 +1,17 @@
 // The lesson player, on every page: while a lesson is under way in this tab (sessionStorage),
 // a panel at the bottom of the page gives the step's caption and question, checks the answer
-// the learner clicks in the view against the numbers the view shows, and moves between steps
-// (each step is a page of Atlas, opened by its link).
+// the learner clicks in the view (lesson-questions.js), and moves between steps (each step is a
+// page of Atlas, opened by its link). Away from the step's page, it offers the way back.
 
-import { api } from "./api.js";
+import { askHead, askKey } from "./lesson-questions.js";
 
-const KEY = "atlas-lesson"; // {lesson, step, home, folded}
-const RIGHT_AFTER_TRIES = 2; // wrong answers before the right one is shown
+const KEY = "atlas-lesson"; // the run: {lesson, step, home, folded, wrong, said}
+const FINISHED = "atlas-lesson-finished"; // {title, id, home}: read once by the lesson's page
+const HEAD_PARAMETERS = ["layer", "head", "view"]; // what opening a head changes in the explorer
 
-function load() {
+function load(key = KEY) {
   try {
-    return JSON.parse(sessionStorage.getItem(KEY));
+    return JSON.parse(sessionStorage.getItem(key));
   } catch {
     return null;
   }
@@ -20,14 +21,37 @@ function save(run) {
   sessionStorage.setItem(KEY, JSON.stringify(run));
 }
 
-/** Starts (or moves) a lesson at `step`: remembered for this tab, then the step's page opens. */
+/** Starts (or moves) a lesson at `step`, afresh: remembered for this tab, then the step's page opens. */
 export function startLesson(lesson, step, home) {
-  save({ lesson, step, home, folded: false });
+  save({ lesson, step, home, folded: false, wrong: 0, said: null });
   window.location.assign(lesson.steps[step].page);
 }
 
-const pathOf = (link) => new URL(link, window.location.origin).pathname;
-const format = (w) => (w >= 0.001 ? w.toFixed(3) : w.toExponential(1));
+/** The lesson the learner has just finished, if it is the one whose page is `home`; read once. */
+export function takeFinished(home) {
+  const done = load(FINISHED);
+  sessionStorage.removeItem(FINISHED);
+  return done?.home === home ? done : null;
+}
+
+/**
+ * Whether this page shows the step whose link is `link`: the same path, and no query parameter
+ * the link names has another value here (the explorer's long text, kept in the fragment as
+ * #text=..., counts as the query's). A parameter the page leaves out is at its default, which
+ * pages leave out of their links: it does not count. `except` names parameters not compared.
+ */
+export function onStep(link, { except = [], location = window.location } = {}) {
+  const want = new URL(link, location.origin);
+  if (want.pathname !== location.pathname) return false;
+  const query = new URLSearchParams(location.search);
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  for (const [name, value] of want.searchParams) {
+    if (except.includes(name)) continue;
+    const now = query.get(name) ?? (name === "text" ? fragment.get(name) : null);
+    if (now !== null && now !== value) return false;
+  }
+  return true;
+}
 
 function element(tag, { text, className, attrs } = {}) {
   const node = document.createElement(tag);
@@ -37,87 +61,15 @@ function element(tag, { text, className, attrs } = {}) {
   return node;
 }
 
-/** A token's name for feedback: the explorer's chip where there is one, else the map's label. */
-function tokenName(plot, index) {
-  const chip = document.querySelectorAll("#tokens .token")[index];
-  if (chip) return `‘${chip.textContent}’`;
-  const label = plot.data?.[0]?.x?.[index];
-  const text = label === undefined ? String(index) : new DOMParser().parseFromString(String(label), "text/html").documentElement.textContent;
-  return `‘${text}’`;
-}
-
-/** A key question: a click in row `query` of the map is right when it is the row's largest. */
-function askKey(question, say) {
-  let wrong = 0;
-  const answer = (plot, point) => {
-    if (!point) return;
-    const [row, col] = Array.isArray(point.pointIndex) ? point.pointIndex : [point.y, point.x];
-    const trace = plot.data[0];
-    const values = (trace.customdata || trace.z)[question.query]; // the weights, whatever the colours
-    const name = (i) => tokenName(plot, i);
-    if (row !== question.query) {
-      say(`That cell is in the row of ${name(row)}; the question is about the row of ${name(question.query)}.`, "hint");
-      return;
-    }
-    const best = values.reduce((b, v, i) => (v !== null && v > values[b] ? i : b), 0);
-    if (col === best) {
-      say(`Right: ${name(best)} takes ${format(values[best])} of ${name(question.query)}'s attention, the most of any key.`, "right");
-      return;
-    }
-    wrong += 1;
-    const shown = wrong >= RIGHT_AFTER_TRIES ? ` The most goes to ${name(best)}: ${format(values[best])}.` : " Try again.";
-    say(`Not this one: ${name(col)} takes ${format(values[col] ?? 0)}.${shown}`, "wrong");
-  };
-  // The map may be drawn after the panel (or drawn again): bind once it exists, once.
-  const bind = () => {
-    const plot = document.querySelector(question.map);
-    if (!plot || typeof plot.on !== "function" || plot.dataset.lessonBound) return;
-    plot.dataset.lessonBound = "1";
-    plot.on("plotly_click", (event) => answer(plot, event.points?.[0]));
-    plot.scrollIntoView({ block: "start" }); // the map the question is about, above the panel
-  };
-  bind();
-  setInterval(bind, 500);
-}
-
-/** A head question: the head the learner opens (the explorer says so with atlas:open-head) is
- * right when its statistic on the page's text is at least at_least, or the largest. */
-function askHead(question, say) {
-  let wrong = 0;
-  document.addEventListener("atlas:open-head", async (event) => {
-    const { layer, head } = event.detail;
-    const query = new URLSearchParams(window.location.search);
-    const text = query.get("text") ?? new URLSearchParams(window.location.hash.slice(1)).get("text");
-    let data;
-    try {
-      data = await api.heads({ model: query.get("model"), text });
-    } catch (err) {
-      say(`The statistics could not be had: ${err.message}`, "hint");
-      return;
-    }
-    const grid = data.statistics[question.statistic];
-    const value = grid?.[data.layers.indexOf(layer)]?.[head];
-    if (grid === undefined) {
-      say(`This lesson asks about “${question.statistic}”, which is not a statistic of Head roles.`, "hint");
-      return;
-    }
-    let top = { value: -Infinity };
-    data.layers.forEach((l, row) => grid[row].forEach((v, h) => v !== null && v > top.value && (top = { value: v, layer: l, head: h })));
-    const named = `Layer ${layer} head ${head}: ${question.statistic} ${value === null ? "–" : format(value)}`;
-    if (value !== null && (value >= (question.at_least ?? Infinity) || value === top.value)) {
-      say(`Right. ${named}${question.at_least !== null && question.at_least !== undefined ? ` (at least ${question.at_least})` : ""}; the highest is layer ${top.layer} head ${top.head} at ${format(top.value)}.`, "right");
-      return;
-    }
-    wrong += 1;
-    const shown = wrong >= RIGHT_AFTER_TRIES ? ` The highest is layer ${top.layer} head ${top.head}: ${format(top.value)}.` : " Try another.";
-    say(`Not quite. ${named}.${shown}`, "wrong");
-  });
+function button(text, onClick, primary = false) {
+  const node = element("button", { text, className: primary ? "" : "secondary", attrs: { type: "button" } });
+  node.addEventListener("click", onClick);
+  return node;
 }
 
 function panel(run) {
   const { lesson, step, home } = run;
   const current = lesson.steps[step];
-  const here = pathOf(current.page) === window.location.pathname;
   const bar = element("aside", { className: "lesson-bar", attrs: { "aria-label": "Lesson" } });
   const fold = element("button", { text: run.folded ? "Show" : "Hide", className: "secondary", attrs: { type: "button", "aria-expanded": String(!run.folded) } });
   const title = element("a", { text: lesson.title, attrs: { href: home } });
@@ -130,20 +82,42 @@ function panel(run) {
   caption.open = !window.matchMedia("(max-width: 760px)").matches || !current.question;
   caption.append(element("summary", { text: "What to look at" }), element("p", { text: current.caption }));
   body.append(caption);
+
+  // The feedback line: what the last answer earned, with the way back to the step beside it.
+  const answer = element("div", { className: "lesson-answer" });
   const feedback = element("p", { className: "lesson-feedback", attrs: { role: "status", "aria-live": "polite" } });
+  answer.append(feedback);
   const say = (text, kind) => {
     feedback.textContent = text;
     feedback.dataset.kind = kind;
+    run.said = [text, kind];
+    save(run);
+    place();
   };
-  if (current.question) body.append(element("p", { text: current.question.ask, className: "lesson-question" }), feedback);
+  if (run.said) [feedback.textContent, feedback.dataset.kind] = run.said;
+  if (current.question) body.append(element("p", { text: current.question.ask, className: "lesson-question" }), answer);
+
   const buttons = element("div", { className: "row" });
   const go = (to) => startLesson(lesson, to, home);
+  const back = button("Back to this step", () => {
+    save(run); // the same step: its count of wrong answers and its feedback stay
+    window.location.assign(current.page);
+  });
+  const next = step + 1 < lesson.steps.length ? button("Next →", () => go(step + 1), true) : button("Finish", () => finish(run), true);
   if (step > 0) buttons.append(button("← Previous", () => go(step - 1)));
-  if (!here) buttons.append(button("Back to this step", () => go(step)));
-  if (step + 1 < lesson.steps.length) buttons.append(button("Next →", () => go(step + 1), true));
-  else buttons.append(button("Finish", () => leave(home), true));
-  buttons.append(button("Leave the lesson", () => leave(null)));
+  buttons.append(next, button("Leave the lesson", () => leave(null)));
   body.append(buttons);
+  // Away from the step, "Back to this step" shows: beside the feedback where an answer is
+  // there to read (opening a head leaves the step's view), else among the buttons.
+  function place() {
+    if (onStep(current.page)) back.remove();
+    else if (current.question && feedback.textContent) answer.append(back);
+    else buttons.insertBefore(back, next);
+  }
+  place();
+  setInterval(place, 500); // pages change their links with history.replaceState, which no event tells
+  document.addEventListener("atlas:open-head", () => queueMicrotask(place));
+
   fold.addEventListener("click", () => {
     run.folded = !run.folded;
     save(run);
@@ -152,15 +126,25 @@ function panel(run) {
     fold.setAttribute("aria-expanded", String(!run.folded));
   });
   bar.append(head, body);
-  if (here && current.question?.kind === "key") askKey(current.question, say);
-  if (here && current.question?.kind === "head") askHead(current.question, say);
+  const asked = {
+    say,
+    onStep: () => onStep(current.page),
+    openedFromStep: () => onStep(current.page, { except: HEAD_PARAMETERS }),
+    addWrong: () => {
+      run.wrong = (run.wrong ?? 0) + 1;
+      save(run);
+      return run.wrong;
+    },
+  };
+  if (onStep(current.page) && current.question?.kind === "key") askKey(current.question, asked);
+  if (onStep(current.page, { except: HEAD_PARAMETERS }) && current.question?.kind === "head") askHead(current.question, asked);
   return bar;
 }
 
-function button(text, onClick, primary = false) {
-  const node = element("button", { text, className: primary ? "" : "secondary", attrs: { type: "button" } });
-  node.addEventListener("click", onClick);
-  return node;
+/** The last step's Finish: back to the lesson's page, which says so and what comes next. */
+function finish(run) {
+  sessionStorage.setItem(FINISHED, JSON.stringify({ title: run.lesson.title, id: run.lesson.id, home: run.home }));
+  leave(run.home);
 }
 
 function leave(to) {

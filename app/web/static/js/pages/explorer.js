@@ -98,6 +98,28 @@ function offerDeepZoom(model, text, tokens) {
   el.notice.hidden = false;
 }
 
+/** A text longer than the explorer takes: Deep zoom on this model where the model takes it,
+ * else on a model that does (its count is this tokenizer's: about), else the server's refusal. */
+function offerLonger(model, text, tokens, refusal) {
+  const info = modelInfo(model);
+  if (tokens <= (info?.max_tokens ?? 0)) {
+    offerDeepZoom(model, text, tokens);
+    return;
+  }
+  const other = models.find((m) => m.available && m.replay !== false && (m.max_tokens ?? 0) >= tokens);
+  if (!other) {
+    showError(el.error, refusal);
+    return;
+  }
+  const href = `/zoom?${new URLSearchParams({ model: other.id })}#${new URLSearchParams({ text })}`;
+  el.notice.replaceChildren(
+    `This text is ${tokens.toLocaleString("en")} tokens; ${model} takes at most ${info.max_tokens.toLocaleString("en")}. Shorten it, or `,
+    make("a", { text: `open it in Deep zoom with ${other.id}`, attrs: { href } }),
+    `, which takes up to ${other.max_tokens.toLocaleString("en")} tokens.`,
+  );
+  el.notice.hidden = false;
+}
+
 function setStatus(text, fraction = null) {
   el.status.textContent = text;
   el.progress.hidden = fraction === null;
@@ -173,6 +195,10 @@ async function run() {
     showError(el.error, "Type a sentence first.");
     return;
   }
+  if (tooLong()) {
+    el.result.hidden = true;
+    return;
+  }
   el.run.disabled = true;
   if (session) session.abort();
   try {
@@ -223,9 +249,10 @@ async function run() {
   } catch (err) {
     if (err.name === "AbortError" || stale()) return;
     setStatus("");
-    if (err.status === 422 && err.message.includes("/api/attention/tiles")) {
-      el.result.hidden = true;
-      offerDeepZoom(model, text, null);
+    const long = err.status === 422 && /the text is ([\d,]+) tokens long/.exec(err.message);
+    if (long) {
+      el.result.hidden = true; // never the last text's picture under this text's refusal
+      offerLonger(model, text, Number(long[1].replace(/,/g, "")), err.message);
       return;
     }
     showError(el.error, err.message);
@@ -321,7 +348,14 @@ function showTokens(meta) {
       if (made) classes.push("generated");
       const chip = make("button", {
         text: token, className: classes.join(" "),
-        attrs: { type: "button", title: `token ${i}${made ? " (generated)" : ""}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]}); click to follow it`, "aria-pressed": "false", "data-index": i },
+        attrs: { type: "button", title: `token ${i}${made ? " (generated)" : ""}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]}); click to follow it`, "aria-pressed": "false", "data-index": i, tabindex: i ? "-1" : "0" },
+      });
+      // The chips are one tab stop (a text may have 512): arrow keys, Home and End move inside.
+      chip.addEventListener("keydown", (event) => {
+        const chips = [...el.tokens.children];
+        arrowThrough(chips, chip, event, (next) => {
+          for (const other of chips) other.tabIndex = other === next ? 0 : -1;
+        });
       });
       // One click answers "what does this token attend to, layer by layer?"
       chip.addEventListener("click", () => {
@@ -349,12 +383,33 @@ function showView(view) {
     tab.setAttribute("aria-selected", String(name === view));
     tab.tabIndex = name === view ? 0 : -1;
   }
+  for (const tab of [$(`#group-${group}`), $(`#tab-${view}`)]) inView(tab);
   const question = $(`#group-${group}`).title;
   const labs = page.labs[view] || [];
   el.viewGuide.replaceChildren(
     question,
     ...(labs.length ? [" Learn how it works: ", ...labs.flatMap((lab, i) => [i ? ", " : "", make("a", { text: lab.title, attrs: { href: `/lab/${lab.slug}` } })])] : []),
   );
+}
+
+/** Scrolls a tab's row sideways (never the page) so the tab is in view: on a phone the rows
+ * scroll, and a link to a later view must show which one is open. */
+function inView(tab) {
+  const row = tab.parentElement;
+  const rowBox = row.getBoundingClientRect();
+  const box = tab.getBoundingClientRect();
+  if (box.left < rowBox.left || box.right > rowBox.right) row.scrollLeft += box.left - rowBox.left - 24;
+  markMore(row);
+}
+
+/** Fades a row's edge where more tabs lie beyond it (classes more-left, more-right). */
+function markMore(row) {
+  row.classList.toggle("more-left", row.scrollLeft > 1);
+  row.classList.toggle("more-right", row.scrollLeft + row.clientWidth < row.scrollWidth - 1);
+}
+for (const row of document.querySelectorAll(".tabs")) {
+  row.addEventListener("scroll", () => markMore(row), { passive: true });
+  window.addEventListener("resize", () => markMore(row));
 }
 
 /** The last view opened in each group: a group's tab opens it again. */
@@ -525,12 +580,14 @@ function viewOfGroup(group) {
   return lastInGroup[group] || VIEWS.find((name) => GROUP_OF[name] === group);
 }
 
-/** Arrow keys move along a row of tabs (the groups, or the views shown), wrapping around. */
-function arrowThrough(tabs, tab, event, open) {
-  const step = event.key === "ArrowRight" ? 1 : event.key === "ArrowLeft" ? -1 : 0;
-  if (!step) return;
+/** Arrow keys move along a row (of tabs, or of token chips), wrapping around; Home and End
+ * go to its ends. */
+function arrowThrough(items, item, event, open) {
+  const at = items.indexOf(item);
+  const to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: items.length - 1 }[event.key];
+  if (to === undefined) return;
   event.preventDefault();
-  const next = tabs[(tabs.indexOf(tab) + step + tabs.length) % tabs.length];
+  const next = items[(to + items.length) % items.length];
   open(next);
   next.focus();
 }

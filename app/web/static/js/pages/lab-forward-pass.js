@@ -159,8 +159,8 @@ async function openBlock(signal) {
   $("#pass-block-note").textContent =
     `The ${maps.length} heads of block ${layer} on this text, each one map (row: query token, column: key; colour ∝ √weight)` +
     `${body.num_kv_heads < body.num_heads ? `, sharing ${body.num_kv_heads} key/value heads` : ""}. Choose a head to see how it is computed.`;
-  const lesson = (h) => `/lab/what-a-head-is?${new URLSearchParams({ model, text, layer: String(layer), head: String(h) })}`;
-  headThumbnails($("#pass-heads"), maps, { label: (h) => `head ${h}`, href: lesson });
+  const headPage = (h) => `/lab/what-a-head-is?${new URLSearchParams({ model, text, layer: String(layer), head: String(h) })}`;
+  headThumbnails($("#pass-heads"), maps, { label: (h) => `head ${h}`, href: headPage });
   $("#pass-explorer").textContent = `See block ${layer} in the explorer`;
   $("#pass-explorer").href = explorerLink(model, text, layer, 0);
 }

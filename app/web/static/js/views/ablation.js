@@ -65,7 +65,7 @@ export async function render({ session, state, info, parts, set, open, isStale }
   const changed = answer.positions.filter((r) => r.base[0].token_id !== r.ablated[0].token_id).length;
   const meanKl = answer.positions.reduce((s, r) => s + r.kl, 0) / Math.max(1, answer.positions.length);
   const largest = Math.max(...answer.attention_change.flat());
-  parts.summary.textContent = `Switched off (${answer.mode}): ${formatHeads(answer.ablated)}.`;
+  parts.summary.textContent = `Switched off (${answer.mode}): ${formatHeads(answer.ablated)}.${answer.predicts === "none" ? " This model has no language-model head, so only the maps' change is shown: pick SmolLM2 above to see the predictions change too." : ""}`;
   parts.metrics.replaceChildren(
     ...(answer.predicts === "none"
       ? [metricCard("predictions", "no LM head")]

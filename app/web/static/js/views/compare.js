@@ -24,7 +24,8 @@ export function bind(parts, set) {
 const SIGNED = [[0, "#2166ac"], [0.5, "#f7f7f7"], [1, "#b2182b"]];
 
 function diverging(difference) {
-  const largest = Math.max(1e-9, ...difference.map((row) => Math.max(...row.map(Math.abs))));
+  // At least ±0.001: B the same as A (all zeros) is white under a readable colour bar, not ±1e-9.
+  const largest = Math.max(1e-3, ...difference.map((row) => Math.max(...row.map(Math.abs))));
   return { zmin: -largest, zmax: largest, zmid: 0, colorscale: SIGNED };
 }
 
@@ -91,6 +92,7 @@ export async function render({ session, state, info, parts, models, isStale }) {
     kind: "head", element: answer.aligned ? parts.difference : parts.b, layer: answer.a.layer, head: answer.a.head,
     tokens: answer.b.tokens, rowTokens: answer.b.tokens, matrix: shown, matrixName: answer.aligned ? "difference" : "b_weights",
     where, title: `${name(answer.b)} minus ${name(answer.a)}`, payload: answer,
+    scope: `B: layer ${answer.b.layer} head ${answer.b.head}${state.compareText ? " on the other text" : ""} − A: layer ${answer.a.layer} head ${answer.a.head}`,
     colour: answer.aligned ? difference : scaleB.colour,
     colourBar: answer.aligned ? signedBar(difference, "B − A") : scaleB.bar,
   };

@@ -1,7 +1,7 @@
 // Where a head looks against what it takes: its weights beside ‖α·v‖ (Kobayashi et al., 2020).
 
 import { linearBar, viridis } from "../colors.js";
-import { metricCard } from "../dom.js";
+import { el, metricCard } from "../dom.js";
 import { drawHeatmap } from "./plot.js";
 
 /** Each row divided by its sum (rows of zeros stay zeros), so norms compare with weights. */
@@ -33,10 +33,16 @@ export async function render({ session, state, parts, isStale }) {
   const tokens = detail.tokens;
   const shares = rowShares(detail.value_weighted);
   const sink = biggestSink(detail.weights, shares);
+  const moved = meanDistance(detail.weights, shares);
+  // A head with one key a row moves nothing: say why, so the view does not look broken.
+  const hint = moved < 0.01
+    ? [el("p", { className: "help", text: "This head puts nearly all of each row on one key, so what each query takes is that key's value alone and nothing moves: try a broader head (layer 2 head 3 of MiniLM)." })]
+    : [];
   parts.metrics.replaceChildren(
-    metricCard("rows moved (mean total variation)", meanDistance(detail.weights, shares).toFixed(3)),
+    metricCard("rows moved (mean total variation)", moved.toFixed(3)),
     metricCard(`“${tokens[sink.key]}”: mean weight`, sink.weight.toFixed(3)),
     metricCard(`“${tokens[sink.key]}”: mean share of ‖α·v‖`, sink.share.toFixed(3)),
+    ...hint,
   );
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query" };
   await drawHeatmap(parts.weights, detail.weights, tokens, tokens, { ...common, hoverName: "weight", title: "attention weights α" });

@@ -1,7 +1,7 @@
 // The same real head without the 1/sqrt(d) scale, or at another temperature.
 
 import { linearBar, viridis } from "../colors.js";
-import { metricCard } from "../dom.js";
+import { el, metricCard } from "../dom.js";
 import { meanEntropy, meanMax } from "../stats.js";
 import { settle } from "./settle.js";
 import { drawHeatmap } from "./plot.js";
@@ -34,7 +34,11 @@ export async function render({ session, state, parts, isStale }) {
     ["model: mean max weight", meanMax(detail.weights).toFixed(3)],
     ["what-if: mean max weight", meanMax(detail.counterfactual_weights).toFixed(3)],
   ].map(([label, value]) => metricCard(label, value));
-  parts.metrics.replaceChildren(...cards);
+  const sharp = meanMax(detail.weights) > 0.95; // nothing left to sharpen: say so, not "no change"
+  const hint = sharp
+    ? [el("p", { className: "help", text: "This head already puts nearly all of each row on one key, so removing the scale changes little here: try a broader head (layer 1 head 3 of MiniLM)." })]
+    : [];
+  parts.metrics.replaceChildren(...cards, ...hint);
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
   await drawHeatmap(parts.model, detail.weights, tokens, tokens, { ...common, title: `as the model computes it (× ${detail.model_scale.toFixed(3)})` });
   await drawHeatmap(parts.counterfactual, detail.counterfactual_weights, tokens, tokens, { ...common, title: label });
