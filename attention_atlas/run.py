@@ -28,7 +28,7 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTo
 
 from app.config import get_settings
 from app.inference.tokens import display_tokens
-from app.models.families import attention_modules, hidden_input
+from app.models import capture
 from app.models.registry import BUILTIN_MODELS, MODEL_TYPE_FAMILIES, Family
 from app.models.sources import embedded_folder
 
@@ -46,7 +46,7 @@ class AttentionRun:
     token_ids: list[int]
     special_tokens: list[bool]  # True for [CLS], [SEP], <|endoftext|> ...
     attentions: Tensor  # (L, H, T, T) float32 on the CPU; an encoder-decoder's encoder maps
-    family: Family | None  # None: maps only, no replay (query · key, step by step)
+    family: Family | None  # the lab's weight layout where Atlas knows it; None otherwise
     causal: bool
     num_kv_heads: int
     hidden_inputs: Tensor | None = None  # (L, T, D): what entered each attention block
@@ -54,6 +54,9 @@ class AttentionRun:
     decoder_attentions: Tensor | None = None  # (L, H, S, S)
     cross_attentions: Tensor | None = None  # (L, H, S, T): decoder queries, encoder keys
     model: nn.Module | None = field(default=None, repr=False)  # the base model, for replay
+    calls: list[capture.LayerCall] | None = field(default=None, repr=False)  # each layer's
+    # attention call, to replay it (app.models.capture); None where heads are not replayed
+    replay_refusal: str | None = "an encoder-decoder's heads are not replayed here"
 
     @property
     def num_layers(self) -> int:
@@ -65,8 +68,8 @@ class AttentionRun:
 
     @property
     def replayable(self) -> bool:
-        """Whether query · key and step by step can be shown: a known family, inputs kept."""
-        return self.family is not None and self.hidden_inputs is not None
+        """Whether Query · Key and Step by step can be shown: the layers' calls were kept."""
+        return self.calls is not None and self.hidden_inputs is not None
 
 
 def _embedded(model: str) -> Path | None:
@@ -131,18 +134,20 @@ def run_model(
         return _run_encoder_decoder(model, tokenizer, inputs, target or text, name)
     base = model.base_model
     family = MODEL_TYPE_FAMILIES.get(model.config.model_type)
+    probe = {k: v[:, :4] for k, v in inputs.items()}  # a few tokens find the layers
+    layers, refusal = capture.attach(base, probe, base.config.num_hidden_layers)
+    recorder = capture.Recorder()
     captured: list[Tensor] = []
-    handles = []
-    if family is not None:
-        handles = [
-            module.register_forward_pre_hook(
-                lambda _m, args, kwargs: captured.append(hidden_input(args, kwargs).detach()),
-                with_kwargs=True,
-            )
-            for module in attention_modules(base, family)
-        ]
+    calls: list[capture.LayerCall] = []
+
+    def record(module, args, kwargs):
+        hidden, call = capture.record_call(recorder, module, args, kwargs)
+        captured.append(hidden.detach())
+        calls.append(call)
+
+    handles = [m.register_forward_pre_hook(record, with_kwargs=True) for m in layers]
     try:
-        with torch.inference_mode():
+        with torch.inference_mode(), capture.recording(recorder):
             output = base(**inputs, output_attentions=True)
     finally:
         for handle in handles:
@@ -156,7 +161,9 @@ def run_model(
         causal=family.causal if family else _looks_causal(maps),
         num_kv_heads=getattr(model.config, "num_key_value_heads", None) or maps.shape[1],
         hidden_inputs=torch.stack([h[0] for h in captured]).float().cpu() if captured else None,
-        model=base if family is not None else None,
+        calls=calls or None,
+        replay_refusal=refusal,
+        model=base if calls else None,
     )
 
 

@@ -42,9 +42,9 @@ REPLAY_VIEWS = [
     ("steps", "Step by step"),
 ]
 NO_REPLAY = (
-    "Query · Key, Value-weighted, Q-K space and Step by step replay a head from the model's "
-    "weights: they need a BERT, GPT-2 or Llama-family model given with its weights "
-    "(show(model, text)), not bare maps."
+    "Query · Key, Value-weighted, Q-K space and Step by step replay a head as the model ran "
+    "it: they need a model given with its weights (show(model, text)), not bare maps, whose "
+    "attention goes through transformers' attention interface."
 )
 
 
@@ -164,8 +164,9 @@ def _as_served(run: AttentionRun | None) -> tuple[SimpleNamespace, ForwardResult
     if run is None:
         raise ValueError(NO_REPLAY)
     loaded = SimpleNamespace(
-        model=run.model, family=run.family, causal=run.causal, id=run.model_name
-    )
+        model=run.model, family=run.family, causal=run.causal, id=run.model_name,
+        replayable=run.replayable, replay_refusal=run.replay_refusal,
+    )  # fmt: skip
     result = ForwardResult(
         tokens=run.tokens,
         raw_tokens=run.tokens,
@@ -176,6 +177,7 @@ def _as_served(run: AttentionRun | None) -> tuple[SimpleNamespace, ForwardResult
         stored_maps=run.attentions,
         hidden_inputs=run.hidden_inputs,
         forward_seconds=0.0,
+        calls=run.calls,
     )
     return loaded, result
 

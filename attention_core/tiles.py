@@ -11,6 +11,12 @@ held: the largest thing in memory is one (..., block, block) tile of scores.
 
 Shapes: q (..., q_len, d), k (..., k_len, d); lse (..., q_len); the leading dims (heads) are
 carried through every function.
+
+Modern heads (attention_core.modern) read block by block too, through `Extras`: softcapped
+scores (each tile's scores capped before use, so the fused scale-and-subtract is given up for
+them), a sink logit per head (added to each row's normaliser: rows sum to less than 1), and a
+layer's own mask beyond causal (a sliding window), built a tile at a time; a tile the mask
+leaves empty is skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +32,41 @@ from torch import Tensor
 from attention_core.masks import causal_mask
 from attention_core.scratch import Scratch
 from attention_core.tiled import tile_steps
+
+MaskBlock = Callable[[int, int, int, int], "Tensor | None"]
+"""(r0, r1, c0, c1) -> (r1 - r0, c1 - c0) bool, True where query r0 + i may read key c0 + j;
+None where the block hides nothing."""
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What a modern head adds to q·k × factor before its softmax (attention_core.modern)."""
+
+    softcap: float | None = None  # scores become tanh(s / softcap) * softcap
+    sinks: Tensor | None = None  # (...,): a logit per leading index (head) in every row's sum
+    mask: MaskBlock | None = None  # the layer's mask beyond causal (a sliding window)
+
+    def capped(self, scores: Tensor) -> Tensor:
+        """`scores` capped in place where softcap is set."""
+        if self.softcap is not None:
+            scores.div_(self.softcap).tanh_().mul_(self.softcap)
+        return scores
+
+    def hidden(self, r0: int, r1: int, c0: int, c1: int) -> Tensor | None:
+        """(r, c) bool, True where the layer's own mask hides a pair; None where none is."""
+        if self.mask is None:
+            return None
+        allowed = self.mask(r0, r1, c0, c1)
+        return None if allowed is None or bool(allowed.all()) else ~allowed
+
+    def with_sinks(self, lse: Tensor) -> Tensor:
+        """Row normalisers (..., rows) with each head's sink logit added in (float64 in, out)."""
+        if self.sinks is None:
+            return lse
+        return torch.logaddexp(lse, self.sinks.to(lse.dtype)[..., None])
+
+
+PLAIN = Extras()
 
 
 @dataclass(frozen=True)
@@ -57,6 +98,7 @@ def window_logsumexp(
     factor: float,
     block: int = 256,
     between_tiles: Callable[[], None] | None = None,
+    extras: Extras = PLAIN,
 ) -> Tensor:
     """(..., rows[1] - rows[0]): row_logsumexp for the queries rows[0]:rows[1] only (a zoomed-in
     window needs nothing else), one (block, block) tile of scores at a time; a causal row's
@@ -71,17 +113,25 @@ def window_logsumexp(
     out = []
     for r0 in range(r_start, r_stop, block):
         r1 = min(r0 + block, r_stop)
-        running = q.new_full((*lead, r1 - r0), float("-inf"))
+        # summed across tiles in float64: float32's rounding of 32 tiles' partial sums put an
+        # 8,192-token weight 1.1e-5 from the model's (the bound is 1e-5); rounded once at the end
+        running = q.new_full((*lead, r1 - r0), float("-inf"), dtype=torch.float64)
         for c0 in range(0, r1 if causal else k_len, block):
             c1 = min(c0 + block, r1 if causal else k_len)
+            hidden = extras.hidden(r0, r1, c0, c1)
+            if hidden is not None and bool(hidden.all()):
+                continue  # the layer's mask hides this whole tile (outside a sliding window)
             if between_tiles is not None:
                 between_tiles()
             buffer = scratch.take("scores", (*lead, r1 - r0, c1 - c0), q.dtype, q.device)
             scores = _block_scores(q, k, (r0, r1), (c0, c1), factor, out=buffer)  # (..., r, c)
+            extras.capped(scores)
             if causal:
                 _hide_later_keys(scores, r0, c0, float("-inf"))
-            running = torch.logaddexp(running, torch.logsumexp(scores, dim=-1))
-        out.append(running)
+            if hidden is not None:
+                scores.masked_fill_(hidden, float("-inf"))
+            running = torch.logaddexp(running, torch.logsumexp(scores, dim=-1).double())
+        out.append(extras.with_sinks(running).to(q.dtype))
     return torch.cat(out, dim=-1)
 
 
@@ -93,6 +143,7 @@ def row_weights(
     causal: bool,
     factor: float,
     scratch: Scratch | None = None,
+    extras: Extras = PLAIN,
 ) -> Tensor:
     """(..., rows[1] - rows[0], keys): whole softmax rows of the queries rows[0]:rows[1], over
     every key (keys = k_len), or for causal maps over the keys up to the last row (keys =
@@ -105,8 +156,15 @@ def row_weights(
     shape = (*q.shape[:-2], r1 - r0, keys)
     scores_out = None if scratch is None else scratch.take("scores", shape, q.dtype, q.device)
     scores = _block_scores(q, k, rows, (0, keys), factor, out=scores_out)  # (..., r, keys)
+    extras.capped(scores)
     if causal:
         _hide_later_keys(scores, r0, 0, float("-inf"))
+    hidden = extras.hidden(r0, r1, 0, keys)
+    if hidden is not None:
+        scores.masked_fill_(hidden, float("-inf"))
+    if extras.sinks is not None:  # the sink's share left out of the row: it sums to < 1
+        lse = extras.with_sinks(torch.logsumexp(scores, dim=-1).double()).to(scores.dtype)
+        return scores.sub_(lse[..., None]).exp_()
     if scratch is None:
         return torch.softmax(scores, dim=-1)
     return torch.softmax(scores, dim=-1, out=scratch.take("weights", shape, q.dtype, q.device))
@@ -160,14 +218,22 @@ def weight_tile(
     causal: bool,
     factor: float,
     out: Tensor | None = None,
+    extras: Extras = PLAIN,
 ) -> Tensor:
     """(..., rows, cols): the exact weights of queries rows[0]:rows[1] on keys cols[0]:cols[1],
     written in `out` (contiguous, that shape) where given."""
     r0, r1 = rows
     row_lse = lse[..., r0:r1, None]  # (..., r, 1)
-    weights = _block_scores(q, k, rows, cols, factor, plus=-row_lse, out=out).exp_()
+    if extras.softcap is None:  # scaled and shifted by the GEMM as it writes
+        weights = _block_scores(q, k, rows, cols, factor, plus=-row_lse, out=out).exp_()
+    else:  # capped before the shift
+        weights = extras.capped(_block_scores(q, k, rows, cols, factor, out=out))
+        weights.sub_(row_lse).exp_()
     if causal:
         _hide_later_keys(weights, r0, cols[0], 0.0)
+    hidden = extras.hidden(r0, r1, *cols)
+    if hidden is not None:
+        weights.masked_fill_(hidden, 0.0)
     allowed_rows = torch.isfinite(row_lse)  # a row with no allowed key has none
     if not bool(allowed_rows.all()):
         weights.masked_fill_(~allowed_rows, 0.0)
@@ -186,6 +252,7 @@ def overview(
     cols: tuple[int, int] | None = None,
     block: int = 512,
     between_tiles: Callable[[], None] | None = None,
+    extras: Extras = PLAIN,
 ) -> Overview:
     """The window rows × cols of the weights (all of it by default), each `cell` × `cell` block
     reduced to its maximum and its mean, computed one (block, block) tile at a time (block is
@@ -214,8 +281,9 @@ def overview(
                 between_tiles()
             buffer = scratch.take("tile", (*lead, r1 - r0, c1 - c0), q.dtype, q.device)
             tile = weight_tile(
-                q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor, out=buffer
-            )
+                q, k, lse, (r0, r1), (c0, c1), causal=causal, factor=factor, out=buffer,
+                extras=extras,
+            )  # fmt: skip
             largest = max(largest, tile.shape[-2] * tile.shape[-1])
             # a tile holds whole blocks (its edges are multiples of cell from the corner, or the
             # window's end), so each block's max and mean are its tile's, by PyTorch's pooling

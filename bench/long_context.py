@@ -29,8 +29,9 @@ from fastapi.testclient import TestClient
 
 from app.compute import call_on_compute
 from app.config import Settings
-from app.inference.forward import ForwardResult, _attention_kernel, pass_kernel
+from app.inference.forward import ForwardResult, pass_kernel
 from app.main import create_app
+from app.models.capture import implementation
 from app.models.registry import SMOLLM2_ID
 from bench.compression import prose
 from bench.scaling import slope
@@ -59,7 +60,10 @@ def timed(fn, *args, **kwargs):
 
 def bare_pass(loaded, ids, kernel: str):
     """(milliseconds, output) of the model alone with the kernel the server picks."""
-    with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
+    with (
+        torch.inference_mode(),
+        implementation(loaded.model, "sdpa" if kernel == "sdpa" else "eager"),
+    ):
         return timed(loaded.model, input_ids=ids)
 
 

@@ -5,7 +5,7 @@
 For each embedded model, dtype (float32, bfloat16, float16) and length (16 to 512 tokens of
 README prose, N texts each): the model's own maps (eager attention, output_attentions, on the
 device, in that dtype) against each layer replayed from the hidden states entering it
-(app.inference.replay, float32 from the model's weights), and against the maps the server
+(app.inference.replay: the layer's own call re-run in the model's dtype), and against the maps the server
 shows (run_forward's: the replay in float32, the model's own in half precision). Prints the
 largest absolute difference of each and the bound app.models.placement states
 (REPLAY_MAX_ABS_DIFF); a bound passed is marked.
@@ -18,9 +18,10 @@ import argparse
 import torch
 
 from app.config import Settings
-from app.inference.forward import _attention_kernel, run_forward, tokenize
+from app.inference.forward import run_forward, tokenize
 from app.inference.replay import replayed_maps
 from app.main import create_app
+from app.models.capture import implementation
 from app.models.placement import REPLAY_MAX_ABS_DIFF, model_device
 from app.models.registry import MINILM_ID, SMOLLM2_ID
 from bench.compression import prose
@@ -35,16 +36,14 @@ def worst_gaps(loaded, text: str) -> tuple[float, float, int]:
     result = run_forward(loaded, text)
     inputs, _ = tokenize(loaded, text, None)
     device = model_device(loaded.model)
-    with torch.inference_mode(), _attention_kernel(loaded.model, "eager"):
+    with torch.inference_mode(), implementation(loaded.model, "eager"):
         own = loaded.model(
             **{k: v.to(device) for k, v in inputs.items()}, output_attentions=True
         ).attentions
     replay = shown = 0.0
     for layer, maps in enumerate(own):
         model_maps = maps[0].to("cpu", torch.float32)  # (H, T, T)
-        replayed = replayed_maps(
-            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer
-        )
+        replayed = replayed_maps(result.calls, result.hidden_inputs, layer)
         replay = max(replay, (replayed - model_maps).abs().max().item())
         shown = max(shown, (result.layer_maps(layer) - model_maps).abs().max().item())
     return replay, shown, result.seq_len

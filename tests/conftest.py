@@ -31,9 +31,10 @@ LOCAL_MODELS = {
     "local/roberta-tiny": "roberta",
     "local/bert-tiny": "bert",
     "local/qwen2-tiny": "qwen2",  # Llama family: q, k, v biases, GQA
-    "local/mistral-tiny": "mistral",  # Llama family: a sliding window caps the tokens
-    "local/neox-tiny": "gpt-neox",  # no adapter: maps only
-    "local/t5-tiny": "t5",  # no adapter, encoder-decoder: the encoder's maps
+    "local/mistral-tiny": "mistral",  # Llama family, a sliding window of 48 in its mask
+    "local/neox-tiny": "gpt-neox",  # no weight adapter: replayed through the capture path
+    "local/t5-tiny": "t5",  # encoder-decoder: the encoder's maps, its position bias replayed
+    "local/gptneo-tiny": "gpt-neo",  # attention outside transformers' interface: maps only
     "local/bert-mlm": "bert-mlm",  # with a masked-LM head that always predicts "paris"
     "local/copy-previous": "copy-previous",  # built by hand: head 0.0 copies the previous token
 }
@@ -45,6 +46,15 @@ DECODER_CONFIGS = {
         num_key_value_heads=2, sliding_window=48, **size
     ),
     "gpt-neox": lambda tf, **size: tf.GPTNeoXConfig(**size),
+    "gpt-neo": lambda tf, **size: tf.GPTNeoConfig(
+        vocab_size=size["vocab_size"],
+        hidden_size=size["hidden_size"],
+        num_layers=2,
+        num_heads=4,
+        attention_types=[[["global", "local"], 1]],
+        window_size=8,
+        max_position_embeddings=size["max_position_embeddings"],
+    ),
 }
 
 

@@ -9,9 +9,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from functools import partial
 
 import torch
 from torch import Tensor, nn
@@ -22,7 +20,8 @@ from app.inference.encoding import encode
 from app.inference.predictions import MAX_TOP_K, top_predictions
 from app.inference.replay import replayed_maps
 from app.inference.tokens import display_tokens
-from app.models.families import Architecture, attention_modules, hidden_input
+from app.models import capture
+from app.models.families import Architecture
 from app.models.loader import LoadedModel
 from app.models.placement import model_device
 from attention_core.head_stats import STATISTICS
@@ -35,8 +34,8 @@ EAGER_LAYER_BYTES = 64 * 2**20
 layer) while one layer's maps fit in this; above it, with PyTorch's fused kernel, which never
 materialises them (SmolLM2: eager up to 1,365 tokens; one eager layer at 8,192 is 2.4 GB)."""
 
-Replay = Callable[[Tensor, int, "list[int] | None"], Tensor]
-"""(hidden_inputs, layer, heads or None for all) -> that layer's maps (heads, seq, seq)."""
+Replay = Callable[["list[capture.LayerCall] | None", Tensor, int, "list[int] | None"], Tensor]
+"""(calls, hidden_inputs, layer, heads or None for all) -> that layer's maps (heads, seq, seq)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,8 @@ class ForwardResult:
     forward_seconds: float
     last_hidden: Tensor | None = None  # (seq, d_model) float32 on the host: what the LM head
     # reads; kept only for a model with a head, so predictions cost nothing until asked for
+    calls: list[capture.LayerCall] | None = field(default=None, compare=False, repr=False)
+    # each layer's attention call, to replay it (app.models.capture): None where maps are stored
     replay: Replay | None = field(default=None, compare=False, repr=False)
     memo_bytes: int = 0  # what the memos below may grow to, counted in nbytes from the start
     # (so a cache's count of a pass never changes): the top-k table and the head statistics
@@ -73,7 +74,14 @@ class ForwardResult:
     def nbytes(self) -> int:
         maps = 0 if self.stored_maps is None else self.stored_maps.nbytes
         last = 0 if self.last_hidden is None else self.last_hidden.nbytes
-        return maps + self.hidden_inputs.nbytes + last + self.memo_bytes
+        return maps + self.hidden_inputs.nbytes + last + self.memo_bytes + self.call_bytes
+
+    @property
+    def call_bytes(self) -> int:
+        """Bytes the layer calls' own tensors hold (RoPE's cos and sin, T5's position bias),
+        each shared tensor once."""
+        seen = {id(t): t.nbytes for call in self.calls or () for t in call.tensors()}
+        return sum(seen.values())
 
     @property
     def num_layers(self) -> int:
@@ -86,7 +94,7 @@ class ForwardResult:
         if self.stored_maps is not None:
             maps = self.stored_maps[layer]
             return maps if heads is None else maps[heads]
-        return self.replay(self.hidden_inputs, layer, heads)
+        return self.replay(self.calls, self.hidden_inputs, layer, heads)
 
     def head_map(self, layer: int, head: int) -> Tensor:
         """(seq, seq): one head's map."""
@@ -128,7 +136,12 @@ class ForwardResult:
         maps = 0 if replayed else arch.num_layers * arch.num_heads * seq_len * seq_len
         hidden = arch.num_layers * seq_len * arch.d_model
         last = seq_len * arch.d_model  # an upper bound: only models with an LM head keep it
-        return 4 * (maps + hidden + last) + ForwardResult.memo_bytes_for(arch, seq_len)
+        calls = 0  # the layer calls' tensors: cos and sin for two kinds of layer, positions as
+        # int64, and a position bias (heads, T, T) where the model adds one
+        if replayed:
+            bias = arch.num_heads * seq_len * seq_len if arch.position_bias else 0
+            calls = 4 * seq_len * arch.head_dim + 4 * seq_len + bias
+        return 4 * (maps + hidden + last + calls) + ForwardResult.memo_bytes_for(arch, seq_len)
 
     @staticmethod
     def seconds_for(arch: Architecture, seq_len: int) -> float:
@@ -245,26 +258,34 @@ MapsSink = Callable[[int, Tensor], None]
 them, offered as a pass with eager attention leaves each layer (see run_forward's keep_maps)."""
 
 
-@contextmanager
-def _attention_kernel(model: nn.Module, name: str) -> Iterator[None]:
-    """Run the model with attention implementation `name` inside the block (under its lock)."""
-    before = model.config._attn_implementation
-    if name == before:
-        yield
-        return
-    model.set_attn_implementation(name)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(before)
-
-
 def pass_kernel(loaded: LoadedModel, seq_len: int) -> str:
     """The attention a pass over seq_len tokens runs: "eager" (the model's maps computed and
     dropped layer by layer) while one layer's maps fit in EAGER_LAYER_BYTES or are kept, else
     "sdpa" (PyTorch's fused kernel, which never materialises them)."""
     one_layer = 4 * loaded.arch.num_heads * seq_len * seq_len
     return "sdpa" if loaded.maps_replayed and one_layer > EAGER_LAYER_BYTES else "eager"
+
+
+class _PassRecorder(capture.Recorder):
+    """A pass's view of the capture function: the fused kernel where no maps are wanted, each
+    layer's maps offered to `offer` as eager attention computes them, and the pass ended after
+    layer `last` where nothing later is wanted."""
+
+    def __init__(self, layers: list[nn.Module], fused: bool, offer: MapsSink | None, last):
+        super().__init__()
+        self.index = {id(module): i for i, module in enumerate(layers)}
+        self.fused = fused
+        self.offer = offer
+        self.last = last
+
+    def on_call(self, module, q, k, v, mask, kw):
+        out, weights = super().on_call(module, q, k, v, mask, kw)
+        index = self.index.get(id(module))
+        if index is not None and self.offer is not None and weights is not None:
+            self.offer(index, weights[0].detach().to("cpu", torch.float32))  # (H, T, T)
+            if index == self.last:
+                raise _PassEnded
+        return out, weights
 
 
 def run_forward(
@@ -287,25 +308,27 @@ def run_forward(
     A model without an LM head whose maps are replayed needs nothing the pass computes after
     its last attention block (ends_after_attention): the pass stops there, skipping the last
     layer's output projection, MLP and any pooler (12 % of MiniLM's pass). With eager attention
-    and keep_maps it stops after that block, whose maps are offered; else before it, and its
+    and keep_maps it stops inside that block once its maps are offered; else before it, and its
     maps are replayed when asked for.
     """
     inputs, words = tokenize_once(loaded, text, text_pair)
     seq = int(inputs["input_ids"].shape[1])
     device = model_device(loaded.model)
     replayed = loaded.maps_replayed
-    # Hidden states are captured only where a replay can use them (a known family).
-    modules = attention_modules(loaded.model, loaded.family) if loaded.family.replayable else []
+    # Each layer's call is recorded only where the capture path replays it.
+    modules = loaded.attention_layers if loaded.replayable else []
     captured: list[Tensor | None] = [None] * len(modules)
+    calls: list[capture.LayerCall | None] = [None] * len(modules)
 
     kernel = pass_kernel(loaded, seq)
     offers = keep_maps is not None and replayed and kernel == "eager"
     last = len(modules) - 1 if ends_after_attention(loaded) else None
+    recorder = _PassRecorder(modules, kernel == "sdpa", keep_maps if offers else None, last)
 
     depth = compute.depth()  # a pass run inside this one (compute.run_beside) is not this one
 
-    def capture(index: int):
-        def hook(_module, args, kwargs):
+    def record(index: int):
+        def hook(module, args, kwargs):
             if compute.depth() != depth:
                 return
             if should_stop is not None and should_stop():
@@ -318,33 +341,20 @@ def run_forward(
             if progress is not None:
                 progress(index, len(modules))
             compute.run_beside()  # a short job waiting goes between two layers
-            captured[index] = hidden_input(args, kwargs).detach().to("cpu", torch.float32)
+            hidden, calls[index] = capture.record_call(recorder, module, args, kwargs)
+            captured[index] = hidden.detach().to("cpu", torch.float32)
             if index == last and not offers:
-                raise _PassEnded
-
-        return hook
-
-    def offer(index: int):
-        def hook(_module, _args, output):
-            if compute.depth() != depth:
-                return
-            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-            if weights is not None:  # (1, H, T, T), the layer's softmax as the model used it
-                keep_maps(index, weights[0].detach().to("cpu", torch.float32))
-            if index == last:
                 raise _PassEnded
 
         return hook
 
     with loaded.lock:  # one pass at a time per model, but one run inside it (compute.run_beside)
         handles = [
-            m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in enumerate(modules)
+            m.register_forward_pre_hook(record(i), with_kwargs=True) for i, m in enumerate(modules)
         ]
-        if offers:
-            handles += [m.register_forward_hook(offer(i)) for i, m in enumerate(modules)]
         try:
             clock = compute.OwnClock()
-            with torch.inference_mode(), _attention_kernel(loaded.model, kernel):
+            with torch.inference_mode(), capture.recording(recorder):
                 try:
                     output = loaded.model(
                         **{k: v.to(device) for k, v in inputs.items()},
@@ -389,9 +399,8 @@ def run_forward(
         hidden_inputs=stack_to_host(captured) if captured else torch.empty(0, len(ids), 0),
         forward_seconds=seconds,
         last_hidden=last_hidden,
-        replay=partial(replayed_maps, loaded.model, loaded.family, loaded.causal)
-        if replayed
-        else None,
+        calls=calls if modules else None,  # half precision too: its views replay
+        replay=replayed_maps if replayed else None,
         memo_bytes=ForwardResult.memo_bytes_for(loaded.arch, len(ids)),
     )
 
@@ -409,7 +418,7 @@ def warm_up(loaded: LoadedModel) -> None:
 def ends_after_attention(loaded: LoadedModel) -> bool:
     """Whether a pass over this model may stop at its last attention block: its maps are
     replayed from the blocks' inputs and it has no LM head wanting the last hidden state."""
-    return loaded.maps_replayed and loaded.predictor is None and loaded.family.replayable
+    return loaded.maps_replayed and loaded.predictor is None
 
 
 def stack_to_host(layers: list[Tensor]) -> Tensor:

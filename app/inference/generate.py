@@ -71,7 +71,7 @@ def continue_text(
         chosen = next_token(logits, strategy, temperature, top_k, generator)
         if chosen in stop_ids:
             return
-        probability = float(logits.softmax(dim=-1)[chosen])
+        probability = float(logits.double().softmax(dim=-1)[chosen])  # float64: exact
         yield Step(token_id=chosen, probability=probability)
         ids = torch.tensor([[chosen]], device=device)  # (1, 1): the cache holds the rest
 

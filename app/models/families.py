@@ -27,20 +27,18 @@ class Architecture:
     head_dim: int
     max_positions: int
     d_model: int  # width of the hidden states entering each attention block
+    position_bias: bool = False  # a bias added to every head's scores (T5's relative positions)
 
 
 UNBOUNDED_POSITIONS = 2**31 - 1
 """max_positions of a model with relative positions only (T5): the server's token limit rules."""
 
 
-def _positions_field(c: PretrainedConfig, family: Family) -> str | None:
-    """The config field holding the longest sequence; None for an architecture outside the
-    three families that has none (relative positions)."""
-    if family is not Family.OTHER:
-        return "max_position_embeddings"
-    return next(
-        (name for name in ("max_position_embeddings", "n_positions") if hasattr(c, name)), None
-    )
+def _positions_field(c: PretrainedConfig) -> str | None:
+    """The common name of the config field holding the longest sequence (through its
+    attribute_map); None for a model with relative positions only (T5)."""
+    names = ("max_position_embeddings", "n_positions")
+    return next((name for name in names if getattr(c, name, None) is not None), None)
 
 
 def _count(config: PretrainedConfig, name: str, minimum: int = 1) -> int:
@@ -50,38 +48,39 @@ def _count(config: PretrainedConfig, name: str, minimum: int = 1) -> int:
     return value
 
 
-def architecture(c: PretrainedConfig, family: Family) -> Architecture:
+def architecture(c: PretrainedConfig) -> Architecture:
     """Layer and head counts from a model's config object, checked: ValueError names the field
-    of config.json that no model could have (0 heads, a width heads do not divide...)."""
-    if family is Family.GPT2:
-        names = ("n_layer", "n_head", "n_head", "n_embd", "n_positions")
-    elif c.model_type == "distilbert":
-        names = ("n_layers", "n_heads", "n_heads", "dim", "max_position_embeddings")
-    else:
-        kv = "num_key_value_heads" if getattr(c, "num_key_value_heads", None) else None
-        names = (
+    of config.json that no model could have (0 heads, a width heads do not divide...).
+
+    The names are transformers' common ones; each config's `attribute_map` says where its
+    architecture keeps them (GPT-2's n_layer, DistilBERT's dim, T5's d_kv as head_dim ...), so
+    no architecture has a branch here."""
+    kv = "num_key_value_heads" if getattr(c, "num_key_value_heads", None) else None
+    names = tuple(
+        c.attribute_map.get(name, name) if name else None
+        for name in (
             "num_hidden_layers", "num_attention_heads", kv or "num_attention_heads",
-            "hidden_size", _positions_field(c, family),
-        )  # fmt: skip
+            "hidden_size", _positions_field(c),
+        )
+    )  # fmt: skip
     layers, heads, kv_heads, width, positions = (
         UNBOUNDED_POSITIONS if name is None else _count(c, name) for name in names
     )
     if heads % kv_heads:
         raise ValueError(f"{names[2]} = {kv_heads} does not divide {names[1]} = {heads}")
-    head_dim = getattr(c, "head_dim", None) or width // heads
-    if not getattr(c, "head_dim", None) and width % heads:
+    own = getattr(c, "head_dim", None)  # Gemma's 256 is not width / heads; T5's d_kv
+    head_dim = own or width // heads
+    if not own and width % heads:
         raise ValueError(f"{names[3]} = {width} does not divide into {names[1]} = {heads} heads")
     if c.model_type in ("roberta", "xlm-roberta"):
         positions -= c.pad_token_id + 1  # RoBERTa's positions start after the padding index
-    window = getattr(c, "sliding_window", None) if family is Family.LLAMA else None
-    if isinstance(window, int) and window > 0 and getattr(c, "use_sliding_window", True):
-        positions = min(positions, window)  # within the window the mask is plainly causal
     if positions < 2:
         raise ValueError(f"{names[4]} = {positions} leaves no room for a sentence")
-    return Architecture(layers, heads, kv_heads, head_dim, positions, width)
+    bias = bool(getattr(c, "relative_attention_num_buckets", None))
+    return Architecture(layers, heads, kv_heads, head_dim, positions, width, bias)
 
 
-def architecture_from_dict(config: dict, family: Family) -> Architecture:
+def architecture_from_dict(config: dict) -> Architecture:
     """The same facts from a config.json read off disk; ValueError says what is wrong."""
     try:
         fields = {k: v for k, v in config.items() if k != "model_type"}
@@ -90,7 +89,7 @@ def architecture_from_dict(config: dict, family: Family) -> Architecture:
         raise ValueError(f"config.json has no {err.args[0]!r}") from None
     except Exception as err:  # transformers validates configs in many ways
         raise ValueError(f"config.json cannot be read: {str(err).splitlines()[0][:200]}") from None
-    return architecture(parsed, family)
+    return architecture(parsed)
 
 
 def attention_modules(model: nn.Module, family: Family) -> list[nn.Module]:
@@ -183,7 +182,7 @@ def _linear_weights(model: nn.Module, family: Family, module: nn.Module, width: 
 def qk_projection(model: nn.Module, family: Family, layer: int) -> QKProjection:
     """One layer's query, key and value weights in nn.Linear layout, with the model's scale:
     float32 on the model's device (a half-precision model's weights upcast, exactly)."""
-    arch = architecture(model.config, family)
+    arch = architecture(model.config)
     module = attention_modules(model, family)[layer]
     scale = arch.head_dim**-0.5
     if family is Family.GPT2:

@@ -10,17 +10,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+import torch
 from torch import Tensor, nn
 from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
 from app.models.registry import Family
 
 Predicts = Literal["next_token", "masked"]
-HEAD_CLASSES = {
-    Family.BERT: AutoModelForMaskedLM,
-    Family.GPT2: AutoModelForCausalLM,
-    Family.LLAMA: AutoModelForCausalLM,
-}
 PREDICTS: dict[Family, Predicts] = {
     Family.BERT: "masked",
     Family.GPT2: "next_token",
@@ -32,19 +28,36 @@ BASE_ONLY_UNUSED = ("pooler.",)
 """Weights of a base checkpoint that a with-head class has no place for (BertModel's pooler)."""
 
 
-def auto_class(family: Family | None):
-    """The transformers class to load a checkpoint of this family with."""
-    return HEAD_CLASSES.get(family, AutoModel) if family is not None else AutoModel
+def head_kind(family: Family | None, config: dict | None) -> Predicts | None:
+    """What a checkpoint's LM head would predict: its family's kind, or for another
+    architecture what config.json's `architectures` names (a ...ForCausalLM checkpoint
+    predicts the next token, a ...ForMaskedLM one masked tokens); None: no head to load."""
+    if family in PREDICTS:
+        return PREDICTS[family]
+    names = (config or {}).get("architectures") or []
+    if any(str(name).endswith("ForCausalLM") for name in names):
+        return "next_token"
+    if any(str(name).endswith("ForMaskedLM") for name in names):
+        return "masked"
+    return None
+
+
+KIND_CLASSES = {"next_token": AutoModelForCausalLM, "masked": AutoModelForMaskedLM}
+
+
+def auto_class(kind: Predicts | None):
+    """The transformers class to load a checkpoint whose head predicts `kind` with."""
+    return KIND_CLASSES.get(kind, AutoModel)
 
 
 def split_head(
-    model: nn.Module, loading: dict, family: Family | None
+    model: nn.Module, loading: dict, kind: Predicts | None
 ) -> tuple[nn.Module, nn.Module | None, dict]:
     """(base model, the with-head model or None, loading info without what the split explains).
 
     The base model is what attention reads (its layers are the with-head model's own); the
     with-head model is kept only when the checkpoint had the head's weights."""
-    if family not in HEAD_CLASSES:
+    if kind is None:
         return model, None, loading
     missing_head = [k for k in loading["missing_keys"] if k.startswith(HEAD_PREFIXES)]
     rest = {
@@ -67,11 +80,15 @@ def head_logits(predictor: nn.Module, hidden: Tensor) -> Tensor:
     if hasattr(predictor, "vocab_projector"):  # DistilBertForMaskedLM
         h = predictor.vocab_layer_norm(predictor.activation(predictor.vocab_transform(hidden)))
         return predictor.vocab_projector(h)
-    return predictor.lm_head(hidden)  # causal LMs, RobertaForMaskedLM
+    logits = predictor.lm_head(hidden)  # causal LMs, RobertaForMaskedLM
+    cap = getattr(predictor.config, "final_logit_softcapping", None)
+    if cap is not None:  # Gemma 2: the logits capped as its forward caps them
+        logits = torch.tanh(logits / cap) * cap
+    return logits
 
 
-def no_head_reason(model_id: str, family: Family) -> str:
-    what = "masked-language-model" if PREDICTS.get(family) == "masked" else "language-model"
+def no_head_reason(model_id: str, kind: Predicts | None) -> str:
+    what = "masked-language-model" if kind == "masked" else "language-model"
     return (
         f"'{model_id}' has no {what} head in its checkpoint (a sentence encoder or a base model "
         "saved without one), so it cannot predict tokens; its attention is all there is. Load a "

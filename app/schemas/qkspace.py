@@ -54,7 +54,8 @@ class HeadSpace(BaseModel):
         gt=0, description="Queries were multiplied by this and keys divided by it"
     )
     strongest: list[list[int]] = Field(
-        description="[query][rank]: the keys each query attends to most, strongest first"
+        description="[query][rank]: the keys each query attends to most, strongest first; "
+        "only keys the query may read (a causal query's row 3 lists at most 4)"
     )
     strongest_weights: list[list[float]] = Field(
         description="[query][rank]: their weights, from the model's own attention output"

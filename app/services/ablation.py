@@ -7,16 +7,15 @@ from collections import defaultdict
 
 import torch
 
-from app.errors import InvalidInput
 from app.inference.ablation import run_ablated
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens
 from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.predictions import compare_predictions
+from app.inference.replay import refused
 from app.models.loader import LoadedModel, predicts_of
 from app.models.manager import ModelManager
 from app.models.placement import model_device
-from app.models.registry import REPLAY_FAMILIES
 from app.schemas.ablation import AblatedPosition, AblationRequest, AblationResponse
 from app.serialize import in_order, json_bytes_bound, json_with_float32
 from app.services.attention import ShouldStop, check_layer_head, held_forward, reserved_answer
@@ -26,11 +25,8 @@ from attention_core.analysis import total_variation
 
 def _checked_heads(loaded: LoadedModel, req: AblationRequest) -> dict[int, list[int]]:
     """{layer: [heads]} to switch off, every index checked against the model first."""
-    if not loaded.family.replayable:
-        raise InvalidInput(
-            f"Ablation switches heads off at the layer's output projection, which Atlas finds "
-            f"only in a {REPLAY_FAMILIES} model; '{loaded.id}' is not one."
-        )
+    if not loaded.replayable:
+        raise refused(loaded.id, loaded.replay_refusal)
     by_layer: dict[int, list[int]] = defaultdict(list)
     for ref in req.heads:
         check_layer_head(loaded, ref.layer, ref.head)

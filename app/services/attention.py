@@ -19,7 +19,8 @@ from app.inference.forward import (
     run_forward,
 )
 from app.inference.inflight import AnswerBudget, Reservation, Reservations
-from app.inference.replay import layer_inputs
+from app.inference.replay import layer_capture, layer_weights, refused
+from app.models.capture import LayerCapture
 from app.models.loader import LoadedModel, predicts_of
 from app.models.manager import ModelManager
 from app.schemas.attention import (
@@ -40,7 +41,8 @@ from app.serialize import (
     json_with_float32,
     sending_overhead,
 )
-from attention_core import causal_mask, masked_softmax, replay_layer, value_weighted_norms
+from attention_core import masked_softmax, value_weighted_norms
+from attention_core.modern import head_output, head_scores, modern_logits, sink_softmax
 from attention_core.tiles import pool_weights
 from attention_core.trace import resolve_scale
 
@@ -333,9 +335,15 @@ def attention_maps(
 
 
 def counterfactual_weights(
-    scores: torch.Tensor, mask: torch.Tensor | None, scale: float, temperature: float
+    scores: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    temperature: float,
+    captured: LayerCapture | None = None,
+    head: int = 0,
 ) -> torch.Tensor:
-    """softmax(scores * scale / temperature) over allowed keys, (T, T) -> (T, T) float32.
+    """softmax(scores * scale / temperature) over allowed keys, (T, T) -> (T, T) float32, with
+    the head's own softcap, position bias and sink where `captured` (its layer) has them.
 
     Computed in float64, where scores times any factor the schema admits stay finite (a
     temperature of 1e-40 gives one-hot rows, not NaN); a factor past float64's range is refused.
@@ -347,7 +355,12 @@ def counterfactual_weights(
             f"scale / temperature = {scale:g} / {temperature:g} overflows: the scores would be "
             "infinite. Use a larger temperature or a smaller scale."
         )
-    return masked_softmax(logits, mask).to(torch.float32)
+    if captured is None or captured.plain:
+        return masked_softmax(logits, mask).to(torch.float32)
+    bias = None if captured.bias is None else captured.bias[head].to("cpu", torch.float64)
+    sink = None if captured.sinks is None else captured.sinks[head].to("cpu", torch.float64)
+    logits = modern_logits(logits, softcap=captured.softcap, bias=bias)
+    return sink_softmax(logits, mask, sink).to(torch.float32)
 
 
 def attention_detail(
@@ -373,54 +386,56 @@ def attention_detail(
 
 
 def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> dict:
-    """One head of a forward pass replayed from the weights (also the notebook widget's replay,
-    which passes its own run as `loaded` and `result`): DetailResponse's fields in its order,
-    each matrix a tensor on the host (the mask bool, the others float32) or None where the
-    request's `fields` leave it out."""
+    """One head of a forward pass replayed from the pass's own call of its layer (also the
+    notebook widget's replay, which passes its own run as `loaded` and `result`):
+    DetailResponse's fields in its order, each matrix a tensor on the host (the mask bool, the
+    others float32) or None where the request's `fields` leave it out."""
     if req.query is not None and req.query >= result.seq_len:
         raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
+    if not loaded.replayable:
+        raise refused(loaded.id, loaded.replay_refusal)
     seq = result.seq_len
-    inputs = layer_inputs(
-        loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer
-    )
-    proj = inputs.proj
-    with torch.inference_mode():  # on the model's device; what is shown comes to the host
-        replayed = replay_layer(
-            inputs.hidden, proj, inputs.mask, rope=inputs.rope, heads=[req.head]
-        )
-    actual = replayed.to("cpu")
-    mask = causal_mask(seq) if loaded.causal else None
-    scale = resolve_scale(req.scale, proj.head_dim, default=proj.scale)
-    what_if = counterfactual_weights(actual.trace.scores[0, 0], mask, scale, req.temperature)
-    kv_head = req.head // (proj.n_heads // proj.n_kv_heads)
-    q = actual.q[0, req.head]  # (T, hd)
-    k = actual.k[0, kv_head]  # (T, hd)
-    model_weights = result.head_map(req.layer, req.head)  # (T, T), what the maps show
-    diff = (actual.trace.weights[0, 0] - model_weights).abs().max().item()
+    captured = layer_capture(result.calls, result.hidden_inputs, req.layer)
+    head, kv_head = req.head, req.head // captured.group
+    with torch.inference_mode():
+        q = captured.q[head].to("cpu", torch.float32)  # (T, hd)
+        k = captured.k[kv_head].to("cpu", torch.float32)  # (T, hd)
+        v = captured.v[kv_head].to("cpu", torch.float32)  # (T, hd_v)
+        allowed = captured.allowed()  # (T, T) bool or None: the layer's own mask
+        replayed = layer_weights(captured, [head], allowed)[0].to("cpu", torch.float32)
+        scores = head_scores(captured.q[head], captured.k[kv_head]).to("cpu", torch.float32)
+    scale = resolve_scale(req.scale, captured.head_dim, default=captured.scale)
+    what_if = counterfactual_weights(scores, allowed, scale, req.temperature, captured, head)
+    model_weights = result.head_map(req.layer, head)  # (T, T), what the maps show
+    diff = (replayed - model_weights).abs().max().item()
     wanted = set(req.fields or DETAIL_MATRICES)
-    full_mask = mask if mask is not None else torch.ones(seq, seq, dtype=torch.bool)
+    full_mask = allowed if allowed is not None else torch.ones(seq, seq, dtype=torch.bool)
     matrices = {
         "q": lambda: q,
         "k": lambda: k,
-        "v": lambda: actual.v[0, kv_head],
-        "output": lambda: actual.trace.output[0, 0],
-        "scores": lambda: actual.trace.scores[0, 0],
-        "scaled_scores": lambda: actual.trace.scaled_scores[0, 0],
+        "v": lambda: v,
+        "output": lambda: head_output(model_weights, v),
+        "scores": lambda: scores,
+        "scaled_scores": lambda: scores * captured.scale,
         "mask": lambda: full_mask,
         "weights": lambda: model_weights,
         "counterfactual_weights": lambda: what_if,
         "products": lambda: None if req.query is None else q[req.query] * k,
-        "value_weighted": lambda: value_weighted_norms(model_weights, actual.v[0, kv_head]),
+        "value_weighted": lambda: value_weighted_norms(model_weights, v),
     }
+    sink = None if captured.sinks is None else float(captured.sinks[head])
     fields = {
         "model": loaded.id,
         "tokens": result.tokens,
         "special_tokens": result.special,
         "layer": req.layer,
-        "head": req.head,
+        "head": head,
         "kv_head": kv_head,
-        "head_dim": proj.head_dim,
-        "model_scale": proj.scale,
+        "head_dim": captured.head_dim,
+        "model_scale": captured.scale,
+        "softcap": captured.softcap,
+        "sink": sink,
+        "position_bias": captured.bias is not None,
         "replay_max_abs_diff": diff,
         "counterfactual_scale": scale,
         "counterfactual_temperature": req.temperature,

@@ -18,9 +18,9 @@ from app.services.attention import ShouldStop, reserved_forward
 def checked_model(manager: ModelManager, req: TextRequest) -> LoadedModel:
     """The model, with the text checked against its whole token limit (before any stream)."""
     loaded = manager.get(req.model)
-    if not loaded.family.replayable:
+    if not loaded.maps_replayed:
         raise InvalidInput(
-            f"'{loaded.id}' keeps its maps whole (no replay adapter), so its texts are at most "
+            f"'{loaded.id}' keeps its maps whole (they are not replayed), so its texts are at most "
             f"{loaded.max_tokens} tokens and need no forward pass of their own: use "
             "POST /api/attention"
         )

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from app import compute
 from app.inference.forward import ForwardResult
-from app.inference.replay import replayed_qk
+from app.inference.replay import NotBlockwise, replayed_qk
 from app.models.families import Architecture
 from app.models.loader import LoadedModel
 from app.schemas.heads import MARKED
@@ -82,9 +82,13 @@ def _row_blocks(
         yield start, result.layer_maps(layer)[:, start:stop]
         return
     heads = list(range(loaded.arch.num_heads))
-    pair = replayed_qk(
-        loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer, heads
-    )
+    try:
+        pair = replayed_qk(loaded.id, result.calls, result.hidden_inputs, layer, heads)
+    except NotBlockwise:
+        if seq > loaded.full_map_tokens:
+            raise
+        yield start, result.layer_maps(layer)[:, start:stop]  # a short text's whole maps
+        return
     step = rows_per_block(len(heads), seq)
     between_blocks = compute.between_steps(should_stop, "the statistics")
     # Each block's scores and weights are written in the same two buffers. The blocks go from
@@ -99,7 +103,13 @@ def _row_blocks(
             yield (
                 r0,
                 row_weights(
-                    pair.q, pair.k, rows, causal=loaded.causal, factor=pair.factor, scratch=scratch
+                    pair.q,
+                    pair.k,
+                    rows,
+                    causal=loaded.causal,
+                    factor=pair.factor,
+                    scratch=scratch,
+                    extras=pair.extras,
                 ),
             )
 
@@ -162,12 +172,21 @@ def pair_weights(loaded: LoadedModel, result: ForwardResult, source: int, target
     heads = list(range(loaded.arch.num_heads))
     out = torch.zeros(loaded.arch.num_layers, len(heads))
     for layer in range(loaded.arch.num_layers):
-        pair = replayed_qk(
-            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer, heads
-        )
+        try:
+            pair = replayed_qk(loaded.id, result.calls, result.hidden_inputs, layer, heads)
+        except NotBlockwise:
+            if result.seq_len > loaded.full_map_tokens:
+                raise
+            out[layer] = result.layer_maps(layer)[:, source, target]
+            continue
         with torch.inference_mode():
             row = row_weights(
-                pair.q, pair.k, (source, source + 1), causal=loaded.causal, factor=pair.factor
+                pair.q,
+                pair.k,
+                (source, source + 1),
+                causal=loaded.causal,
+                factor=pair.factor,
+                extras=pair.extras,
             )  # (heads, 1, keys)
         if target < row.shape[-1]:  # a causal row gives later keys nothing
             out[layer] = row[:, 0, target].to("cpu", torch.float32)

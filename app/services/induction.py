@@ -17,8 +17,9 @@ def induction_text(loaded: LoadedModel, length: int, seed: int) -> str:
     head that looks at the token after the previous occurrence of the current token (an
     induction head) stands out. Only tokens that decode to a whole word of plain letters are
     drawn (" word" in byte-level vocabularies, "word" in WordPiece ones, never a "##" piece),
-    so the text tokenizes back into the same pieces. Draws are bounded: a vocabulary with too
-    few such words is refused.
+    and only words that tokenize back into one piece where the text writes them (after a
+    space, and at its start), so each copy is `length` tokens. Draws are bounded: a vocabulary
+    with too few such words is refused.
     """
     tokenizer = loaded.tokenizer
     g = torch.Generator().manual_seed(seed)
@@ -29,7 +30,7 @@ def induction_text(loaded: LoadedModel, length: int, seed: int) -> str:
         if token_id in special:
             continue
         word = tokenizer.decode([token_id]).strip()
-        if word.isalpha() and word.isascii() and len(word) >= 3:
+        if word.isalpha() and word.isascii() and len(word) >= 3 and _one_piece(tokenizer, word):
             chosen.append(word)
             if len(chosen) == length:
                 sequence = " ".join(chosen)
@@ -37,4 +38,12 @@ def induction_text(loaded: LoadedModel, length: int, seed: int) -> str:
     raise InvalidInput(
         f"'{loaded.id}' gave only {len(chosen)} plain words in {len(ids)} random draws; "
         "its vocabulary does not suit this test text"
+    )
+
+
+def _one_piece(tokenizer, word: str) -> bool:
+    """Whether `word` is one token both after a space and at the start of a text."""
+    return all(
+        len(tokenizer(text, add_special_tokens=False)["input_ids"]) == 1
+        for text in (word, f" {word}")
     )

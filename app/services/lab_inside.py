@@ -17,7 +17,7 @@ from app.inference.inflight import AnswerBudget
 from app.inference.probes import layer_attention, probe_bytes, stream_norms
 from app.inference.tokens import display_tokens
 from app.models.families import output_projection_weights
-from app.models.lm_head import PREDICTS, head_logits, no_head_reason
+from app.models.lm_head import head_kind, head_logits, no_head_reason
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.models.placement import model_device
@@ -147,7 +147,7 @@ def forward_pass(
     every position's top guess; a probe pass the norms the cache does not keep."""
     loaded = lab_model(manager, req.model, [req.text], 0)
     _known_family(loaded, "each block's attention and MLP")
-    next_token = loaded.predictor is not None and PREDICTS[loaded.family] == "next_token"
+    next_token = loaded.predictor is not None and loaded.predicts == "next_token"
     text = one_text(loaded, req.text)
     with held_forward(loaded, cache, budget, text, whole_maps=False) as result:  # reads no map
         seq = result.seq_len
@@ -195,7 +195,7 @@ def forward_pass(
 
 def _why_no_next_token(loaded: LoadedModel) -> str:
     if loaded.predictor is None:
-        return no_head_reason(loaded.id, loaded.family)
+        return no_head_reason(loaded.id, head_kind(loaded.family, None))
     return (
         f"'{loaded.id}' is an encoder: its head fills in masked tokens, it does not predict "
         "the next one. The pass ends at its last hidden state; SmolLM2 goes on to the next token."

@@ -15,7 +15,7 @@ from app.inference.batch import run_padded_batch
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult, count_tokens
 from app.inference.inflight import AnswerBudget
-from app.inference.replay import layer_inputs
+from app.inference.weight_replay import layer_inputs
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.models.registry import Family

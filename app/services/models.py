@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app.models.capture import replay_refusal_of
 from app.models.families import architecture_from_dict
 from app.models.loader import FULL_MAPS_MAX_TOKENS, predicts_of, token_limit_of
 from app.models.manager import ModelManager
@@ -21,26 +22,28 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
     if reason is None and state.state == "failed":
         reason = state.error
     loaded = manager.loaded_or_none(model_id)
-    arch = None
+    arch, refusal, known = None, None, False
     if loaded is not None:
-        family, arch = loaded.family, loaded.arch
+        family, arch, refusal, known = loaded.family, loaded.arch, loaded.replay_refusal, True
     else:
         config, family = manager.peek_config(model_id)
         if config and family:
             try:
-                arch = architecture_from_dict(config, family)
+                arch = architecture_from_dict(config)
+                refusal, known = replay_refusal_of(config), True
             except ValueError as err:
                 reason = reason or f"'{model_id}' cannot be used: {err}"
     limit = None
     if arch and family:
         limit = token_limit_of(
-            arch.max_positions, family, manager.placement.dtype_name, manager.token_limit
+            arch, refusal is None, manager.placement.dtype_name, manager.token_limit
         )
     return ModelInfo(
         id=spec.id,
         family=family.value if family else None,
         causal=loaded.causal if loaded else (family.causal if family else None),
-        replay=family.replayable if family else None,
+        replay=(refusal is None) if known else None,
+        replay_refusal=refusal,
         predicts=None if loaded is None else predicts_of(loaded),
         num_layers=arch.num_layers if arch else None,
         num_heads=arch.num_heads if arch else None,

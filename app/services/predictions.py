@@ -7,7 +7,7 @@ from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult
 from app.inference.inflight import AnswerBudget
 from app.inference.tokens import display_tokens
-from app.models.lm_head import PREDICTS, no_head_reason
+from app.models.lm_head import head_kind, no_head_reason
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.predictions import (
@@ -22,13 +22,13 @@ from app.services.attention import ShouldStop, held_forward
 def check_predicts(loaded: LoadedModel) -> None:
     """422 saying why, for a model whose checkpoint has no LM head (MiniLM, 'other' models)."""
     if loaded.predictor is None:
-        raise InvalidInput(no_head_reason(loaded.id, loaded.family))
+        raise InvalidInput(no_head_reason(loaded.id, head_kind(loaded.family, None)))
 
 
 def prediction_rows(loaded: LoadedModel, token_ids: list[int]) -> list[int]:
     """The positions a model predicts at: every one for a decoder, the mask tokens for an
     encoder with a masked-LM head."""
-    if PREDICTS[loaded.family] == "next_token":
+    if loaded.predicts == "next_token":
         return list(range(len(token_ids)))
     return [i for i, t in enumerate(token_ids) if t == loaded.tokenizer.mask_token_id]
 
@@ -46,7 +46,7 @@ def predicted_positions(
     loaded: LoadedModel, result: ForwardResult, top_k: int
 ) -> list[PositionPrediction]:
     """Every position of a decoder; the mask tokens of an encoder's text."""
-    next_token = PREDICTS[loaded.family] == "next_token"
+    next_token = loaded.predicts == "next_token"
     rows = prediction_rows(loaded, result.token_ids)
     top_ids, top_probs = result.top_k(loaded.predictor)
     ids = top_ids[rows, :top_k].tolist()
@@ -76,11 +76,11 @@ def predictions(
     with held_forward(loaded, cache, budget, req, should_stop) as result:
         positions = predicted_positions(loaded, result, req.top_k)
         tokens = result.tokens
-    masked = PREDICTS[loaded.family] == "masked"
+    masked = loaded.predicts == "masked"
     return PredictionsResponse(
         model=loaded.id,
         tokens=tokens,
-        kind=PREDICTS[loaded.family],
+        kind=loaded.predicts,
         mask_token=loaded.tokenizer.mask_token if masked else None,
         top_k=req.top_k,
         positions=positions,

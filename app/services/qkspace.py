@@ -9,13 +9,13 @@ from app.errors import InvalidInput, RequestCancelled
 from app.inference.cache import ForwardCache
 from app.inference.forward import ForwardResult
 from app.inference.inflight import AnswerBudget
-from app.inference.replay import layer_inputs
+from app.inference.replay import layer_capture, refused
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.qkspace import HeadSpace, QKSpaceRequest, QKSpaceResponse
 from app.serialize import to_lists
 from app.services.attention import ShouldStop, check_layer_head, held_forward
-from attention_core import project_qk, qk_space
+from attention_core import qk_space
 from attention_core.qkspace import umap_available
 
 
@@ -56,22 +56,29 @@ def qkspace_of(
     check_method(req.method)
     if req.method == "umap" and result.seq_len < 2:
         raise InvalidInput("UMAP needs at least 2 tokens (4 points); use method 'pca'")
-    inputs = layer_inputs(
-        loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer
-    )
-    with torch.inference_mode():
-        q, k = project_qk(inputs.hidden, inputs.proj, inputs.rope)  # (1, H|Hkv, T, hd)
-    q, k = q[0].to("cpu"), k[0].to("cpu")
-    group = inputs.proj.n_heads // inputs.proj.n_kv_heads
-    heads = list(range(inputs.proj.n_heads)) if req.head is None else [req.head]
+    if not loaded.replayable:
+        raise refused(loaded.id, loaded.replay_refusal)
+    captured = layer_capture(result.calls, result.hidden_inputs, req.layer)
+    q = captured.q.to("cpu", torch.float32)  # (H, T, hd), after RoPE and any q norm
+    k = captured.k.to("cpu", torch.float32)  # (Hkv, T, hd)
+    group = captured.group
+    heads = list(range(captured.n_heads)) if req.head is None else [req.head]
     strongest = min(req.strongest, result.seq_len)
+    allowed = captured.allowed()  # (T, T): the layer's own mask; None where every key
+    visible = (
+        torch.full((result.seq_len,), strongest)
+        if allowed is None
+        else allowed.sum(-1).clamp(max=strongest)
+    )  # (T,): how many keys each query lists
     maps = result.layer_maps(req.layer, heads)  # (h, T, T)
     spaces = []
     for index, head in enumerate(heads):
         if should_stop is not None and should_stop():
             raise RequestCancelled("the client went away before the projections were done")
         space = qk_space(q[head], k[head // group], req.method)
-        top = maps[index].topk(strongest, dim=-1)  # (T, strongest)
+        weights = maps[index] if allowed is None else maps[index].masked_fill(~allowed, -1.0)
+        top = weights.topk(strongest, dim=-1)  # (T, strongest); masked keys sort last
+        keep = [int(n) for n in visible]  # a row lists only keys it may read
         spaces.append(
             HeadSpace(
                 head=head,
@@ -80,8 +87,10 @@ def qkspace_of(
                 keys=to_lists(space.keys),
                 explained=None if space.explained is None else list(space.explained),
                 query_scale=space.query_scale,
-                strongest=top.indices.tolist(),
-                strongest_weights=to_lists(top.values),
+                strongest=[row[:n] for row, n in zip(top.indices.tolist(), keep, strict=True)],
+                strongest_weights=[
+                    row[:n] for row, n in zip(to_lists(top.values), keep, strict=True)
+                ],
             )
         )
     return QKSpaceResponse(

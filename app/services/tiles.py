@@ -13,7 +13,7 @@ from app.errors import InvalidInput
 from app.inference.cache import ForwardCache
 from app.inference.forward import count_tokens
 from app.inference.inflight import AnswerBudget, Reservation
-from app.inference.replay import replayed_qk
+from app.inference.replay import refused, replayed_qk
 from app.models.manager import ModelManager
 from app.models.placement import REPLAY_MAX_ABS_DIFF
 from app.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
@@ -50,6 +50,10 @@ def tiles(
     answer's cells against MAX_TILE_CELLS, its bytes against the in-flight budget; then one
     replay of the layer's q and k."""
     loaded = manager.get(req.model)
+    if not loaded.maps_replayed:
+        raise refused(
+            loaded.id, loaded.replay_refusal or "it keeps its maps whole (half precision)"
+        )
     check_layer_head(loaded, req.layer, 0)
     heads = indices(req.heads, loaded.arch.num_heads, "heads")
     seq = count_tokens(loaded, req.text, req.text_pair)  # the model's whole limit
@@ -66,30 +70,22 @@ def tiles(
     bound = json_bytes_bound(cells, out_rows + out_cols)
     with reserved_answer(budget, bound) as reservation:
         with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
-            pair = replayed_qk(
-                loaded.model, loaded.family, loaded.causal, result.hidden_inputs, req.layer, heads
-            )
+            pair = replayed_qk(loaded.id, result.calls, result.hidden_inputs, req.layer, heads)
             q, k, factor = pair.q, pair.k, pair.factor  # (h, T, hd) each
+            how = {"causal": loaded.causal, "factor": factor, "extras": pair.extras}
             between_tiles = compute.between_steps(should_stop, "the window's tiles")
             with torch.inference_mode():
                 lse = q.new_full(q.shape[:-1], float("nan"))  # (h, T): only the window's rows
                 lse[:, rows[0] : rows[1]] = window_logsumexp(
-                    q, k, rows, causal=loaded.causal, factor=factor, between_tiles=between_tiles
+                    q, k, rows, between_tiles=between_tiles, **how
                 )
                 if req.cell == 1:
-                    values = weight_tile(q, k, lse, rows, cols, causal=loaded.causal, factor=factor)
+                    values = weight_tile(q, k, lse, rows, cols, **how)
                 else:
                     view = overview(
-                        q,
-                        k,
-                        lse,
-                        req.cell,
-                        causal=loaded.causal,
-                        factor=factor,
-                        rows=rows,
-                        cols=cols,
-                        between_tiles=between_tiles,
-                    )
+                        q, k, lse, req.cell, rows=rows, cols=cols, between_tiles=between_tiles,
+                        **how,
+                    )  # fmt: skip
                     values = view.maximum if req.reduce == "max" else view.mean
             tokens = result.tokens
         answer = in_order(

@@ -44,6 +44,9 @@ def test_smollm2_known_heads_and_its_induction_heads(client):
     half = text.split(" ")
     assert half[:40] == half[40:]
     repeated = heads(client, SMOLLM2_ID, text)
+    assert len(repeated["tokens"]) == 80  # random tokens written twice: 40 pieces each
+    assert repeated["tokens"][41:] == repeated["tokens"][1:40]  # the same pieces (the first
+    # word of the text is written without its space)
     induction = [
         (layer, h)
         for layer in range(30)
@@ -201,10 +204,10 @@ def marked_by_hand(maps: torch.Tensor, marked: list[int], causal: bool) -> torch
     return maps[:, :, rows][..., marked].sum(-1).mean(-1)
 
 
-@pytest.mark.parametrize("model", [MINILM_ID, SMOLLM2_ID, "local/neox-tiny"])
+@pytest.mark.parametrize("model", [MINILM_ID, SMOLLM2_ID, "local/gptneo-tiny"])
 def test_marked_tokens_add_each_heads_share_on_them_and_change_nothing_else(client, model):
     """Three tokens marked: the share every head gives them equals the maps' own, whether the
-    maps are replayed (MiniLM an encoder, SmolLM2 a decoder) or kept (GPT-NeoX, no adapter), in
+    maps are replayed (MiniLM an encoder, SmolLM2 a decoder) or kept (GPT-Neo, not replayed), in
     the same pass as the statistics or after they are kept; the other statistics are the same
     with or without them."""
     text = "The animal didn't cross the street because it was too tired, so the street waited."

@@ -1,11 +1,10 @@
-"""Architectures outside the three families: Mistral and Qwen2 share Llama's layout and are
-replayed; GPT-NeoX and T5 have no adapter, so the server shows their maps (T5: its encoder's),
-tells causal from the maps themselves, and says which views need a known family."""
+"""Architectures beyond the embedded models: every model whose attention goes through
+transformers' attention interface is replayed by the capture path (GPT-NeoX and T5's encoder
+here, with no code of theirs in Atlas); a model outside it (GPT-Neo) keeps its own maps and
+says why the views that replay a head are not open to it."""
 
 import pytest
 import torch
-
-from app.models.registry import REPLAY_FAMILIES
 
 TEXT = "Every token looks back at the ones before it."
 pytestmark = pytest.mark.slow
@@ -19,15 +18,20 @@ def test_the_model_list_says_what_each_architecture_allows(client):
     models = listed(client)
     for model_id in ("local/qwen2-tiny", "local/mistral-tiny"):
         assert (models[model_id]["family"], models[model_id]["replay"]) == ("llama", True)
-    assert models["local/mistral-tiny"]["max_tokens"] == 48  # its sliding window
+    assert models["local/mistral-tiny"]["max_tokens"] == 256  # its window (48) is in its mask
     for model_id in ("local/neox-tiny", "local/t5-tiny"):
-        assert (models[model_id]["family"], models[model_id]["replay"]) == ("other", False)
+        assert (models[model_id]["family"], models[model_id]["replay"]) == ("other", True)
+        assert models[model_id]["replay_refusal"] is None
+    outside = models["local/gptneo-tiny"]
+    assert (outside["family"], outside["replay"]) == ("other", False)
+    assert "outside transformers' attention interface" in outside["replay_refusal"]
 
 
 @pytest.mark.parametrize(
-    ("model_id", "causal"), [("local/neox-tiny", True), ("local/t5-tiny", False)]
+    ("model_id", "causal"),
+    [("local/neox-tiny", True), ("local/t5-tiny", False), ("local/gptneo-tiny", True)],
 )
-def test_maps_of_an_unadapted_architecture_are_the_models_own(client, app, model_id, causal):
+def test_maps_of_every_architecture_are_the_models_own(client, app, model_id, causal):
     response = client.post("/api/attention", json={"model": model_id, "text": TEXT})
     assert response.status_code == 200, response.text
     body = response.json()
@@ -42,14 +46,27 @@ def test_maps_of_an_unadapted_architecture_are_the_models_own(client, app, model
 
 
 @pytest.mark.parametrize("model_id", ["local/neox-tiny", "local/t5-tiny"])
-def test_views_that_replay_say_they_need_a_known_family(client, model_id):
+def test_a_head_of_an_architecture_atlas_has_no_code_for_replays_exactly(client, model_id):
+    body = {"model": model_id, "text": TEXT, "layer": 1, "head": 2}
+    response = client.post("/api/attention/detail", json=body)
+    assert response.status_code == 200, response.text
+    detail = response.json()
+    assert detail["replay_max_abs_diff"] == 0.0
+    assert detail["position_bias"] is (model_id == "local/t5-tiny")
+    weights = torch.tensor(detail["weights"])
+    assert torch.allclose(weights.sum(-1), torch.ones(weights.shape[0]))
+
+
+def test_a_model_outside_the_interface_keeps_its_maps_and_says_why_it_is_not_replayed(client):
     replaying = {
         "/api/attention/detail": {"layer": 0, "head": 0},
-        "/api/lab/sparse": {"layer": 0, "head": 0},
+        "/api/attention/qkspace": {"layer": 0},
+        "/api/attention/ablate": {"heads": [{"layer": 0, "head": 0}]},
     }
     for route, extra in replaying.items():
-        response = client.post(route, json={"model": model_id, "text": TEXT, **extra})
+        response = client.post(route, json={"model": "local/gptneo-tiny", "text": TEXT, **extra})
         assert response.status_code == 422, (route, response.text)
-        assert REPLAY_FAMILIES in response.json()["detail"]
-    stats = client.post("/api/attention/heads", json={"model": model_id, "text": TEXT})
+        detail = response.json()["detail"]
+        assert "cannot replay a head" in detail and "GPTNeoModel" in detail
+    stats = client.post("/api/attention/heads", json={"model": "local/gptneo-tiny", "text": TEXT})
     assert stats.status_code == 200, stats.text  # analyses of the maps work for any model

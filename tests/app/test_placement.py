@@ -90,7 +90,7 @@ def test_half_precision_maps_are_the_models_own_and_within_the_stated_bounds(
         for head in range(loaded.arch.num_heads):
             req = DetailRequest(model=model_id, text=TEXT, layer=layer, head=head, fields=["q"])
             worst = max(worst, detail_of(loaded, result, req)["replay_max_abs_diff"])
-    assert 0 < worst <= REPLAY_MAX_ABS_DIFF[dtype]
+    assert 0 <= worst <= REPLAY_MAX_ABS_DIFF[dtype]  # the layer re-run in its own dtype
 
 
 def test_the_model_list_says_where_and_how_models_run(client, half_app):
@@ -113,13 +113,10 @@ def test_a_half_precision_replay_of_the_longest_text_stays_within_the_stated_bou
     result = run_forward(loaded, prose(loaded.tokenizer, 512, start=5))
     assert result.seq_len >= 510
     worst = max(
-        (
-            replayed_maps(loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer)
-            - result.stored_maps[layer]
-        )
+        (replayed_maps(result.calls, result.hidden_inputs, layer) - result.stored_maps[layer])
         .abs()
         .max()
         .item()
         for layer in range(loaded.arch.num_layers)
     )
-    assert 0 < worst <= REPLAY_MAX_ABS_DIFF[dtype]
+    assert 0 <= worst <= REPLAY_MAX_ABS_DIFF[dtype]  # the layer re-run in its own dtype

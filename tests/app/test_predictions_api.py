@@ -57,11 +57,16 @@ def test_next_token_predictions_are_the_causal_lms_own(client):
     model = tf.AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager")
     model.tokenizer = tf.AutoTokenizer.from_pretrained(folder)
     ids, probs = reference_top(model, text, 5)
+    enc = model.tokenizer(text, return_tensors="pt")
+    with torch.no_grad():  # the exact softmax of the same logits, in float64
+        exact = model(input_ids=enc["input_ids"]).logits[0].double().softmax(-1)
     for row in body["positions"]:
         got_ids = [c["token_id"] for c in row["candidates"]]
         assert got_ids == ids[row["position"]]
-        got = torch.tensor([c["probability"] for c in row["candidates"]])
-        assert torch.allclose(got, probs[row["position"]], rtol=1e-4, atol=1e-6)
+        got = torch.tensor([c["probability"] for c in row["candidates"]], dtype=torch.float64)
+        assert torch.allclose(got, probs[row["position"]].double(), rtol=1e-4, atol=1e-6)
+        want = exact[row["position"], got_ids]  # float64 softmax, then float32's one rounding
+        assert torch.allclose(got, want, rtol=2**-23, atol=0), (got - want).abs().max()
     enc = model.tokenizer(text).input_ids
     ranked = [r for r in body["positions"] if r["actual_rank"] is not None]
     assert ranked, "a counting text: the model should rank some true next tokens"

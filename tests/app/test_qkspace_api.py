@@ -48,10 +48,15 @@ def test_one_head_is_the_pca_of_its_replayed_queries_and_keys(client, model_id, 
     weights = torch.tensor(detail["weights"])
     torch.testing.assert_close(scores.softmax(-1), weights, atol=1e-5, rtol=0)
     top = weights.topk(4, dim=-1)
-    assert space["strongest"] == top.indices.tolist()
-    torch.testing.assert_close(torch.tensor(space["strongest_weights"]), top.values)
-    for field in ("queries", "keys", "strongest_weights"):  # float32's digits, not float64's
+    visible = [min(4, i + 1) if answer["causal"] else 4 for i in range(n)]  # keys a row reads
+    kept = zip(top.indices.tolist(), visible, strict=True)
+    assert space["strongest"] == [row[:m] for row, m in kept]
+    for got, want, m in zip(space["strongest_weights"], top.values, visible, strict=True):
+        torch.testing.assert_close(torch.tensor(got), want[:m])
+    for field in ("queries", "keys"):  # float32's digits, not float64's
         assert_float32_numbers(space[field])
+    for row in space["strongest_weights"]:
+        assert_float32_numbers(row)
 
 
 def test_a_whole_layer_gives_every_head_and_each_equals_its_own_request(client):
@@ -70,12 +75,25 @@ def test_refusals_say_why(client):
         )
         assert response.status_code == 422 and "umap-learn" in response.text
     response = client.post(
-        "/api/attention/qkspace", json={"model": "local/neox-tiny", "text": TEXT, "layer": 0}
+        "/api/attention/qkspace", json={"model": "local/gptneo-tiny", "text": TEXT, "layer": 0}
     )
-    assert response.status_code == 422 and "replaying a head" in response.text
+    assert response.status_code == 422 and "cannot replay a head" in response.text
     response = client.post(
         "/api/attention/qkspace", json={"model": MINILM_ID, "text": TEXT, "layer": 0, "head": 12}
     )
     assert response.status_code == 422 and "head [12] out of range" in response.text
     models = client.get("/api/models").json()
     assert models["projections"] == (["pca", "umap"] if umap_available() else ["pca"])
+
+
+def test_a_causal_query_lists_only_the_keys_it_may_read(client):
+    """Row i of a causal head reads keys 0..i: its strongest keys never include a later key
+    (they were listed, with weight 0, and drawn as lines)."""
+    (space,) = post(client, model=SMOLLM2_ID, layer=3, head=0, strongest=4)["heads"]
+    for query, (keys, weights) in enumerate(
+        zip(space["strongest"], space["strongest_weights"], strict=True)
+    ):
+        assert len(keys) == min(4, query + 1) == len(weights)
+        assert all(key <= query for key in keys) and all(w > 0 for w in weights)
+    (both_ways,) = post(client, model=MINILM_ID, layer=0, head=0, strongest=4)["heads"]
+    assert all(len(keys) == 4 for keys in both_ways["strongest"])  # an encoder reads every key

@@ -62,8 +62,17 @@ def test_other_architectures_give_maps_without_replay(local_checkpoints, tmp_pat
         vocab=str(MINILM / "vocab.txt")
     )  # transformers 5 ignores vocab_file
     neox = run_model(tmp_path / "neox", "a model of another family", tokenizer=tokenizer)
-    assert neox.family is None and not neox.replayable and neox.causal
+    assert neox.family is None and neox.replayable and neox.causal  # the capture path's
     assert torch.allclose(neox.attentions.sum(-1), torch.ones(2, 4, neox.attentions.shape[-1]))
+    detail = replay_detail(neox, {"layer": 1, "head": 2})
+    assert detail["replay_max_abs_diff"] == 0.0
+    torch.manual_seed(0)
+    tf.GPTNeoForCausalLM(
+        tf.GPTNeoConfig(vocab_size=30522, hidden_size=64, num_layers=2, num_heads=4,
+                        attention_types=[[["global", "local"], 1]], max_position_embeddings=64)
+    ).save_pretrained(tmp_path / "neo")  # fmt: skip
+    neo = run_model(tmp_path / "neo", "a model outside the interface", tokenizer=tokenizer)
+    assert not neo.replayable and "outside transformers' attention interface" in neo.replay_refusal
 
 
 def test_encoder_decoder_cross_attention(tmp_path):
@@ -91,7 +100,7 @@ def test_widget_takes_bertviz_input_and_says_what_needs_a_model(minilm_run):
     widget = show(layers, minilm_run.tokens, view="lines")
     maps = np.frombuffer(widget.maps, dtype="<f4").reshape(minilm_run.attentions.shape)
     assert np.array_equal(maps, minilm_run.attentions.numpy())
-    assert not widget.meta["replayable"] and "need a BERT, GPT-2 or Llama" in widget.panels
+    assert not widget.meta["replayable"] and "need a model given with its weights" in widget.panels
     assert 'data-view="qk"' not in widget.panels
     for bad, message in (
         (dict(tokens=minilm_run.tokens[:-1]), "tokens for maps"),
@@ -179,7 +188,7 @@ def test_atlas_serve_serves_a_checkpoint_folder_of_any_architecture(local_checkp
         client = AtlasClient(server.base)
         listed = {m["id"]: m for m in client.models()}
         model_id = f"local/{folder.name}"
-        assert listed[model_id]["family"] == "other" and listed[model_id]["replay"] is False
+        assert listed[model_id]["family"] == "other" and listed[model_id]["replay"] is True
         maps = client.attention(model_id, "a checkpoint of my own", format="f32")
         assert maps.weights.shape[:2] == (2, 4)
         assert client.get_json("/api/models")["dtype"] == "bfloat16"

@@ -159,7 +159,7 @@ function describeModel() {
   const shape = info.num_layers ? `${info.num_layers} layers × ${info.num_heads} heads` : "size known once loaded";
   const gqa = info.num_kv_heads && info.num_kv_heads < info.num_heads ? `, ${info.num_kv_heads} key/value heads (GQA)` : "";
   const mapsOnly = info.replay === false
-    ? " Maps only: Atlas has no adapter for this architecture, so the views that replay a head from its weights (Query · Key, Mask, Without √d, Value-weighted, Step by step) need a BERT, GPT-2 or Llama-family model."
+    ? ` Maps only: the views that replay a head (Query · Key, Step by step, Mask, Without √d, Value-weighted, Q-K space) cannot, because ${info.replay_refusal ?? "its heads are not replayed"}.`
     : "";
   const limits = info.full_map_tokens && info.max_tokens > info.full_map_tokens
     ? `the explorer takes up to ${info.full_map_tokens} tokens (Deep zoom, ${info.max_tokens.toLocaleString("en")})`

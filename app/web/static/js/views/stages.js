@@ -68,11 +68,19 @@ export async function render({ session, state, parts, isStale }) {
   plots.masked.parentElement.querySelector(".why").textContent = anyMasked
     ? "forbidden pairs become −∞ (blank)"
     : "nothing is masked: an encoder looks both ways and one sentence has no padding (in a padded batch, padded keys would be −∞ here)";
+  const extras = [];
+  if (detail.softcap != null) extras.push(`then the model caps them, tanh(s ÷ ${detail.softcap}) × ${detail.softcap}, before the softmax`);
+  if (detail.position_bias) extras.push("then the model adds its position bias (T5) before the softmax");
+  if (extras.length) plots.masked.parentElement.querySelector(".why").textContent += `; ${extras.join("; ")}`;
+  plots.weights.parentElement.querySelector(".why").textContent = detail.sink != null
+    ? `each row sums to less than 1: this head's attention sink (logit ${detail.sink.toFixed(2)}) takes the rest and writes nothing`
+    : "each row sums to 1";
   const dims = detail.output[0].map((_, i) => `d${i}`);
+  const unit = Math.abs(detail.model_scale * Math.sqrt(detail.head_dim) - 1) < 1e-6 ? `1/√${detail.head_dim}` : "the model's own factor";
   await drawStages(
     plots,
     { scores: detail.scores, scaled: detail.scaled_scores, masked, weights: detail.weights, output: detail.output },
-    tokens, tokens, dims, `× ${detail.model_scale.toFixed(4)} (1/√${detail.head_dim})`,
+    tokens, tokens, dims, `× ${detail.model_scale.toFixed(4)} (${unit})`,
   );
   return {
     kind: "head", element: plots.weights, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
