@@ -157,7 +157,8 @@ function describeModel() {
   const info = modelInfo(el.model.value);
   if (!info) return;
   const shape = info.num_layers ? `${info.num_layers} layers × ${info.num_heads} heads` : "size known once loaded";
-  const gqa = info.num_kv_heads && info.num_kv_heads < info.num_heads ? `, ${info.num_kv_heads} key/value heads (GQA)` : "";
+  const shared = info.num_kv_heads === 1 ? "1 key/value head (MQA)" : `${info.num_kv_heads} key/value heads (GQA)`;
+  const gqa = info.num_kv_heads && info.num_kv_heads < info.num_heads ? `, ${shared}` : "";
   const mapsOnly = info.replay === false
     ? ` Maps only: the views that replay a head (Query · Key, Step by step, Mask, Without √d, Value-weighted, Q-K space) cannot, because ${info.replay_refusal ?? "its heads are not replayed"}.`
     : "";

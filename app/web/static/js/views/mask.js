@@ -15,7 +15,11 @@ export async function render({ session, state, parts, info, isStale }) {
   let allowed = 0;
   for (const row of detail.mask) for (const ok of row) allowed += ok ? 1 : 0;
   const sentences = [];
-  if (info.causal) {
+  const window = slidingWindow(detail.mask, info.causal);
+  if (window !== null) {
+    const side = info.causal ? "itself and the " + (window - 1) + " tokens before it" : "the tokens within " + window + " positions of it, on both sides";
+    sentences.push(`This layer uses a sliding window, as its model built it: a token may only look at ${side}. Every other cell gets −∞ before softmax and exactly 0 after. Other layers of this model may look further (switch the layer to see each one's own mask).`);
+  } else if (info.causal) {
     sentences.push("This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.");
   } else {
     sentences.push(
@@ -54,4 +58,14 @@ export async function render({ session, state, parts, info, isStale }) {
     kind: "head", element: parts.after, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
     title: "weights after the mask", colour: viridis, colourBar: linearBar(), suffix: "-mask", payload: { mask: detail.mask },
   };
+}
+
+/** The window of a mask that hides earlier keys (a sliding window): for a causal mask the
+ * keys a row reads at most (itself included), else the farthest key on either side; null for
+ * a plain causal or full mask. */
+function slidingWindow(mask, causal) {
+  const narrowed = mask.some((row, q) => row.slice(0, q + 1).some((ok) => !ok));
+  if (!narrowed) return null;
+  if (causal) return Math.max(...mask.map((row) => row.filter(Boolean).length));
+  return Math.max(...mask.map((row, q) => row.lastIndexOf(true) - q));
 }
