@@ -79,13 +79,9 @@ def eager_of(module: nn.Module) -> Callable:
 class MaskRecipe:
     """How a mask was built: transformers' mask builder's keywords (mask_function, lengths,
     offsets, the 2-D padding mask, local_size...). `build()` makes the same float mask again
-    (batch, 1, q_len, kv_len); `allowed()` its (q_len, kv_len) bool for the first sequence."""
+    (batch, 1, q_len, kv_len); `block()` any block of it, built alone."""
 
     keywords: dict[str, Any] = field(hash=False)
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return self.keywords["q_length"], self.keywords["kv_length"]
 
     @property
     def windowed(self) -> bool:
@@ -116,11 +112,6 @@ class MaskRecipe:
         if mask is None:
             return torch.ones(r1 - r0, c1 - c0, dtype=torch.bool)
         return mask[0, 0]
-
-    def allowed(self) -> Tensor | None:
-        """(q_len, kv_len) bool, True where a query may read a key; None where every key."""
-        mask = self.build()
-        return None if mask is None else mask[0, 0] == 0
 
 
 class Recorder:
@@ -270,6 +261,8 @@ class LayerCapture:
         if mask is None:
             return None
         mask = mask[self.sequence if mask.shape[0] > 1 else 0, 0] if mask.dim() == 4 else mask
+        if mask.dtype == torch.bool:  # a mask the model built itself, True = may attend
+            return mask.cpu()
         allowed = mask == 0
         if not bool((allowed | (mask == torch.finfo(mask.dtype).min)).all()):
             raise Refused(
@@ -281,16 +274,6 @@ class LayerCapture:
     def plain(self) -> bool:
         """No softcap, sinks or bias: a head's weights are a masked softmax of q k^T times scale."""
         return self.softcap is None and self.sinks is None and self.bias is None
-
-    @property
-    def extras(self) -> list[str]:
-        """The named extras this layer's heads compute with, for messages."""
-        named = {"softcapped scores": self.softcap, "attention sinks": self.sinks,
-                 "a position bias": self.bias}  # fmt: skip
-        found = [name for name, value in named.items() if value is not None]
-        if isinstance(self.mask, MaskRecipe) and self.mask.windowed:
-            found.append("a sliding window")
-        return found
 
 
 class _Recorded(Exception):
