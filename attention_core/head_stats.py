@@ -9,7 +9,7 @@ plus what is known of each token. Every statistic is a mean over query rows, one
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -170,7 +170,12 @@ def _row_entropy(w: Tensor, out: Tensor | None = None) -> Tensor:
 
 
 def _block_statistics(
-    weights: Tensor, first_row: int, facts: TokenFacts, causal: bool, scratch: Scratch
+    weights: Tensor,
+    first_row: int,
+    facts: TokenFacts,
+    causal: bool,
+    scratch: Scratch,
+    visible_keys: Tensor | None = None,
 ) -> dict[str, tuple[Tensor, Tensor]]:
     """Per statistic, (sum over the block's counted rows (heads,), rows counted ()) for the
     query rows first_row.. of weights (heads, rows, keys): whole rows over the keys 0..keys-1,
@@ -186,6 +191,8 @@ def _block_statistics(
 
     entropy = _row_entropy(w, scratch.take("terms", tuple(w.shape), w.dtype, device))  # (H, r)
     visible = (i + 1) if causal else torch.full_like(i, seq)  # keys a query may see
+    if visible_keys is not None:  # a layer whose mask hides more (a sliding window)
+        visible = visible_keys.to(device)
     normalised = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
     row_shares = torch.einsum("hij,kij->khi", w, sets)  # (5, H, r)
     key_sets = torch.stack([facts.special, facts.separator]).to(torch.float32)[:, :keys]
@@ -213,12 +220,22 @@ def _block_statistics(
     }
 
 
+VisibleKeys = Callable[[int, int], "Tensor | None"]
+"""(first_row, stop_row) -> (rows,) the keys each query may read, where a layer's mask hides
+more than causality does (a sliding window); None where it hides nothing more."""
+
+
 def layer_statistics_by_rows(
-    blocks: Iterable[tuple[int, Tensor]], facts: TokenFacts, causal: bool
+    blocks: Iterable[tuple[int, Tensor]],
+    facts: TokenFacts,
+    causal: bool,
+    visible_keys: VisibleKeys | None = None,
 ) -> dict[str, Tensor]:
     """Every statistic of one layer, from its maps a block of query rows at a time, so no
     (seq, seq) matrix need exist: blocks yields (first_row, weights (heads, rows, keys)), whole
     softmax rows (a causal block may stop its keys after its last row), each row once.
+    visible_keys: where the layer's mask is narrower than causal, the keys each row may read
+    (the entropy is normalised by their log).
     -> {name: (heads,)}; NaN where no row counts. Every statistic is a mean over rows, so the
     blocks' sums and counts add up to exactly what one pass over the whole map gives."""
     seq = facts.ids.shape[0]
@@ -233,8 +250,11 @@ def layer_statistics_by_rows(
                 f"got {tuple(weights.shape)}"
             )
         covered += weights.shape[1]
+        rows_visible = None
+        if visible_keys is not None:
+            rows_visible = visible_keys(first_row, first_row + weights.shape[1])
         for name, (total, count) in _block_statistics(
-            weights, first_row, facts, causal, scratch
+            weights, first_row, facts, causal, scratch, rows_visible
         ).items():
             sums[name] = sums[name] + total if name in sums else total
             counts[name] = counts[name] + count if name in counts else count

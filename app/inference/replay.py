@@ -16,6 +16,7 @@ from torch import Tensor
 
 from app.errors import InvalidInput
 from app.models.capture import LayerCall, LayerCapture, MaskRecipe, Refused, capture_layer
+from attention_core.head_stats import VisibleKeys
 from attention_core.modern import head_weights
 from attention_core.tiles import PLAIN, Extras, MaskBlock
 
@@ -134,3 +135,18 @@ def mask_blocks(captured: LayerCapture) -> MaskBlock | None:
         return None if mask.plain else mask.block
     allowed = captured.allowed()
     return lambda r0, r1, c0, c1: allowed[r0:r1, c0:c1].to(captured.q.device)
+
+
+def visible_keys(calls: list[LayerCall] | None, layer: int, seq: int) -> VisibleKeys | None:
+    """The keys each query of a layer may read, a block of rows at a time, where its mask
+    (the recipe the pass recorded, no replay needed) hides more than causality does: a
+    sliding window. None for a plain causal or full mask, and where no call was kept."""
+    if not calls:
+        return None
+    call = calls[layer]
+    recipe = next(
+        (v for v in (*call.args, *call.kwargs.values()) if isinstance(v, MaskRecipe)), None
+    )
+    if recipe is None or recipe.plain:
+        return None
+    return lambda r0, r1: recipe.block(r0, r1, 0, seq).sum(-1)

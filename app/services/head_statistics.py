@@ -12,7 +12,7 @@ from torch import Tensor
 
 from app import compute
 from app.inference.forward import ForwardResult
-from app.inference.replay import NotBlockwise, replayed_qk
+from app.inference.replay import NotBlockwise, replayed_qk, visible_keys
 from app.models.families import Architecture
 from app.models.loader import LoadedModel
 from app.schemas.heads import MARKED
@@ -152,7 +152,8 @@ def statistics_of(
             blocks = _row_blocks(loaded, result, layer, should_stop)
             if share is not None:
                 blocks = _observed(blocks, share)
-            stats = layer_statistics_by_rows(blocks, facts, loaded.causal)
+            window = visible_keys(result.calls, layer, result.seq_len)
+            stats = layer_statistics_by_rows(blocks, facts, loaded.causal, window)
             result.statistics[layer] = stats
         elif share is not None and (span := share.span()) is not None:
             # The statistics are kept; the share needs only the rows it averages.

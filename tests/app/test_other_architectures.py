@@ -70,3 +70,21 @@ def test_a_model_outside_the_interface_keeps_its_maps_and_says_why_it_is_not_rep
         assert "cannot replay a head" in detail and "GPTNeoModel" in detail
     stats = client.post("/api/attention/heads", json={"model": "local/gptneo-tiny", "text": TEXT})
     assert stats.status_code == 200, stats.text  # analyses of the maps work for any model
+
+
+def test_a_sliding_windows_entropy_is_normalised_by_the_keys_it_may_read(client):
+    """Mistral's window (48 keys, in its mask) on 120 tokens: a row past the window reads 48
+    keys, not all before it, and its entropy is normalised by log 48."""
+    text = " ".join(f"word{i % 37}" for i in range(60))
+    body = {"model": "local/mistral-tiny", "text": text}
+    stats = client.post("/api/attention/heads", json=body).json()
+    maps = client.post("/api/attention", json={**body, "layers": [0]}).json()["attentions"][0]
+    maps = torch.tensor(maps, dtype=torch.float64)  # (H, T, T)
+    seq = maps.shape[-1]
+    assert seq > 60
+    visible = torch.arange(1, seq + 1).clamp(max=48)
+    assert bool(((maps > 0).sum(-1) == visible).all())  # the window, as the model masks it
+    terms = torch.where(maps > 0, -maps * maps.log(), torch.zeros(()))
+    normalised = (terms.sum(-1)[:, 1:] / visible[1:].log()).mean(-1)  # rows that see > 1 key
+    got = torch.tensor(stats["statistics"]["entropy"][0], dtype=torch.float64)
+    torch.testing.assert_close(got, normalised, atol=1e-5, rtol=0)
