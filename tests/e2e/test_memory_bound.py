@@ -36,6 +36,29 @@ MiB = 2**20
 SEND_TIMEOUT = 8
 
 
+class PeakRss:
+    """`with PeakRss(pid) as rss:` samples the process's RSS every 50 ms in a thread while the
+    block runs; rss.peak is the highest seen (at least `floor`)."""
+
+    def __init__(self, pid: int, floor: int = 0) -> None:
+        self.pid, self.peak = pid, floor
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample)
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_bytes(self.pid))
+            time.sleep(0.05)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 @dataclass
 class Attack:
     ready: int  # RSS before the attack, the model loaded
@@ -78,22 +101,11 @@ def stalled_readers(tmp_path, cache_bytes: int, inflight_bytes: int, warm: dict,
             )
             sockets.append(conn)
 
-        peak = 0
-        stop = threading.Event()
-
-        def sample():
-            nonlocal peak
-            while not stop.is_set():
-                peak = max(peak, rss_bytes(server.process.pid))
-                time.sleep(0.05)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        deadline = time.monotonic() + 90
-        while server.log().count("it read nothing for") < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        stop.set()
-        sampler.join()
+        with PeakRss(server.process.pid) as rss:
+            deadline = time.monotonic() + 90
+            while server.log().count("it read nothing for") < 2 and time.monotonic() < deadline:
+                time.sleep(0.5)
+        peak = rss.peak
 
         statuses = []
         for conn in sockets:
@@ -167,29 +179,19 @@ def test_a_flood_of_large_bodies_keeps_rss_under_the_stated_bound(tmp_path):
         urllib.request.urlopen(warm, timeout=120).read()
         ready = rss_bytes(server.process.pid)
         bound = worst_case_rss(ready, cache_bytes, inflight_bytes)
-        peak, stop = ready, threading.Event()
-
-        def sample():
-            nonlocal peak
-            while not stop.is_set():
-                peak = max(peak, rss_bytes(server.process.pid))
-                time.sleep(0.05)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
         head = (
             b"POST /api/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             b"Content-Length: %d\r\n\r\n" % len(padded)
         )
-        for _ in range(250):  # 500 MB of bodies in all, each held back by one byte
-            conn = socket.create_connection(("127.0.0.1", server.port))
-            conn.settimeout(10)
-            with contextlib.suppress(OSError):  # refused: over the cap, or 503 at once
-                conn.sendall(head + padded[:-1])
-            sockets.append(conn)
-        time.sleep(8)  # past the whole-body deadline: every held body is answered by now
-        stop.set()
-        sampler.join()
+        with PeakRss(server.process.pid, ready) as rss:
+            for _ in range(250):  # 500 MB of bodies in all, each held back by one byte
+                conn = socket.create_connection(("127.0.0.1", server.port))
+                conn.settimeout(10)
+                with contextlib.suppress(OSError):  # refused: over the cap, or 503 at once
+                    conn.sendall(head + padded[:-1])
+                sockets.append(conn)
+            time.sleep(8)  # past the whole-body deadline: every held body is answered by now
+        peak = rss.peak
         for conn in sockets:
             try:
                 statuses.append(conn.recv(64).split(b"\r\n")[0].decode())
