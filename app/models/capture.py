@@ -98,6 +98,15 @@ class MaskRecipe:
     def build(self) -> Tensor | None:
         return eager_mask(**self.keywords)
 
+    def stand_in(self) -> Tensor:
+        """A mask of the recipe's shape and dtype that holds one number (a zero, expanded):
+        what a replay hands a module that only passes its mask on to the attention function,
+        where the recorder reads the recipe instead (a whole mask at 8,192 tokens is 268 MB)."""
+        k = self.keywords
+        shape = (k.get("batch_size", 1), 1, k["q_length"], k["kv_length"])
+        zero = torch.zeros((), dtype=k.get("dtype", torch.float32), device=k.get("device", "cpu"))
+        return zero.expand(shape)
+
     def block(self, r0: int, r1: int, c0: int, c1: int) -> Tensor:
         """(r1 - r0, c1 - c0) bool of the first sequence: the mask's block of queries r0:r1
         and keys c0:c1, built alone (transformers' sdpa_mask with offsets: the same as that
@@ -280,12 +289,20 @@ class _Recorded(Exception):
     """Raised by a replay's recorder once the layer's inputs are kept: nothing after is wanted."""
 
 
+class _MaskNeeded(Exception):
+    """A module made a mask of its own from a stand-in (MaskRecipe.stand_in): replay it again
+    with the whole mask built."""
+
+
 class _LayerRecorder(Recorder):
-    def __init__(self, target: nn.Module, recipes: dict[int, MaskRecipe], sequence: int) -> None:
+    def __init__(
+        self, target: nn.Module, recipes: dict[int, MaskRecipe], sequence: int, stand_ins: bool
+    ) -> None:
         super().__init__()
         self.target = target
         self.sequence = sequence
-        self.recipes = recipes  # id(mask built for this replay) -> its recipe
+        self.recipes = recipes  # data_ptr of a mask handed to the module -> its recipe
+        self.stand_ins = stand_ins
         self.captured: LayerCapture | None = None
 
     def on_call(self, module, q, k, v, mask, kw):
@@ -297,6 +314,9 @@ class _LayerRecorder(Recorder):
                 f"{type(module).__name__} passes its attention function {unknown}, which Atlas "
                 "does not know how to replay"
             )
+        recipe = None if mask is None else self.recipes.get(mask.data_ptr())
+        if recipe is None and mask is not None and self.stand_ins:
+            raise _MaskNeeded
         scaling = kw.get("scaling")
         sinks = kw.get("s_aux")
         bias = kw.get("position_bias")
@@ -305,7 +325,7 @@ class _LayerRecorder(Recorder):
             q=q[b],
             k=k[b],
             v=v[b],
-            mask=self.recipes.get(id(mask), mask),
+            mask=mask if recipe is None else recipe,
             sequence=b,
             scale=float(q.shape[-1] ** -0.5 if scaling is None else scaling),
             softcap=kw.get("softcap"),
@@ -370,15 +390,25 @@ def record_call(
 def capture_layer(call: LayerCall, hidden: Tensor, sequence: int = 0) -> LayerCapture:
     """Re-run one attention module on `hidden` (batch, T, d_model) with the rest of its call as
     the pass made it, stopping inside its attention function: what that function received for
-    sequence `sequence` of the batch."""
+    sequence `sequence` of the batch. Masks are handed over as stand-ins first (the module
+    passes them on; the recorder reads their recipes), and built whole only where the module
+    computes with its mask before the attention function."""
+    try:
+        return _replayed(call, hidden, sequence, stand_ins=True)
+    except _MaskNeeded:
+        return _replayed(call, hidden, sequence, stand_ins=False)
+
+
+def _replayed(call: LayerCall, hidden: Tensor, sequence: int, stand_ins: bool) -> LayerCapture:
     recipes: dict[int, MaskRecipe] = {}
 
     def put(value: Any) -> Any:
         if value is HIDDEN:
             return hidden
         if isinstance(value, MaskRecipe):
-            mask = value.build()
-            recipes[id(mask)] = value
+            mask = value.stand_in() if stand_ins else value.build()
+            if mask is not None:
+                recipes[mask.data_ptr()] = value
             return mask
         if isinstance(value, tuple):
             return tuple(put(item) for item in value)
@@ -386,7 +416,7 @@ def capture_layer(call: LayerCall, hidden: Tensor, sequence: int = 0) -> LayerCa
 
     args = tuple(put(a) for a in call.args)
     kwargs = {name: put(value) for name, value in call.kwargs.items()}
-    recorder = _LayerRecorder(call.module, recipes, sequence)
+    recorder = _LayerRecorder(call.module, recipes, sequence, stand_ins)
     # _Recorded is raised once the layer's inputs are kept
     with recording(recorder), torch.inference_mode(), contextlib.suppress(_Recorded):
         call.module(*args, **kwargs)
