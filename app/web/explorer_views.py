@@ -30,6 +30,7 @@ GROUPS: dict[str, Group] = {
     "token": Group("Follow a token", "What does one token read, and who reads it?"),
     "explain": Group("Explain the numbers", "How does a head compute its weights?"),
     "intervene": Group("Intervene", "What changes when a head or the text changes?"),
+    "writes": Group("What heads write", "Which heads push the model toward its answer?"),
 }
 
 VIEWS: dict[str, View] = {
@@ -57,6 +58,11 @@ VIEWS: dict[str, View] = {
     "value": View("Value-weighted", "explain", "what each key really passes on: ‖α·v‖"),
     "ablation": View("Ablation", "intervene", "switch heads off and see what they did"),
     "compare": View("Compare", "intervene", "this head beside another head, text or model"),
+    "lens": View("Logit lens", "writes", "every layer's stream read as if it were the last"),
+    "attribution": View(
+        "Direct attribution", "writes", "each head's direct push toward a token, and from where"
+    ),
+    "patching": View("Patching", "writes", "which heads carry the difference between two texts"),
 }
 
 

@@ -224,4 +224,38 @@ TERMS: dict[str, Term] = {
         r"residual",
         formula="x_(l+1) = x_l + attention_l + MLP_l",
     ),
+    "logit-lens": Term(
+        "logit lens",
+        "the residual stream after a layer read through the final norm and the model's head, "
+        "as if that layer were the last: what the model would guess there",
+        r"logit lens",
+        formula="lens_l = softmax(W_U · norm(x_l))",
+    ),
+    "direct-effect": Term(
+        "direct effect",
+        "what one piece (a head, an MLP, the embeddings) adds to a logit on its own, read "
+        "through the final norm with its scale frozen at its real value",
+        r"direct (?:effect|logit attribution)",
+        formula="effect(c) = s · (center(γ ⊙ u_target)) · c,   Σ_c effect(c) + biases = logit",
+    ),
+    "unembedding": Term(
+        "unembedding",
+        "the model's last matrix: each token's row read against the stream gives its logit",
+        r"unembedding",
+        formula="z_t = u_t · norm(x) + b_t",
+    ),
+    "patching": Term(
+        "activation patching",
+        "copy one piece of a clean run into a corrupted run and measure how much of the answer "
+        "comes back",
+        r"(?:activation |exact |attribution )?patching",
+        formula="recovered = (m_patched − m_corrupted) / (m_clean − m_corrupted)",
+    ),
+    "attribution-patching": Term(
+        "attribution patching",
+        "patching estimated from one gradient: gradient × (clean − corrupted), every piece at "
+        "once instead of a rerun per piece",
+        r"gradient estimate",
+        formula="recovered ≈ ∂m/∂a · (a_clean − a_corrupted) / (m_clean − m_corrupted)",
+    ),
 }

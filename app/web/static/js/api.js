@@ -99,6 +99,11 @@ export const api = {
   forward: (body, onLine, opts) => streamLines("/api/attention/forward", body, onLine, opts),
   tiles: (body, opts) => request("POST", "/api/attention/tiles", body, opts),
   predictions: (body, opts) => request("POST", "/api/attention/predictions", body, opts),
+  lens: (body, opts) => request("POST", "/api/attention/lens", body, opts),
+  attribution: (body, opts) => request("POST", "/api/attention/attribution", body, opts),
+  patching: (body, opts) => request("POST", "/api/attention/patching", body, opts),
+  /** Exact patching: onLine gets each progress line; resolves with the last line. */
+  patchingExact: (body, onLine, opts) => streamLines("/api/attention/patching/exact", body, onLine, opts),
   follow: (body, opts) => request("POST", "/api/attention/token", body, opts),
   aggregate: (body, opts) => request("POST", "/api/attention/aggregate", body, opts),
   similarity: (body, opts) => request("POST", "/api/attention/similarity", body, opts),

@@ -134,6 +134,38 @@ export class AttentionSession {
       api.ablate(this.body({ heads, mode, layer, head }), { signal: this.controller.signal }));
   }
 
+  /** The logit lens (POST /api/attention/lens): token is {text} or {id}, or null (top guess). */
+  lens(token) {
+    const extra = token ? { token } : {};
+    return this.remember(this.answers, `lens:${JSON.stringify(extra)}`, 1, () =>
+      api.lens(this.body({ top_k: 5, ...extra }), { signal: this.controller.signal }));
+  }
+
+  /** Direct logit attribution (POST /api/attention/attribution): {position, target, contrast, source}. */
+  attribution(extra) {
+    return this.remember(this.answers, `attribution:${JSON.stringify(extra)}`, 1, () =>
+      api.attribution(this.body(extra), { signal: this.controller.signal }));
+  }
+
+  /** Attribution patching from a corrupted text (POST /api/attention/patching). */
+  patching(extra) {
+    return this.remember(this.answers, `patching:${JSON.stringify(extra)}`, 1, () =>
+      api.patching(this.body(extra), { signal: this.controller.signal }));
+  }
+
+  /** Exact patching (POST /api/attention/patching/exact), streamed: onLine gets each progress
+   * line; `signal` stops it (the server stops within a layer). A finished answer is kept. */
+  async patchingExact(extra, onLine, signal) {
+    const key = `exact:${JSON.stringify(extra)}`;
+    const kept = this.answers.get(key);
+    if (kept) return kept;
+    const stop = AbortSignal.any([signal, this.controller.signal]);
+    const last = await api.patchingExact(this.body(extra), onLine, { signal: stop });
+    if (!last || last.event !== "done") throw new Error(last?.detail || "exact patching stopped");
+    this.answers.put(key, last, 1);
+    return last;
+  }
+
   /** The open head against another (POST /api/attention/compare): {layer, head, other}. */
   compare(body) {
     return this.remember(this.answers, `compare:${JSON.stringify(body)}`, 1, () =>

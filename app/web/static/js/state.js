@@ -46,6 +46,17 @@ const FIELDS = {
   qkScope: ["qks", text], // Q-K space: "head" or "layer" (small multiples)
   qkMethod: ["qkm", text], // Q-K space: "pca" or "umap"
   generated: ["gen", int], // tokens of the prompt, when the text ends in a generated continuation
+  lensToken: ["lt", text], // Logit lens: the token followed ("" = the model's top guess)
+  lensShade: ["ls", choice("token", "top")], // Logit lens: colour by that token's probability or the top guess's
+  lensCell: ["lc", text], // Logit lens: the cell opened, "row.column"
+  dlaPosition: ["dp", int], // Direct attribution: the position explained (absent: the last)
+  dlaTarget: ["dt", text], // Direct attribution: the target token ("" = the top guess)
+  dlaContrast: ["dc", text], // Direct attribution: the contrast token ("" = none)
+  dlaSource: ["ds", text], // Direct attribution: the head split by key, "layer.head"
+  patchText: ["pc", text], // Patching: the corrupted text
+  patchTarget: ["pt", text], // Patching: the metric's first token ("" = the clean top guess)
+  patchContrast: ["pk", text], // Patching: its second token ("" = the corrupted top guess)
+  patchExact: ["px", flag], // Patching: run exact patching too
 };
 
 

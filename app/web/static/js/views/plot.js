@@ -143,7 +143,9 @@ export function titleLayout(title, width, height, font = 13, above = 0) {
  * (false: the labels are unique already, e.g. "L3", and are shown as they are), missingText
  * (written in a null cell when showText: "−∞", a masked score, unless told otherwise),
  * colorbar (merged into the colour bar's settings), hoverValues (what hovering shows when z is
- * not the values themselves: log colours)}.
+ * not the values themselves: log colours), cellText (raw text written in each cell instead of
+ * its number, where cells are large enough: the logit lens's top guesses), hoverText (a
+ * line of raw text per cell added to its hover)}.
  */
 export async function drawHeatmap(el, z, rows, cols, options = {}) {
   // Each chart in a task of its own: drawing a 512 x 512 map takes ~100-180 ms, and views that
@@ -170,12 +172,19 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
   };
   // Where z is not the value itself (log colours), hovering reads the values from customdata.
   if (options.hoverValues) trace.customdata = options.hoverValues;
-  trace.hovertemplate = `%{y} → %{x}<br>${name} %{${options.hoverValues ? "customdata" : "z"}:.6f}<extra></extra>`;
+  const extra = options.hoverText ? "<br>%{hovertext}" : "";
+  if (options.hoverText) trace.hovertext = options.hoverText.map((row) => row.map((t) => escapeLabel(t)));
+  trace.hovertemplate = `%{y} → %{x}<br>${name} %{${options.hoverValues ? "customdata" : "z"}:.6f}${extra}<extra></extra>`;
   const height = options.height ?? Math.min(820, Math.max(280, 18 * rows.length + 150));
   const width = el.clientWidth || 600;
   const cellWidth = (width - 140) / cols.length;
   const cellHeight = (height - 150) / rows.length;
-  if (options.showText && cellWidth >= 34 && cellHeight >= 16) {
+  if (options.cellText && cellWidth >= 34 && cellHeight >= 13) {
+    // Words in the cells (a token each): user text, so escaped like every label.
+    trace.text = options.cellText.map((row) => row.map((t) => escapeLabel(t)));
+    trace.texttemplate = "%{text}";
+    trace.textfont = { size: Math.min(12, Math.floor(cellHeight - 2)) };
+  } else if (options.showText && cellWidth >= 34 && cellHeight >= 16) {
     const missing = options.missingText ?? formatNumber(null);
     trace.text = z.map((row) => row.map((v) => (v === null ? missing : formatNumber(v, options.digits ?? 3))));
     trace.texttemplate = "%{text}";

@@ -1,0 +1,63 @@
+"""The logit lens: the residual stream after each layer read as if it were the last.
+
+Row 0 is what enters the first layer (the embeddings), row l + 1 what layer l hands on; each is
+put through the model's final norm and its language-model head (the modules themselves, so the
+last row is exactly the model's own logits) and kept as a small table: each position's top-k and
+one chosen token's probability and rank. Probabilities are a softmax over the whole vocabulary in
+float64. Every row's positions go through the head together, LENS_ROWS of them at a time (the
+head's weights are read once per batch, not once per layer), so logits over the vocabulary are
+never held for more than LENS_ROWS positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from app.inference.residual import Stream, layout_of
+from app.models.lm_head import head_logits
+from app.models.loader import LoadedModel
+
+LENS_ROWS = 128
+"""Positions read through the head at once: 48 MB of float64 logits for SmolLM2's vocabulary."""
+
+
+@dataclass(frozen=True)
+class LensGrid:
+    """(rows = layers + 1, positions, ...), on the host; rows[0] is the embeddings."""
+
+    ids: Tensor  # (rows, P, k) int64, most likely first
+    probs: Tensor  # (rows, P, k) float32
+    chosen_prob: Tensor | None  # (rows, P) float32: the chosen token's probability
+    chosen_rank: Tensor | None  # (rows, P) int64: 1 for the most likely token
+
+
+def logit_lens(
+    loaded: LoadedModel, stream: Stream, positions: list[int], k: int, chosen: int | None
+) -> LensGrid:
+    """The lens over `positions` of a pass taken apart (batch 1): see the module docstring."""
+    norm = layout_of(loaded).final_norm
+    at = torch.tensor(positions, device=stream.last_hidden.device)
+    rows = torch.stack([x[0].index_select(0, at) for x in (stream.inputs[0], *stream.outputs)])
+    shape = rows.shape[:2]  # (layers + 1, P)
+    flat = rows.reshape(-1, rows.shape[-1])  # (rows · P, d)
+    parts: dict[str, list[Tensor]] = {"ids": [], "probs": [], "chosen_prob": [], "chosen_rank": []}
+    with torch.inference_mode():
+        for start in range(0, flat.shape[0], LENS_ROWS):
+            h = flat[start : start + LENS_ROWS]
+            logits = head_logits(loaded.predictor, h if norm is None else norm(h)).double()
+            logp = logits.log_softmax(dim=-1)  # (n, vocab)
+            top = logp.topk(min(k, logp.shape[-1]), dim=-1)
+            parts["ids"].append(top.indices.cpu())
+            parts["probs"].append(top.values.exp().float().cpu())
+            if chosen is not None:
+                mine = logits[:, chosen : chosen + 1]
+                parts["chosen_prob"].append(logp[:, chosen].exp().float().cpu())
+                parts["chosen_rank"].append(((logits > mine).sum(-1) + 1).cpu())
+    found = {
+        name: torch.cat(values).reshape(*shape, *values[0].shape[1:]) if values else None
+        for name, values in parts.items()
+    }
+    return LensGrid(**found)

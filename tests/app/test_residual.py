@@ -1,0 +1,170 @@
+"""The residual stream taken apart (app.inference.residual), on tiny random checkpoints of every
+decoder family the capture path replays: the direct attributions sum to the real logit, the
+logit lens's last row is the model's own output, and exact patching equals patching by hand
+with forward hooks on the model's own modules (no capture function involved)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as tf
+
+from app.inference.attribution import attribute, head_sources
+from app.inference.forward import tokenize
+from app.inference.lens import logit_lens
+from app.inference.patching import Metric, exact_heads, exact_stream
+from app.inference.residual import layout_of, run_stream
+from app.models.loader import load_model
+from app.models.registry import parse_extra_model
+from tests.conftest import CACHE_DIR, gpt2_tokenizer
+
+pytestmark = pytest.mark.slow
+
+SIZE = {"vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip
+WINDOWED = {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]}
+FAMILIES = {
+    "gpt2": lambda: tf.GPT2Config(vocab_size=50257, n_embd=32, n_layer=2, n_head=4),
+    "gpt-neox": lambda: tf.GPTNeoXConfig(**SIZE),  # parallel attention and MLP
+    "llama": lambda: tf.LlamaConfig(**SIZE, num_key_value_heads=2),
+    "qwen3": lambda: tf.Qwen3Config(**SIZE, num_key_value_heads=2, head_dim=8),
+    "phi3": lambda: tf.Phi3Config(**SIZE, num_key_value_heads=2, pad_token_id=0),
+    "olmo2": lambda: tf.Olmo2Config(**SIZE, num_key_value_heads=2),  # norms after sublayers
+    "gemma2": lambda: tf.Gemma2Config(
+        **SIZE,
+        num_key_value_heads=2,
+        head_dim=8,
+        attn_logit_softcapping=5.0,
+        final_logit_softcapping=30.0,
+        query_pre_attn_scalar=8,
+        **WINDOWED,
+    ),
+    "gemma3": lambda: tf.Gemma3TextConfig(
+        **SIZE, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8, **WINDOWED
+    ),
+    "gpt-oss": lambda: tf.GptOssConfig(
+        **SIZE,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        **WINDOWED,
+    ),
+}
+TEXT = " the cat sat on the mat and then"
+CORRUPTED = " the dog sat on the mat and then"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("residual")
+    loaded = {}
+    for name, config in FAMILIES.items():
+        torch.manual_seed(0)
+        model = tf.AutoModelForCausalLM.from_config(config())
+        with torch.no_grad():  # random biases, so every bias term is exercised
+            for module in model.modules():
+                if getattr(module, "bias", None) is not None:
+                    module.bias.normal_(0, 0.1)
+        model.save_pretrained(root / name)
+        gpt2_tokenizer().save_pretrained(root / name)
+        spec = parse_extra_model(f"local/{name}={root / name}")
+        loaded[name] = load_model(
+            spec, cache_dir=CACHE_DIR, token_limit=64, progress=lambda *a, **k: None
+        )
+    return loaded
+
+
+def top_two(loaded, stream, position):
+    logits = layout_of(loaded).unembed(stream.last_hidden[0, position])
+    return logits.topk(2).indices.tolist()
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_direct_attributions_sum_to_the_real_logit(models, name):
+    loaded = models[name]
+    assert layout_of(loaded).direct_refusal is None
+    inputs, _ = tokenize(loaded, TEXT, None)
+    last = inputs["input_ids"].shape[1] - 1
+    stream = run_stream(loaded, inputs, weights_of=1)
+    target, contrast = top_two(loaded, stream, last)
+    for position in (0, last):
+        for other in (None, contrast):
+            found = attribute(loaded, stream, position, target, other)
+            scale = max(1.0, abs(found.logit), float(found.heads.abs().max()))
+            assert abs(found.total - found.logit) <= 2e-6 * scale, (name, found)
+            assert found.heads.shape == (2, 4)
+    # one head's contribution split by the key it read sums to its cell
+    found = attribute(loaded, stream, last, target, None)
+    split = head_sources(loaded, stream, 1, 2, last, target, None)
+    assert float(split.sum()) == pytest.approx(float(found.heads[1, 2]), rel=1e-5, abs=1e-7)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_the_lens_last_row_is_the_models_own_output(models, name):
+    loaded = models[name]
+    inputs, _ = tokenize(loaded, TEXT, None)
+    seq = inputs["input_ids"].shape[1]
+    stream = run_stream(loaded, inputs)
+    grid = logit_lens(loaded, stream, list(range(seq)), 3, chosen=7)
+    with torch.inference_mode():
+        own = loaded.predictor(**inputs).logits[0].double()  # the with-head model, as is
+    probs = own.softmax(-1)
+    assert grid.ids.shape == (3, seq, 3)  # embeddings and two layers
+    assert torch.equal(grid.ids[-1], probs.topk(3).indices)
+    torch.testing.assert_close(grid.probs[-1], probs.topk(3).values.float(), rtol=0, atol=1e-6)
+    torch.testing.assert_close(grid.chosen_prob[-1], probs[:, 7].float(), rtol=0, atol=1e-6)
+    assert torch.equal(grid.chosen_rank[-1], (own > own[:, 7:8]).sum(-1) + 1)
+
+
+def by_hand(loaded, inputs, metric, layer, *, head=None, position=None, source=None):
+    """The metric of the corrupted run with a head's output (the input columns of its output
+    projection) or the stream after a block at a position replaced, by forward hooks on the
+    model's own modules."""
+    layout = layout_of(loaded)
+    if head is not None:
+        size = source.shape[-1]
+
+        def pre(module, args):
+            x = args[0].clone()
+            x[..., head * size : (head + 1) * size] = source
+            return (x, *args[1:])
+
+        handle = layout.projections[layer].register_forward_pre_hook(pre)
+    else:
+
+        def post(module, args, output):
+            y = (output[0] if isinstance(output, tuple) else output).clone()
+            y[0, position] = source
+            return (y, *output[1:]) if isinstance(output, tuple) else y
+
+        handle = layout.blocks[layer].register_forward_hook(post)
+    try:
+        with torch.inference_mode():
+            hidden = loaded.model(**inputs).last_hidden_state
+    finally:
+        handle.remove()
+    logits = layout.unembed(hidden[0, metric.position])
+    return float(logits[metric.target] - logits[metric.contrast])
+
+
+@pytest.mark.parametrize("name", ["llama", "gemma2", "gpt-neox", "gpt2"])
+def test_exact_patching_equals_patching_by_hand(models, name):
+    loaded = models[name]
+    clean_inputs, _ = tokenize(loaded, TEXT, None)
+    corrupted, _ = tokenize(loaded, CORRUPTED, None)
+    clean = run_stream(loaded, clean_inputs)
+    last = clean_inputs["input_ids"].shape[1] - 1
+    target, contrast = top_two(loaded, clean, last)
+    metric = Metric(last, target, contrast)
+    heads = exact_heads(loaded, corrupted, clean, metric, lambda: False, lambda *a: None)
+    stream = exact_stream(loaded, corrupted, clean, metric, lambda: False, lambda *a: None)
+    for layer in range(2):
+        for h in range(4):
+            source = clean.heads[layer][0, :, h]  # (T, head_dim)
+            expected = by_hand(loaded, corrupted, metric, layer, head=h, source=source)
+            assert float(heads[layer, h]) == pytest.approx(expected, rel=1e-5, abs=1e-5)
+        for position in (1, last):
+            source = clean.outputs[layer][0, position]
+            expected = by_hand(loaded, corrupted, metric, layer, position=position, source=source)
+            assert float(stream[layer, position]) == pytest.approx(expected, rel=1e-5, abs=1e-5)
