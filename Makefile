@@ -87,6 +87,7 @@ bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 $(PY) -m bench.replay_fidelity
 	HF_HUB_OFFLINE=1 $(PY) -m bench.capture_cost
 	HF_HUB_OFFLINE=1 $(PY) -m bench.zoom_bound
+	HF_HUB_OFFLINE=1 $(PY) -m bench.writes_cost
 	HF_HUB_OFFLINE=1 $(PY) -m bench.long_context
 	HF_HUB_OFFLINE=1 $(PY) -m bench.waiting
 	HF_HUB_OFFLINE=1 $(PY) -m bench.browser

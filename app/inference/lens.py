@@ -3,10 +3,15 @@
 Row 0 is what enters the first layer (the embeddings), row l + 1 what layer l hands on; each is
 put through the model's final norm and its language-model head (the modules themselves, so the
 last row is exactly the model's own logits) and kept as a small table: each position's top-k and
-one chosen token's probability and rank. Probabilities are a softmax over the whole vocabulary in
-float64. Every row's positions go through the head together, LENS_ROWS of them at a time (the
-head's weights are read once per batch, not once per layer), so logits over the vocabulary are
-never held for more than LENS_ROWS positions.
+one chosen token's probability and rank. A probability is exp(logit - logsumexp), the sum over
+the whole vocabulary accumulated in float64 (logsumexp64: float32's own softmax over 49,152
+logits is up to 2.2e-5 off). Every row's positions go through the head together, LENS_ROWS at
+a time (the head's weights are read once per batch, not once per layer), so logits over the
+vocabulary are never held for more than LENS_ROWS positions.
+
+What it costs: each row is the whole unembedding, (layers + 1) · vocab · d_model
+multiply-adds a position, 6.5 times SmolLM2's whole forward pass by count; bench/writes_cost.py
+measures it.
 """
 
 from __future__ import annotations
@@ -34,6 +39,22 @@ class LensGrid:
     chosen_rank: Tensor | None  # (rows, P) int64: 1 for the most likely token
 
 
+SUM_BLOCK = 1024
+
+
+def logsumexp64(logits: Tensor, top: Tensor) -> Tensor:
+    """log Σ exp(logits) over the last dimension, (n, vocab) -> (n,) float64, given each row's
+    maximum `top` (n, 1): every exp in the logits' own dtype after subtracting it (so at most
+    1), summed SUM_BLOCK at a time in that dtype and the blocks' sums in float64 (a relative
+    error under 1e-6, tests/app/test_residual.py; a float64 sum of every term costs twice as
+    much)."""
+    terms = (logits - top).exp_()
+    n, vocab = terms.shape
+    if vocab % SUM_BLOCK == 0:
+        terms = terms.view(n, vocab // SUM_BLOCK, SUM_BLOCK).sum(dim=-1)
+    return top[:, 0].double() + terms.sum(dim=-1, dtype=torch.float64).log()
+
+
 def logit_lens(
     loaded: LoadedModel, stream: Stream, positions: list[int], k: int, chosen: int | None
 ) -> LensGrid:
@@ -47,15 +68,16 @@ def logit_lens(
     with torch.inference_mode():
         for start in range(0, flat.shape[0], LENS_ROWS):
             h = flat[start : start + LENS_ROWS]
-            logits = head_logits(loaded.predictor, h if norm is None else norm(h)).double()
-            logp = logits.log_softmax(dim=-1)  # (n, vocab)
-            top = logp.topk(min(k, logp.shape[-1]), dim=-1)
+            logits = head_logits(loaded.predictor, h if norm is None else norm(h))  # (n, vocab)
+            top = logits.topk(min(k, logits.shape[-1]), dim=-1)
+            lse = logsumexp64(logits, top.values[:, :1])  # (n,) float64
             parts["ids"].append(top.indices.cpu())
-            parts["probs"].append(top.values.exp().float().cpu())
+            parts["probs"].append((top.values.double() - lse[:, None]).exp().float().cpu())
             if chosen is not None:
                 mine = logits[:, chosen : chosen + 1]
-                parts["chosen_prob"].append(logp[:, chosen].exp().float().cpu())
-                parts["chosen_rank"].append(((logits > mine).sum(-1) + 1).cpu())
+                parts["chosen_prob"].append((mine[:, 0].double() - lse).exp().float().cpu())
+                above = (logits > mine).sum(dim=-1, dtype=torch.int32)
+                parts["chosen_rank"].append((above + 1).long().cpu())
     found = {
         name: torch.cat(values).reshape(*shape, *values[0].shape[1:]) if values else None
         for name, values in parts.items()

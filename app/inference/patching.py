@@ -62,14 +62,14 @@ class Patched:
 
 def attribution_patching(
     loaded: LoadedModel,
-    corrupted: dict[str, Tensor],
+    run: Stream,
     clean: Stream,
     metric: Metric,
     clean_metric: float,
     corrupted_metric: float,
 ) -> Patched:
-    """One forward and one backward pass of the corrupted text (see the module docstring)."""
-    run = run_stream(loaded, corrupted, grad=True)
+    """The backward pass through `run`, the corrupted text's pass taken apart with autograd
+    (run_stream(..., grad=True)): see the module docstring."""
     n = len(run.heads)
     with torch.enable_grad():
         value = metric.of(loaded, run).sum()

@@ -57,11 +57,27 @@ class LensRequest(TextRequest):
     )
 
     top_k: json_int(ge=1, le=MAX_LENS_TOP_K) = Field(5, description="Candidates per cell.")
+    positions: list[Index] | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_WRITES_TOKENS,
+        description="The positions to read (the columns), each once; every predicted position "
+        "by default. The lens costs about 6 forward passes a position on SmolLM2 (each layer's "
+        "stream goes through the whole unembedding), so a long text reads faster a few at a time.",
+        json_schema_extra={"uniqueItems": True},
+    )
     token: TokenChoice | None = Field(
         None,
         description="The token whose probability and rank every cell gives; by default the "
         "model's own top guess at the last predicted position.",
     )
+
+    @field_validator("positions")
+    @classmethod
+    def _distinct(cls, positions: list[int] | None) -> list[int] | None:
+        if positions is not None and len(set(positions)) != len(positions):
+            raise ValueError("positions must be distinct")
+        return positions
 
 
 class LensResponse(BaseModel):

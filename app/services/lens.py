@@ -34,6 +34,16 @@ def lens(
             f"'{loaded.id}' predicts only at its mask token ({loaded.tokenizer.mask_token}); "
             "put one in the text"
         )
+    if req.positions is not None:
+        wrong = sorted(set(req.positions) - set(positions))
+        if wrong:
+            has = (
+                f"positions 0 to {positions[-1]}"
+                if loaded.predicts == "next_token"
+                else f"mask tokens at {positions}"
+            )
+            raise InvalidInput(f"positions {wrong} are not read: the text has {has}")
+        positions = sorted(req.positions)
     rows = loaded.arch.num_layers + 1
     cells = rows * len(positions) * req.top_k
     if cells > MAX_LENS_CELLS:

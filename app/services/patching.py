@@ -39,6 +39,7 @@ class Prepared:
 
     loaded: LoadedModel
     clean: Stream
+    corrupted: Stream  # with autograd's graph where prepared for attribution patching
     corrupted_inputs: dict
     metric: Metric
     clean_value: float
@@ -83,15 +84,17 @@ def check_request(manager: ModelManager, req: PatchingRequest) -> tuple[LoadedMo
     return loaded, seq
 
 
-def _prepare(loaded: LoadedModel, req: PatchingRequest, seq: int) -> Prepared:
+def _prepare(loaded: LoadedModel, req: PatchingRequest, seq: int, grad: bool) -> Prepared:
+    """Both passes and the metric; grad: the corrupted pass keeps its stream and autograd's
+    graph (attribution patching's backward pass runs through it), else only its output."""
     position = seq - 1 if req.position is None else req.position
     clean_inputs, _ = tokenize(loaded, req.text, None, MAX_PATCH_TOKENS)
     corrupted_inputs, _ = tokenize(loaded, req.corrupted, None, MAX_PATCH_TOKENS)
     clean = run_stream(loaded, clean_inputs)
-    corrupted = run_stream(loaded, corrupted_inputs, keep=False)
+    corrupted = run_stream(loaded, corrupted_inputs, keep=grad, grad=grad)
 
     def top(stream: Stream) -> int:
-        row = stream.last_hidden[0, position : position + 1]
+        row = stream.last_hidden[0, position : position + 1].detach()
         return int(top_predictions(loaded.predictor, row, 1)[0][0, 0])
 
     target = token_id(loaded, req.target, "target") if req.target is not None else top(clean)
@@ -128,7 +131,9 @@ def _prepare(loaded: LoadedModel, req: PatchingRequest, seq: int) -> Prepared:
         "clean": clean_value,
         "corrupted": corrupted_value,
     }
-    return Prepared(loaded, clean, corrupted_inputs, metric, clean_value, corrupted_value, fields)
+    return Prepared(
+        loaded, clean, corrupted, corrupted_inputs, metric, clean_value, corrupted_value, fields
+    )
 
 
 def _answer(prepared: Prepared, method: str, found: Patched, passes: int, components: str) -> dict:
@@ -154,16 +159,16 @@ def attribution(
     """Attribution patching: a PatchingResponse as JSON and its bytes' reservation."""
     loaded, seq = check_request(manager, req)
     with reserved_answer(budget, _bound(loaded, seq)) as answer, ExitStack() as held:
-        size = 2 * stream_bytes(loaded.arch, seq) + stream_bytes(loaded.arch, seq, grad=True)
+        size = stream_bytes(loaded.arch, seq) + stream_bytes(loaded.arch, seq, grad=True)
         held.callback(budget.reserve(answer_key("stream"), size).release)
-        prepared = _prepare(loaded, req, seq)
+        prepared = _prepare(loaded, req, seq, grad=True)
         if should_stop is not None and should_stop():
             raise RequestCancelled()
         found = attribution_patching(
-            loaded, prepared.corrupted_inputs, prepared.clean, prepared.metric,
+            loaded, prepared.corrupted, prepared.clean, prepared.metric,
             prepared.clean_value, prepared.corrupted_value,
         )  # fmt: skip
-        fields = _answer(prepared, "attribution", found, 3, req.components)
+        fields = _answer(prepared, "attribution", found, 2, req.components)
         return json_with_float32(fields), answer
 
 
@@ -186,7 +191,7 @@ def exact(
     with ExitStack() as held:
         size = stream_bytes(loaded.arch, seq) + batch_bytes(loaded, seq, batch)
         held.callback(budget.reserve(answer_key("stream"), size).release)
-        prepared = _prepare(loaded, req, seq)
+        prepared = _prepare(loaded, req, seq, grad=False)
         args = (loaded, prepared.corrupted_inputs, prepared.clean, prepared.metric, should_stop)
         n = loaded.arch.num_layers
         steps = n * (2 if req.components == "both" else 1)

@@ -168,3 +168,19 @@ def test_exact_patching_equals_patching_by_hand(models, name):
             source = clean.outputs[layer][0, position]
             expected = by_hand(loaded, corrupted, metric, layer, position=position, source=source)
             assert float(stream[layer, position]) == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+def test_the_lens_normaliser_is_within_its_stated_bound_of_float64():
+    from app.inference.lens import logsumexp64
+
+    torch.manual_seed(3)
+    logits = torch.randn(64, 49152) * 8  # spread like real logits, some rows very peaked
+    logits[:8, :5] += 40
+    top = logits.max(dim=-1, keepdim=True).values
+    exact = torch.logsumexp(logits.double(), dim=-1)
+    # a relative error of the sum is an absolute error of its log
+    assert float((logsumexp64(logits, top) - exact).abs().max()) < 1e-6
+    odd = logits[:, :49151]  # a vocabulary not a multiple of the block: one float64 sum
+    exact = torch.logsumexp(odd.double(), dim=-1)
+    top = odd.max(dim=-1, keepdim=True).values
+    assert float((logsumexp64(odd, top) - exact).abs().max()) < 1e-6

@@ -147,3 +147,15 @@ def test_a_token_must_be_named_one_way(client):
     assert client.post("/api/attention/attribution", json=both).status_code == 422
     neither = {**both, "target": {}}
     assert client.post("/api/attention/attribution", json=neither).status_code == 422
+
+
+def test_the_lens_reads_the_positions_asked_for(client):
+    whole = post(client, "lens", LensResponse, model=SMOLLM2_ID, text=EIFFEL, top_k=2)
+    some = post(client, "lens", LensResponse, model=SMOLLM2_ID, text=EIFFEL, top_k=2,
+                positions=[8, 2])  # fmt: skip
+    assert some["positions"] == [2, 8]
+    for row_whole, row_some in zip(whole["top"], some["top"], strict=True):
+        assert [row_whole[2], row_whole[8]] == row_some
+    wrong = client.post("/api/attention/lens", json={"model": SMOLLM2_ID, "text": EIFFEL,
+                                                       "positions": [9]})  # fmt: skip
+    assert wrong.status_code == 422 and "positions 0 to 8" in wrong.json()["detail"]
