@@ -427,6 +427,36 @@ class AtlasClient:
         body = _body(model=model, text=text, max_new_tokens=max_new_tokens, **options)
         return self._stream("/api/attention/generate", body)
 
+    def lens(self, model: str, text: str, **options) -> dict:
+        """POST /api/attention/lens: the logit lens. rows ('embeddings', 'after layer l'...)
+        by positions: top[row][position] candidates, and one token's token_probability and
+        token_rank (arrays). options: top_k, positions, token ({"text": " Paris"} or
+        {"id": 7042}; by default the model's top guess at the last position)."""
+        answer = self.post_json("/api/attention/lens", _body(model=model, text=text, **options))
+        return _with_arrays(answer, "token_probability", "token_rank")
+
+    def attribution(self, model: str, text: str, **options) -> dict:
+        """POST /api/attention/attribution: direct logit attribution. heads[layer, head],
+        mlps[layer], attention_bias[layer] (arrays), embeddings and bias, whose sum `total`
+        equals the model's `logit`. options: position, target and contrast ({"text"} or
+        {"id"}), source ({"layer", "head"}: that head split by key, source.values)."""
+        body = _body(model=model, text=text, **options)
+        answer = self.post_json("/api/attention/attribution", body)
+        if answer.get("source"):
+            _with_arrays(answer["source"], "values", "weights")
+        return _with_arrays(answer, "heads", "mlps", "attention_bias")
+
+    def patching(self, model: str, text: str, corrupted: str, exact: bool = False, **options):
+        """POST /api/attention/patching (exact False: attribution patching, a dict) or
+        /patching/exact (exact True: an iterator of progress lines and then the answer, as
+        forward()). heads[layer, head] and stream[layer, position]: the share of the metric
+        logit(target) - logit(contrast) recovered. options: position, target, contrast,
+        components ('heads', 'stream' or 'both')."""
+        body = _body(model=model, text=text, corrupted=corrupted, **options)
+        if exact:
+            return self._stream("/api/attention/patching/exact", body)
+        return _with_arrays(self.post_json("/api/attention/patching", body), "heads", "stream")
+
     def lab(self, name: str, **body) -> dict:
         """POST /api/lab/<name>, one of LAB_ROUTES (masks, scaling, scoring, tiling, linear,
         positions, cost, kv-cache, heads, cross, sparse, rope-head, padding, what-a-head-is,

@@ -30,6 +30,9 @@ OUT = Path(__file__).parent / "screenshots"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 SENTENCE = "The animal didn't cross the street because it was too tired."
+EIFFEL = "The Eiffel Tower is in the city of"
+IOI = ("When Mary and John went to the store, John gave a drink to",
+       "When Mary and John went to the store, Mary gave a drink to")  # fmt: skip
 DESKTOP, PHONE = (1280, 800), (390, 844)
 
 
@@ -186,6 +189,14 @@ SHOTS = [
          generated),
     Shot("explorer-qkspace", explorer(model=SMOLLM2, text=SENTENCE, view="qkspace", layer=4, head=7),
          query_hovered),
+    Shot("explorer-lens", explorer(model=SMOLLM2, text=EIFFEL, view="lens", layer=23, head=4),
+         _ran_then("document.querySelector('#lens-plot')?.data?.length > 0")),
+    Shot("explorer-lens-narrow", explorer(model=SMOLLM2, text=EIFFEL, view="lens", layer=23, head=4),
+         _ran_then("document.querySelector('#lens-plot')?.data?.length > 0"), PHONE),
+    Shot("explorer-attribution", explorer(model=SMOLLM2, text=EIFFEL, view="attribution", layer=23, head=4),
+         _ran_then("document.querySelector('#attribution-source')?.data?.length > 0")),
+    Shot("explorer-patching", explorer(model=SMOLLM2, text=IOI[0], view="patching", layer=23, head=3, pc=IOI[1], px=1),
+         _ran_then("document.querySelector('#patching-exact-heads')?.data?.length > 0")),
     Shot("lab-what-a-head-is", "/lab/what-a-head-is"),
     Shot("lab-forward-pass", "/lab/forward-pass"),
     Shot("lab-step-by-step", "/lab/step-by-step"),

@@ -116,6 +116,21 @@ def test_a_decoders_predictions_generation_and_streamed_pass(atlas):
     assert passes[-1]["num_layers"] == 30
 
 
+def test_what_heads_write_as_arrays(atlas):
+    text = "The capital of France is"
+    lens = atlas.lens(SMOLLM2_ID, text, top_k=2, positions=[4])
+    assert lens["token_probability"].shape == (31, 1) and lens["token"]["token"] == "␣Paris"
+    found = atlas.attribution(SMOLLM2_ID, text, source={"layer": 23, "head": 4})
+    assert found["heads"].shape == (30, 9) and found["source"]["values"].shape == (5,)
+    assert abs(found["total"] - found["logit"]) < 1e-4
+    patched = atlas.patching(SMOLLM2_ID, text, "The capital of Italy is", components="heads")
+    assert patched["heads"].shape == (30, 9) and patched["stream"] is None
+    lines = list(atlas.patching(SMOLLM2_ID, text, "The capital of Italy is", exact=True,
+                                components="heads"))  # fmt: skip
+    assert lines[0]["event"] == "progress" and lines[-1]["event"] == "done"
+    assert lines[-1]["passes"] == 30 * 9 + 2
+
+
 def test_refusals_say_why_with_the_servers_code(atlas):
     with pytest.raises(AtlasError) as unknown:
         atlas.attention("all-MiniLM-L6-v2", TEXT)

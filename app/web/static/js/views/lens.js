@@ -24,7 +24,7 @@ function parseCell(text) {
 export function headReady({ session, models, parts, set }, kind) {
   const model = models.find((m) => m.id === session.model);
   const fits = (m) => (kind === "next_token" ? m.predicts === "next_token" : m.predicts && m.predicts !== "none");
-  if (!model || fits(model)) {
+  if (!model || model.predicts == null || fits(model)) { // null: not loaded yet, so not known
     parts.results.hidden = false;
     return true;
   }
