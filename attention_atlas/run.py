@@ -24,11 +24,12 @@ from pathlib import Path
 
 import torch
 from torch import Tensor, nn
-from transformers import AutoModel, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from app.config import get_settings
 from app.inference.tokens import display_tokens
 from app.models import capture
+from app.models.lm_head import auto_class, head_kind, split_head
 from app.models.registry import BUILTIN_MODELS, MODEL_TYPE_FAMILIES, Family
 from app.models.sources import embedded_folder
 
@@ -57,6 +58,13 @@ class AttentionRun:
     calls: list[capture.LayerCall] | None = field(default=None, repr=False)  # each layer's
     # attention call, to replay it (app.models.capture); None where heads are not replayed
     replay_refusal: str | None = "an encoder-decoder's heads are not replayed here"
+    text: str | None = None  # what the model ran on (the lens and attribution run it again)
+    text_pair: str | None = None
+    tokenizer: PreTrainedTokenizerBase | None = field(default=None, repr=False)
+    layers: list[nn.Module] | None = field(default=None, repr=False)  # each layer's attention
+    predictor: nn.Module | None = field(default=None, repr=False)  # the model with its LM head,
+    # where the checkpoint has one (what the lens and direct attribution read)
+    predicts: str | None = None  # "next_token" or "masked" where there is a predictor
 
     @property
     def num_layers(self) -> int:
@@ -84,12 +92,24 @@ def _embedded(model: str) -> Path | None:
 
 
 def _load(model: str, tokenizer: PreTrainedTokenizerBase | None, dtype, device):
+    """(the model, with its LM head where its checkpoint has one; the tokenizer)."""
     location = _embedded(model) or model
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(location)
-    loaded = AutoModel.from_pretrained(
-        location, attn_implementation="eager", dtype=dtype or torch.float32
-    )
-    return loaded.to(device or "cpu"), tokenizer
+    config = AutoConfig.from_pretrained(location).to_dict()
+    kind = head_kind(MODEL_TYPE_FAMILIES.get(config.get("model_type")), config)
+    loaded, loading = auto_class(kind).from_pretrained(
+        location, attn_implementation="eager", dtype=dtype or torch.float32,
+        output_loading_info=True,
+    )  # fmt: skip
+    base, predictor, _ = split_head(loaded, loading, kind)
+    return (predictor or base).to(device or "cpu"), tokenizer
+
+
+def _predictor(model: PreTrainedModel) -> tuple[nn.Module | None, str | None]:
+    """(the model itself and what it predicts, where it is a model with an LM head)."""
+    kind = head_kind(None, {"architectures": [type(model).__name__]})
+    has_head = model is not model.base_model and model.get_output_embeddings() is not None
+    return (model, kind) if kind is not None and has_head else (None, None)
 
 
 def _eager(model: PreTrainedModel) -> None:
@@ -133,6 +153,7 @@ def run_model(
     if model.config.is_encoder_decoder:
         return _run_encoder_decoder(model, tokenizer, inputs, target or text, name)
     base = model.base_model
+    predictor, predicts = _predictor(model)
     family = MODEL_TYPE_FAMILIES.get(model.config.model_type)
     probe = {k: v[:, :4] for k, v in inputs.items()}  # a few tokens find the layers
     layers, refusal = capture.attach(base, probe, base.config.num_hidden_layers)
@@ -164,6 +185,12 @@ def run_model(
         calls=calls or None,
         replay_refusal=refusal,
         model=base if calls else None,
+        text=text,
+        text_pair=text_pair,
+        tokenizer=tokenizer,
+        layers=layers if calls else None,
+        predictor=predictor,
+        predicts=predicts,
     )
 
 

@@ -25,13 +25,19 @@ from pydantic import ValidationError
 
 from app.errors import AtlasError
 from app.inference.forward import ForwardResult
+from app.models.families import architecture
+from app.models.loader import LoadedModel
+from app.models.registry import Family, ModelSpec, Source
 from app.schemas.attention import DetailRequest
 from app.schemas.qkspace import QKSpaceRequest
+from app.schemas.writes import AttributionRequest, LensRequest
 from app.serialize import json_with_float32
 from app.services.attention import detail_of
+from app.services.attribution import attribution_fields, plan_attribution
+from app.services.lens import lens_fields, plan_lens
 from app.services.qkspace import projection_methods, qkspace_of
 from attention_atlas.bundle import panels_html, plotly_js, widget_css, widget_esm
-from attention_atlas.run import AttentionRun, run_model
+from attention_atlas.run import MAX_TOKENS, AttentionRun, run_model
 
 MAX_WIDGET_BYTES = 256 * 2**20  # the maps travel to the browser as one message
 MAPS_VIEWS = [("heatmap", "Heatmap"), ("grid", "All heads"), ("lines", "Token to token")]
@@ -41,6 +47,7 @@ REPLAY_VIEWS = [
     ("qkspace", "Q-K space"),
     ("steps", "Step by step"),
 ]
+WRITES_VIEWS = [("lens", "Logit lens"), ("attribution", "Direct attribution")]
 NO_REPLAY = (
     "Query · Key, Value-weighted, Q-K space and Step by step replay a head as the model ran "
     "it: they need a model given with its weights (show(model, text)), not bare maps, whose "
@@ -81,6 +88,8 @@ class AttentionWidget(anywidget.AnyWidget):
         replayable = run is not None and run.replayable and query_tokens is None
         views = MAPS_VIEWS if query_tokens is None else MAPS_VIEWS[:1]  # grid/lines: square
         views = views + (REPLAY_VIEWS if replayable else [])
+        if replayable and run.predictor is not None:  # what reads the LM head
+            views = views + (WRITES_VIEWS if run.predicts == "next_token" else WRITES_VIEWS[:1])
         if view not in dict(views):
             raise ValueError(f"view must be one of {[name for name, _ in views]}")
         if not (0 <= layer < layers and 0 <= head < heads):
@@ -204,7 +213,54 @@ def replay_qkspace(run: AttentionRun | None, body: dict) -> dict:
     return qkspace_of(loaded, result, request).model_dump(mode="json")
 
 
-REPLAYS = {"detail": replay_detail, "qkspace": replay_qkspace}
+_served: dict[int, LoadedModel] = {}
+
+
+def _writes_model(run: AttentionRun | None) -> LoadedModel:
+    """`run`'s model as the server holds one (app.models.loader.LoadedModel), for the lens and
+    direct attribution, which run the text again through the taken-apart pass; kept per run."""
+    if run is None or run.predictor is None or run.text is None:
+        raise ValueError(
+            "the logit lens and direct attribution read the model's language-model head: show "
+            "a model loaded with one (show(model, text), a causal or masked LM)"
+        )
+    found = _served.get(id(run))
+    if found is None:
+        config = run.model.config
+        found = LoadedModel(
+            spec=ModelSpec(run.model_name, Source.FOLDER, "shown in a notebook"),
+            family=run.family or Family.OTHER, tokenizer=run.tokenizer, model=run.model,
+            arch=architecture(config), max_tokens=MAX_TOKENS, causal=run.causal,
+            predictor=run.predictor, predicts=run.predicts, attention_layers=run.layers,
+            replay_refusal=run.replay_refusal,
+        )  # fmt: skip
+        _served.clear()  # one run at a time: a notebook's latest widget
+        _served[id(run)] = found
+    return found
+
+
+def replay_lens(run: AttentionRun | None, body: dict) -> dict:
+    """The server's lens answer for `run`'s text, from the view's request body."""
+    loaded = _writes_model(run)
+    request = LensRequest.model_validate({**body, "model": loaded.id, "text": run.text})
+    fields = lens_fields(loaded, plan_lens(loaded, request), request.top_k)
+    return orjson.loads(json_with_float32(fields))
+
+
+def replay_attribution(run: AttentionRun | None, body: dict) -> dict:
+    """The server's direct logit attribution for `run`'s text, from the view's request body."""
+    loaded = _writes_model(run)
+    request = AttributionRequest.model_validate({**body, "model": loaded.id, "text": run.text})
+    fields = attribution_fields(loaded, request, plan_attribution(loaded, request))
+    return orjson.loads(json_with_float32(fields))
+
+
+REPLAYS = {
+    "detail": replay_detail,
+    "qkspace": replay_qkspace,
+    "lens": replay_lens,
+    "attribution": replay_attribution,
+}
 
 
 def show(

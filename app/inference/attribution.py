@@ -44,8 +44,9 @@ class Attribution:
 def real_logit(layout: Layout, last_hidden: Tensor, target: int, contrast: int | None) -> float:
     """The model's own logit (difference) from its output at one position, (d,), before any
     final softcap (Gemma 2 caps the logits after the linear map)."""
-    logits = layout.unembed(last_hidden)
-    return float(logits[target] - (logits[contrast] if contrast is not None else 0.0))
+    with torch.inference_mode():
+        logits = layout.unembed(last_hidden)
+        return float(logits[target] - (logits[contrast] if contrast is not None else 0.0))
 
 
 def _double(module: nn.Module):
@@ -79,6 +80,7 @@ def _through_post_norm(layout: Layout, stream: Stream, layer: int, position: int
     return (lambda c: norm.linear(c, scale)), norm.beta.double()
 
 
+@torch.inference_mode()
 def attribute(
     loaded: LoadedModel, stream: Stream, position: int, target: int, contrast: int | None
 ) -> Attribution:
@@ -114,6 +116,7 @@ def attribute(
     )
 
 
+@torch.inference_mode()
 def head_sources(
     loaded: LoadedModel,
     stream: Stream,

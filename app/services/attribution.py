@@ -3,6 +3,8 @@ piece's direct contribution to the logit (difference) at one position."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.attribution import attribute, head_sources
 from app.inference.forward import count_tokens, tokenize
@@ -10,6 +12,7 @@ from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.predictions import top_predictions
 from app.inference.residual import run_stream
 from app.inference.tokens import display_tokens
+from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.writes import MAX_WRITES_TOKENS, AttributionRequest, AttributionResponse
 from app.serialize import in_order, json_bytes_bound, json_with_float32
@@ -25,14 +28,19 @@ CONVENTION = (
 CANDIDATES = 10
 
 
-def attribution(
-    manager: ModelManager,
-    budget: AnswerBudget,
-    req: AttributionRequest,
-    should_stop: ShouldStop = None,
-) -> tuple[bytes, Reservation]:
-    """An AttributionResponse as JSON and its bytes' reservation (released once sent)."""
-    loaded = manager.get(req.model)
+@dataclass(frozen=True)
+class AttributionPlan:
+    """An attribution request checked and sized against its model, before any pass."""
+
+    seq: int
+    position: int
+    target: int | None
+    contrast: int | None
+    answer_bytes: int
+
+
+def plan_attribution(loaded: LoadedModel, req: AttributionRequest) -> AttributionPlan:
+    """Every rule checked and the answer's bytes bounded, before any pass."""
     check_direct(loaded, "direct logit attribution")
     if req.text_pair is not None:
         raise InvalidInput("direct logit attribution reads one text: leave out text_pair")
@@ -47,49 +55,71 @@ def attribution(
     arch = loaded.arch
     numbers = arch.num_layers * (arch.num_heads + 2) + 4 + CANDIDATES + 2 * seq
     bound = json_bytes_bound(numbers, seq + CANDIDATES + 2)
-    with reserved_answer(budget, bound) as answer:
-        held = budget.reserve(answer_key("stream"), stream_bytes(arch, seq))
+    return AttributionPlan(seq, position, target, contrast, bound)
+
+
+def attribution_fields(
+    loaded: LoadedModel,
+    req: AttributionRequest,
+    plan: AttributionPlan,
+    should_stop: ShouldStop = None,
+) -> dict:
+    """The AttributionResponse's fields (float tensors where json_with_float32 writes them)."""
+    position, target, contrast = plan.position, plan.target, plan.contrast
+    inputs, _ = tokenize(loaded, req.text, None, MAX_WRITES_TOKENS)
+    layer = req.source.layer if req.source is not None else None
+    stream = run_stream(loaded, inputs, weights_of=layer)
+    if should_stop is not None and should_stop():
+        raise RequestCancelled()
+    row = stream.last_hidden[0, position : position + 1]
+    ids, probs = top_predictions(loaded.predictor, row, CANDIDATES)
+    target = int(ids[0, 0]) if target is None else target
+    if contrast == target:
+        raise InvalidInput("target and contrast are the same token: pick another contrast")
+    found = attribute(loaded, stream, position, target, contrast)
+    source = None
+    if req.source is not None:
+        split = head_sources(loaded, stream, layer, req.source.head, position, target, contrast)
+        source = {
+            "layer": layer,
+            "head": req.source.head,
+            "values": split.float(),
+            "weights": stream.weights[0, req.source.head, position].float().cpu(),
+        }
+    del stream
+    fields = {
+        "model": loaded.id,
+        "tokens": display_tokens(loaded.tokenizer, inputs["input_ids"][0].tolist())[0],
+        "position": position,
+        "target": chosen(loaded, target).model_dump(),
+        "contrast": chosen(loaded, contrast).model_dump() if contrast is not None else None,
+        "candidates": candidate_fields(loaded.tokenizer, ids[0].tolist(), probs[0].numpy()),
+        "logit": found.logit,
+        "total": found.total,
+        "embeddings": found.embeddings,
+        "heads": found.heads.float(),
+        "attention_bias": found.attention_bias.float(),
+        "mlps": found.mlps.float(),
+        "bias": found.bias,
+        "convention": CONVENTION,
+        "source": source,
+    }
+    return in_order(fields, AttributionResponse)
+
+
+def attribution(
+    manager: ModelManager,
+    budget: AnswerBudget,
+    req: AttributionRequest,
+    should_stop: ShouldStop = None,
+) -> tuple[bytes, Reservation]:
+    """An AttributionResponse as JSON and its bytes' reservation (released once sent)."""
+    loaded = manager.get(req.model)
+    plan = plan_attribution(loaded, req)
+    with reserved_answer(budget, plan.answer_bytes) as answer:
+        held = budget.reserve(answer_key("stream"), stream_bytes(loaded.arch, plan.seq))
         try:
-            inputs, _ = tokenize(loaded, req.text, None, MAX_WRITES_TOKENS)
-            layer = req.source.layer if req.source is not None else None
-            stream = run_stream(loaded, inputs, weights_of=layer)
-            if should_stop is not None and should_stop():
-                raise RequestCancelled()
-            row = stream.last_hidden[0, position : position + 1]
-            ids, probs = top_predictions(loaded.predictor, row, CANDIDATES)
-            target = int(ids[0, 0]) if target is None else target
-            if contrast == target:
-                raise InvalidInput("target and contrast are the same token: pick another contrast")
-            found = attribute(loaded, stream, position, target, contrast)
-            source = None
-            if req.source is not None:
-                split = head_sources(
-                    loaded, stream, layer, req.source.head, position, target, contrast
-                )
-                source = {
-                    "layer": layer,
-                    "head": req.source.head,
-                    "values": split.float(),
-                    "weights": stream.weights[0, req.source.head, position].float().cpu(),
-                }
-            del stream
+            fields = attribution_fields(loaded, req, plan, should_stop)
         finally:
             held.release()
-        fields = {
-            "model": loaded.id,
-            "tokens": display_tokens(loaded.tokenizer, inputs["input_ids"][0].tolist())[0],
-            "position": position,
-            "target": chosen(loaded, target).model_dump(),
-            "contrast": chosen(loaded, contrast).model_dump() if contrast is not None else None,
-            "candidates": candidate_fields(loaded.tokenizer, ids[0].tolist(), probs[0].numpy()),
-            "logit": found.logit,
-            "total": found.total,
-            "embeddings": found.embeddings,
-            "heads": found.heads.float(),
-            "attention_bias": found.attention_bias.float(),
-            "mlps": found.mlps.float(),
-            "bias": found.bias,
-            "convention": CONVENTION,
-            "source": source,
-        }
-        return json_with_float32(in_order(fields, AttributionResponse)), answer
+        return json_with_float32(fields), answer

@@ -3,6 +3,8 @@ stream read through the final norm and the head."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.forward import count_tokens, tokenize
 from app.inference.inflight import AnswerBudget, Reservation
@@ -10,6 +12,7 @@ from app.inference.lens import logit_lens
 from app.inference.predictions import top_predictions
 from app.inference.residual import layout_of, run_stream
 from app.inference.tokens import display_tokens
+from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.writes import MAX_LENS_CELLS, MAX_WRITES_TOKENS, LensRequest, LensResponse
 from app.serialize import in_order, json_bytes_bound, json_with_float32
@@ -18,11 +21,20 @@ from app.services.predictions import prediction_rows
 from app.services.writes import candidate_fields, check_lens, chosen, stream_bytes, token_id
 
 
-def lens(
-    manager: ModelManager, budget: AnswerBudget, req: LensRequest, should_stop: ShouldStop = None
-) -> tuple[bytes, Reservation]:
-    """A LensResponse as JSON and its bytes' reservation (released once they are sent)."""
-    loaded = manager.get(req.model)
+@dataclass(frozen=True)
+class LensPlan:
+    """A lens request checked and sized against its model, before any pass."""
+
+    inputs: dict
+    seq: int
+    positions: list[int]
+    chosen: int | None
+    answer_bytes: int
+
+
+def plan_lens(loaded: LoadedModel, req: LensRequest) -> LensPlan:
+    """Every rule checked and the answer's bytes bounded, from the request and the text's
+    tokens alone: 422 saying why where the model or the request cannot be read."""
     check_lens(loaded)
     if req.text_pair is not None:
         raise InvalidInput("the logit lens reads one text: leave out text_pair")
@@ -55,37 +67,53 @@ def lens(
     chosen_id = token_id(loaded, req.token, "token") if req.token is not None else None
     numbers = cells + 2 * rows * len(positions)  # each candidate's probability; the two grids
     bound = json_bytes_bound(numbers, cells + seq + rows + 1)  # a label per candidate and token
-    with reserved_answer(budget, bound) as answer:
-        held = budget.reserve(answer_key("stream"), stream_bytes(loaded.arch, seq))
+    return LensPlan(inputs, seq, positions, chosen_id, bound)
+
+
+def lens_fields(
+    loaded: LoadedModel, plan: LensPlan, top_k: int, should_stop: ShouldStop = None
+) -> dict:
+    """The LensResponse's fields (float tensors where json_with_float32 writes them)."""
+    stream = run_stream(loaded, plan.inputs)
+    if should_stop is not None and should_stop():
+        raise RequestCancelled()
+    positions, chosen_id = plan.positions, plan.chosen
+    if chosen_id is None:
+        last = stream.last_hidden[0, positions[-1] : positions[-1] + 1]
+        chosen_id = int(top_predictions(loaded.predictor, last, 1)[0][0, 0])
+    grid = logit_lens(loaded, stream, positions, top_k, chosen_id)
+    del stream
+    norm = layout_of(loaded).final_norm
+    rows = loaded.arch.num_layers + 1
+    fields = {
+        "model": loaded.id,
+        "tokens": display_tokens(loaded.tokenizer, plan.inputs["input_ids"][0].tolist())[0],
+        "predicts": loaded.predicts,
+        "positions": positions,
+        "rows": ["embeddings", *(f"after layer {i}" for i in range(rows - 1))],
+        "final_norm": type(norm).__name__ if norm is not None else None,
+        "top_k": top_k,
+        "top": [
+            [candidate_fields(loaded.tokenizer, i, p) for i, p in zip(r_ids, r_probs, strict=True)]
+            for r_ids, r_probs in zip(grid.ids.tolist(), grid.probs.numpy(), strict=True)
+        ],
+        "token": chosen(loaded, chosen_id).model_dump(),
+        "token_probability": grid.chosen_prob,
+        "token_rank": grid.chosen_rank.tolist(),
+    }
+    return in_order(fields, LensResponse)
+
+
+def lens(
+    manager: ModelManager, budget: AnswerBudget, req: LensRequest, should_stop: ShouldStop = None
+) -> tuple[bytes, Reservation]:
+    """A LensResponse as JSON and its bytes' reservation (released once they are sent)."""
+    loaded = manager.get(req.model)
+    plan = plan_lens(loaded, req)
+    with reserved_answer(budget, plan.answer_bytes) as answer:
+        held = budget.reserve(answer_key("stream"), stream_bytes(loaded.arch, plan.seq))
         try:
-            stream = run_stream(loaded, inputs)
-            if should_stop is not None and should_stop():
-                raise RequestCancelled()
-            if chosen_id is None:
-                last = stream.last_hidden[0, positions[-1] : positions[-1] + 1]
-                chosen_id = int(top_predictions(loaded.predictor, last, 1)[0][0, 0])
-            grid = logit_lens(loaded, stream, positions, req.top_k, chosen_id)
-            del stream
+            fields = lens_fields(loaded, plan, req.top_k, should_stop)
         finally:
             held.release()
-        norm = layout_of(loaded).final_norm
-        fields = {
-            "model": loaded.id,
-            "tokens": display_tokens(loaded.tokenizer, inputs["input_ids"][0].tolist())[0],
-            "predicts": loaded.predicts,
-            "positions": positions,
-            "rows": ["embeddings", *(f"after layer {i}" for i in range(rows - 1))],
-            "final_norm": type(norm).__name__ if norm is not None else None,
-            "top_k": req.top_k,
-            "top": [
-                [
-                    candidate_fields(loaded.tokenizer, i, p)
-                    for i, p in zip(r_ids, r_probs, strict=True)
-                ]
-                for r_ids, r_probs in zip(grid.ids.tolist(), grid.probs.numpy(), strict=True)
-            ],
-            "token": chosen(loaded, chosen_id).model_dump(),
-            "token_probability": grid.chosen_prob,
-            "token_rank": grid.chosen_rank.tolist(),
-        }
-        return json_with_float32(in_order(fields, LensResponse)), answer
+        return json_with_float32(fields), answer

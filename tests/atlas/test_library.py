@@ -10,14 +10,20 @@ import pytest
 import torch
 import transformers as tf
 
-from app.models.registry import MINILM_ID
+from app.models.registry import MINILM_ID, SMOLLM2_ID
 from app.models.sources import package_folder
 from attention_atlas import run_model, show
 from attention_atlas.bundle import RELATIVE_IMPORT, widget_esm
 from attention_atlas.cli import main as atlas_main
 from attention_atlas.cli import model_entry
 from attention_atlas.client import AtlasClient
-from attention_atlas.widget import AttentionWidget, replay_detail, replay_qkspace
+from attention_atlas.widget import (
+    AttentionWidget,
+    replay_attribution,
+    replay_detail,
+    replay_lens,
+    replay_qkspace,
+)
 from tests.support.live import start_server
 
 pytestmark = pytest.mark.slow
@@ -158,6 +164,34 @@ def test_widget_query_key_space_is_the_servers_answer(client, minilm_run):
             assert np.allclose(mine["keys"], theirs["keys"], atol=1e-5)
     with pytest.raises(ValueError, match="out of range"):
         replay_qkspace(minilm_run, {"layer": 9, "head": 0})
+
+
+def test_widget_lens_and_attribution_are_the_servers_answers(client):
+    """A causal LM shown in a notebook gets the views that read its head, computed by the same
+    services as the server's; MiniLM (no head) does not."""
+    text = "The Eiffel Tower is in the city of"
+    run = run_model(SMOLLM2_ID, text)
+    assert run.predicts == "next_token" and run.predictor is not None
+    widget = show(run, view="lens")
+    assert 'data-view="lens"' in widget.panels and 'data-view="attribution"' in widget.panels
+    lens = replay_lens(run, {"top_k": 3})
+    server = client.post(
+        "/api/attention/lens", json={"model": SMOLLM2_ID, "text": text, "top_k": 3}
+    )
+    assert lens["token"] == server.json()["token"] and lens["token"]["token"] == "␣Paris"
+    assert [[c["token_id"] for c in cell] for cell in lens["top"][-1]] == [
+        [c["token_id"] for c in cell] for cell in server.json()["top"][-1]
+    ]
+    body = {"source": {"layer": 23, "head": 4}, "contrast": {"text": " Rome"}}
+    ours = replay_attribution(run, body)
+    theirs = client.post(
+        "/api/attention/attribution", json={"model": SMOLLM2_ID, "text": text, **body}
+    ).json()
+    assert ours["logit"] == pytest.approx(theirs["logit"], abs=1e-4)
+    assert np.allclose(ours["heads"], theirs["heads"], atol=1e-4)
+    assert abs(ours["total"] - ours["logit"]) < 1e-4
+    with pytest.raises(ValueError, match="language-model head"):
+        replay_lens(run_model(MINILM, TEXT), {})
 
 
 def test_the_widget_module_is_self_contained():

@@ -63,6 +63,16 @@ export class WidgetSession {
     return this.ask("qkspace", body);
   }
 
+  /** The logit lens of the shown text, run by the Python kernel (the lens API's answer). */
+  lens(token) {
+    return this.ask("lens", token ? { top_k: 5, token } : { top_k: 5 });
+  }
+
+  /** Direct logit attribution, run by the Python kernel (the attribution API's answer). */
+  attribution(extra) {
+    return this.ask("attribution", extra);
+  }
+
   /** A replay by the kernel: `kind` names it, `body` is the API request's own. */
   ask(kind, body) {
     if (!this.meta.replayable) {

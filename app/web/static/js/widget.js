@@ -10,8 +10,10 @@ import * as qk from "./views/qk.js";
 import * as qkspace from "./views/qkspace.js";
 import * as steps from "./views/stages.js";
 import * as value from "./views/value.js";
+import * as lens from "./views/lens.js";
+import * as attribution from "./views/attribution.js";
 
-const VIEW_MODULES = { heatmap, grid, lines, qk, value, qkspace, steps };
+const VIEW_MODULES = { heatmap, grid, lines, qk, value, qkspace, steps, lens, attribution };
 
 /** plotly.js once per page, from the copy the Python side sent (nothing from a CDN). */
 function loadPlotly(model) {

@@ -22,7 +22,7 @@ function parseCell(text) {
  * says why, offers a model that can, and hides its results.
  */
 export function headReady({ session, models, parts, set }, kind) {
-  const model = models.find((m) => m.id === session.model);
+  const model = (models || []).find((m) => m.id === session.model); // the widget lists none
   const fits = (m) => (kind === "next_token" ? m.predicts === "next_token" : m.predicts && m.predicts !== "none");
   if (!model || model.predicts == null || fits(model)) { // null: not loaded yet, so not known
     parts.results.hidden = false;
