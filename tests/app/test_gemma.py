@@ -62,3 +62,19 @@ def test_gemma_predicts_paris(client):
     assert response.status_code == 200, response.text
     last = response.json()["positions"][-1]
     assert last["candidates"][0]["token"].strip("␣ ") == "Paris"
+
+
+def test_what_heads_write_on_gemma_adds_up(client):
+    """Gemma 3 normalises each attention's output before the residual adds it: the direct
+    attributions freeze that norm too, and still sum to the model's own logit."""
+    text = "The Eiffel Tower is in the city of"
+    body = {"model": GEMMA3_ID, "text": text, "source": {"layer": 17, "head": 0}}
+    answer = client.post("/api/attention/attribution", json=body)
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    assert found["target"]["token"].strip("␣ ") == "Paris"
+    assert found["total"] == pytest.approx(found["logit"], abs=2e-6 * max(1, abs(found["logit"])))
+    assert sum(found["source"]["values"]) == pytest.approx(found["heads"][17][0], abs=1e-5)
+    lens = client.post("/api/attention/lens", json={"model": GEMMA3_ID, "text": text, "top_k": 1})
+    assert lens.status_code == 200 and lens.json()["final_norm"] == "Gemma3RMSNorm"
+    assert lens.json()["top"][-1][-1][0]["token"].strip("␣ ") == "Paris"
