@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     cache_dir: str = Field(
         "var/cache", description="Where converted checkpoints (SmolLM2) are kept between runs."
     )
+    corpus_store: str = Field(
+        "var/corpus.sqlite",
+        description="The corpus store (SQLite) that `atlas corpus run` writes and the head "
+        "pages read.",
+    )
     preload: list[str] = Field(
         default_factory=lambda: ["sentence-transformers/all-MiniLM-L6-v2"],
         description="Models loaded in the background at start-up.",

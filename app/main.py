@@ -19,7 +19,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import timing as server_timing
 from app.admission import AdmissionContext, QueueLimits
-from app.api.routes import attention, core, health, lab, lessons, models, writes
+from app.api.routes import attention, core, corpus, health, lab, lessons, models, writes
 from app.compute import call_on_compute
 from app.config import Settings, get_settings
 from app.errors import AtlasError, install_error_handlers
@@ -140,6 +140,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router)
     app.include_router(attention.router)
     app.include_router(writes.router)
+    app.include_router(corpus.router)
     app.include_router(lab.router)
     app.include_router(lessons.router)
     app.include_router(pages.router)

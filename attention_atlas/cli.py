@@ -1,8 +1,13 @@
 """`atlas`: the command line. `atlas serve --model /path/to/checkpoint` starts the app with that
 folder (or Hub id) allowed and loaded, so a fine-tuned checkpoint needs no settings file.
+`atlas corpus run` describes every head of a model over a corpus, into the store the head
+pages read (resumable: run it again after a stop or a crash).
 
     atlas serve --model ./my-finetuned-bert --model gpt2 --port 8000
     atlas serve --model ./my-llama --device cuda --dtype bfloat16
+    atlas corpus run --model HuggingFaceTB/SmolLM2-135M-Instruct --corpus python-docs
+    atlas corpus run --model ./my-llama --corpus ./my-texts.jsonl --texts 2000 --tokens 512
+    atlas corpus list
 """
 
 from __future__ import annotations
@@ -48,6 +53,56 @@ def serve(args: argparse.Namespace) -> None:
     serve_app(["--host", args.host, "--port", str(args.port), "--log-level", args.log_level])
 
 
+def corpus(args: argparse.Namespace) -> None:
+    """`atlas corpus run` and `atlas corpus list`."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    for name in ("device", "dtype"):
+        if getattr(args, name, None) is not None:
+            os.environ[f"ATLAS_{name.upper()}"] = getattr(args, name)
+    from app.corpus.store import Store
+
+    store = Store(Path(args.store))
+    if args.action == "list":
+        for run in store.runs():
+            print(f"{run.id}: {run.model} on {run.corpus}, {run.sequence_tokens} tokens a text, "
+                  f"{run.done} of {run.planned} texts done")  # fmt: skip
+        return
+    model_id, entry = args.model
+    if entry != model_id:
+        extra = json.loads(os.environ.get("ATLAS_EXTRA_MODELS", "[]"))
+        os.environ["ATLAS_EXTRA_MODELS"] = json.dumps([*extra, entry])
+    from app.config import Settings
+    from app.corpus.job import plan, run_job
+    from app.corpus.texts import CorpusMissing
+    from app.models.manager import ModelManager
+    from app.models.placement import resolve_placement
+    from app.models.registry import build_registry
+
+    settings = Settings(preload=[])
+    manager = ModelManager(
+        build_registry(settings.extra_models, settings.allowed_models),
+        cache_dir=Path(settings.cache_dir), token_limit=settings.max_tokens, max_loaded=1,
+        hub_downloads=settings.hub_downloads,
+        placement=resolve_placement(settings.device, settings.dtype),
+    )  # fmt: skip
+    loaded = manager.get(model_id)
+    try:
+        run = plan(store, loaded, args.corpus, args.tokens, args.texts)
+    except (CorpusMissing, ValueError) as err:
+        raise SystemExit(f"atlas corpus: {err}") from None
+    print(f"run {run.id}: {model_id} on {args.corpus}: {run.done} of {run.planned} texts done")
+
+    def progress(done: int, planned: int, rate: float) -> None:
+        print(f"\r{done} of {planned} texts, {rate:,.0f} tokens/s", end="", flush=True)
+
+    try:
+        run = run_job(loaded, store, run, progress=progress)
+    except KeyboardInterrupt:
+        print("\nstopped: run it again to go on from here")
+        return
+    print(f"\ndone: {run.done} of {run.planned} texts, stored in {args.store}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="atlas", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -68,9 +123,25 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument(
         "--hub-downloads", action="store_true", help="let Hub ids download (needs internet)"
     )
+    jobs = commands.add_parser("corpus", help="describe every head over a corpus")
+    jobs.add_argument("action", choices=["run", "list"])
+    jobs.add_argument("--model", type=model_entry, help="a model id or checkpoint folder")
+    jobs.add_argument(
+        "--corpus", default="python-docs",
+        help="python-docs (Debian's python3-doc: `make corpus`), or a .txt/.jsonl file or folder",
+    )  # fmt: skip
+    jobs.add_argument("--texts", type=int, default=500, help="texts cut from the corpus at most")
+    jobs.add_argument("--tokens", type=int, default=128, help="tokens a text at most")
+    jobs.add_argument("--store", default="var/corpus.sqlite", help="the SQLite store")
+    jobs.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
+    jobs.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args(argv)
     if args.command == "serve":
         serve(args)
+    elif args.command == "corpus":
+        if args.action == "run" and args.model is None:
+            parser.error("atlas corpus run needs --model")
+        corpus(args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+"""What corpus jobs found (GET /api/corpus ...): the head pages and Head roles' scatter read it."""
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from app.api.responses import errors
+from app.api.strict_json import StrictJSONRoute
+from app.deps import SettingsDep
+from app.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard
+from app.services.corpus import corpus_heads, corpus_runs, head_dashboard, open_store
+from attention_core.head_stats import STATISTICS
+
+router = APIRouter(prefix="/api/corpus", tags=["corpus"], route_class=StrictJSONRoute)
+RunId = Annotated[int, Path(ge=1, le=2**31 - 1, description="A run's id from GET /api/corpus.")]
+Index = Annotated[int, Path(ge=0, le=4096)]
+
+
+@router.get(
+    "", response_model=CorpusRuns, summary="The corpus runs this server can read",
+    responses=errors(429),
+)  # fmt: skip
+def runs(settings: SettingsDep) -> CorpusRuns:
+    """Every run in the corpus store (`atlas corpus run` writes them), with its progress."""
+    store = open_store(settings.corpus_store)
+    try:
+        return corpus_runs(store, settings.corpus_store)
+    finally:
+        if store:
+            store.close()
+
+
+@router.get(
+    "/{run_id}/heads",
+    response_model=CorpusHeads,
+    summary="Every head's statistics over a corpus",
+    responses=errors(404, 422, 429, e404="No run of that id; the detail lists the runs."),
+)
+def heads(settings: SettingsDep, run_id: RunId) -> CorpusHeads:
+    """Each statistic's mean and spread over the run's finished texts, per layer and head, and
+    the roles the means pass: what the scatter and the head finder read."""
+    store = open_store(settings.corpus_store)
+    try:
+        return corpus_heads(store, run_id)
+    finally:
+        if store:
+            store.close()
+
+
+@router.get(
+    "/{run_id}/heads/{layer}/{head}",
+    response_model=HeadDashboard,
+    summary="One head's dashboard over a corpus",
+    responses=errors(404, 422, 429, e404="No run of that id; the detail lists the runs."),
+)
+def head(
+    settings: SettingsDep,
+    run_id: RunId,
+    layer: Index,
+    head: Index,
+    metric: Annotated[
+        str | None,
+        Query(
+            description=f"The statistic the texts are ranked by ({', '.join(STATISTICS)}); "
+            "by default the one behind the head's strongest corpus role"
+        ),
+    ] = None,
+    per_decile: Annotated[int, Query(ge=1, le=10, description="Texts shown a decile")] = 2,
+) -> HeadDashboard:
+    """Histograms of every statistic over the texts, the texts by decile of `metric`, the
+    tokens it reads most and that read most sharply, and its distance histogram."""
+    store = open_store(settings.corpus_store)
+    try:
+        return head_dashboard(store, run_id, layer, head, metric, per_decile)
+    finally:
+        if store:
+            store.close()

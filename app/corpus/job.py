@@ -1,0 +1,130 @@
+"""The corpus job: a corpus's texts through a model, each head described on each text, kept in
+the store (app.corpus.store) as each text finishes, so a job stopped or crashed resumes where
+it was without computing a finished text again.
+
+Per text, one forward pass with eager attention hands over every layer's maps as the model
+computes them (app.inference.forward.run_forward's keep_maps: no replay), and per layer:
+every head statistic of the explorer's Head roles (attention_core.head_stats, the sliding
+window's own visible keys where a layer has one), the attention-weighted distance histogram
+and the few tokens each head reads most and that read most sharply
+(attention_core.corpus_stats).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from app.corpus.store import Run, Store
+from app.corpus.texts import paragraphs, sequences
+from app.inference.forward import run_forward
+from app.inference.replay import visible_keys
+from app.models.loader import LoadedModel
+from app.services.head_statistics import token_facts
+from attention_core.corpus_stats import DISTANCE_EDGES, distance_histogram, strongest_tokens
+from attention_core.head_stats import STATISTICS, layer_statistics_by_rows
+
+TOKENS_KEPT = 5  # a head's tokens kept per text and side
+MAX_SEQUENCE_TOKENS = 512
+
+
+@dataclass(frozen=True)
+class TextResult:
+    tokens: int
+    stats: np.ndarray  # (layers, heads, statistics) float32
+    hist: np.ndarray  # (layers, heads, bins) float32
+    head_tokens: list[tuple[int, int, str, int, float]]  # (layer, head, side, token_id, weight)
+    labels: dict[int, str]  # token_id -> its label, for the tokens in head_tokens
+
+
+def plan(store: Store, loaded: LoadedModel, corpus: str, tokens: int, limit: int) -> Run:
+    """The run of (model, corpus, tokens): the stored one, or a new one with its texts cut
+    from the corpus (at most `limit`). An existing run keeps its texts: a resumed job reads
+    exactly what the first one planned."""
+    if not 16 <= tokens <= min(MAX_SEQUENCE_TOKENS, loaded.max_tokens):
+        raise ValueError(
+            f"sequences of {tokens} tokens: choose 16 to {min(MAX_SEQUENCE_TOKENS, loaded.max_tokens)}"
+        )
+    found = store.run_for(loaded.id, corpus, tokens)
+    if found is not None:
+        return found
+
+    def count(text: str) -> int:
+        return len(loaded.tokenizer(text)["input_ids"])
+
+    texts = list(sequences(paragraphs(corpus), count, tokens, limit))
+    if not texts:
+        raise ValueError(f"the corpus {corpus!r} gave no text")
+    shape = (loaded.arch.num_layers, loaded.arch.num_heads)
+    return store.create_run(
+        loaded.id, corpus, tokens, shape, list(STATISTICS), list(DISTANCE_EDGES), texts
+    )
+
+
+def describe_text(loaded: LoadedModel, text: str) -> TextResult:
+    """Every head of the model on one text (see the module docstring)."""
+    kept: dict[int, torch.Tensor] = {}
+    result = run_forward(loaded, text, keep_maps=lambda layer, maps: kept.__setitem__(layer, maps))
+    facts = token_facts(loaded, result)
+    ignore = facts.special.clone()
+    ignore[0] = True  # the first token: where heads park attention they do not use
+    stats, hists, rows = [], [], []
+    for layer in range(loaded.arch.num_layers):
+        maps = kept.pop(layer, None)
+        if maps is None:
+            maps = result.layer_maps(layer)
+        window = visible_keys(result.calls, layer, result.seq_len)
+        found = layer_statistics_by_rows([(0, maps)], facts, loaded.causal, window)
+        stats.append(torch.stack([found[name] for name in STATISTICS], dim=-1))
+        hists.append(distance_histogram(maps))
+        for side, (ids, weights) in zip(
+            ("to", "from"),
+            _pairs(strongest_tokens(maps, facts.ids, ignore, TOKENS_KEPT)),
+            strict=True,
+        ):
+            for head in range(maps.shape[0]):
+                for token, weight in zip(ids[head].tolist(), weights[head].tolist(), strict=True):
+                    if token >= 0 and weight > 0:
+                        rows.append((layer, head, side, token, weight))
+    shown = dict(zip(result.token_ids, result.tokens, strict=True))
+    return TextResult(
+        labels={token: shown[token] for token in {row[3] for row in rows}},
+        tokens=result.seq_len,
+        stats=torch.stack(stats).numpy(),
+        hist=torch.stack(hists).numpy(),
+        head_tokens=rows,
+    )
+
+
+def _pairs(found):
+    to_ids, to_weight, from_ids, from_weight = found
+    return (to_ids, to_weight), (from_ids, from_weight)
+
+
+def run_job(
+    loaded: LoadedModel,
+    store: Store,
+    run: Run,
+    should_stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int, int, float], None] = lambda done, planned, rate: None,
+) -> Run:
+    """Every text of the run not done yet, in order; stops between two texts when asked.
+    progress(texts done, texts planned, tokens a second so far)."""
+    done = run.done
+    tokens = 0
+    started = time.perf_counter()
+    for idx, text in store.pending(run.id):
+        if should_stop():
+            break
+        began = time.perf_counter()
+        found = describe_text(loaded, text)
+        store.finish(run.id, idx, found.tokens, found.stats, found.hist,
+                     time.perf_counter() - began, found.head_tokens, found.labels)  # fmt: skip
+        done += 1
+        tokens += found.tokens
+        progress(done, run.planned, tokens / max(1e-9, time.perf_counter() - started))
+    return store.run(run.id)

@@ -1,0 +1,72 @@
+"""Schemas of GET /api/corpus...: what a corpus job found about every head."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class CorpusRun(BaseModel):
+    id: int
+    model: str
+    corpus: str = Field(description="The corpus's name (python-docs) or the path it was read from")
+    sequence_tokens: int = Field(description="Tokens a text at most")
+    planned: int = Field(description="Texts the job cut from the corpus")
+    done: int = Field(description="Texts finished so far (a job resumes with the rest)")
+    statistics: list[str]
+    layers: int
+    heads: int
+
+
+class CorpusRuns(BaseModel):
+    runs: list[CorpusRun]
+    store: str = Field(description="The SQLite file the server reads")
+
+
+class CorpusHeads(BaseModel):
+    run: CorpusRun
+    statistics: dict[str, list[list[float | None]]] = Field(
+        description="[statistic][layer][head]: the mean over the corpus's texts (null: no text "
+        "has a row that counts)"
+    )
+    spread: dict[str, list[list[float | None]]] = Field(
+        description="[statistic][layer][head]: the standard deviation over texts"
+    )
+    roles: list[list[list[str]]] = Field(
+        description="[layer][head]: the roles the corpus means pass (the explorer's thresholds)"
+    )
+
+
+class HeadText(BaseModel):
+    idx: int = Field(description="The text's number in the run")
+    decile: int = Field(description="0 (lowest tenth of the texts by the metric) to 9")
+    value: float
+    text: str
+
+
+class TokenCount(BaseModel):
+    token_id: int
+    token: str
+    weight: float = Field(description="Attention summed over the texts (each text's top tokens)")
+    texts: int = Field(description="Texts where it was among the head's top tokens")
+
+
+class Histogram(BaseModel):
+    edges: list[float] = Field(description="Bin edges (one more than counts)")
+    counts: list[int]
+
+
+class HeadDashboard(BaseModel):
+    run: CorpusRun
+    layer: int
+    head: int
+    metric: str = Field(description="The statistic the texts are ranked by")
+    statistics: dict[str, float | None] = Field(description="Each statistic's corpus mean")
+    roles: list[str]
+    histograms: dict[str, Histogram] = Field(description="Each statistic over the texts")
+    texts: list[HeadText] = Field(description="Texts by decile of the metric, highest first")
+    to_tokens: list[TokenCount] = Field(description="The tokens it reads most")
+    from_tokens: list[TokenCount] = Field(description="The tokens that read most sharply")
+    distance_edges: list[int]
+    distance: list[float] = Field(
+        description="The share of its attention at each distance bin (sums to 1)"
+    )
