@@ -241,6 +241,37 @@ def deep_zoom(request: Request) -> HTMLResponse:
     )
 
 
+@page("/head/{model:path}/{layer:int}/{head:int}", response_class=HTMLResponse)
+def head_page(request: Request, model: str, layer: int, head: int) -> HTMLResponse:
+    """One head over a corpus (its dashboard): a stable link per model, layer and head."""
+    return templates.TemplateResponse(
+        request,
+        "head.html",
+        {
+            "page": "head",
+            "page_data": {
+                "model": model,
+                "layer": layer,
+                "head": head,
+                "statistics": list(DESCRIPTIONS.items()),
+            },
+        },
+    )
+
+
+@page("/heads/{model:path}", response_class=HTMLResponse)
+def corpus_heads_page(request: Request, model: str) -> HTMLResponse:
+    """Every head of a model over a corpus: a scatter on any two statistics and a finder."""
+    return templates.TemplateResponse(
+        request,
+        "heads_corpus.html",
+        {
+            "page": "corpus-heads",
+            "page_data": {"model": model, "statistics": list(DESCRIPTIONS.items())},
+        },
+    )
+
+
 @page("/lab/masks", response_class=HTMLResponse)
 def masks_lab(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "masks.html", {"page": "masks"})

@@ -112,6 +112,10 @@ export const api = {
   // Model ids contain a slash; the routes take them as a path, so each segment is encoded.
   loadModel: (id, opts) => request("POST", `/api/models/${encodePath(id)}/load`, undefined, opts),
   modelStatus: (id, opts) => request("GET", `/api/models/${encodePath(id)}/status`, undefined, opts),
+  corpusRuns: (opts) => request("GET", "/api/corpus", undefined, opts),
+  corpusHeads: (run, opts) => request("GET", `/api/corpus/${run}/heads`, undefined, opts),
+  corpusHead: (run, layer, head, query, opts) =>
+    request("GET", `/api/corpus/${run}/heads/${layer}/${head}?${new URLSearchParams(query)}`, undefined, opts),
   lessons: (opts) => request("GET", "/api/lessons", undefined, opts),
   lesson: (id, opts) => request("GET", `/api/lessons/${encodeURIComponent(id)}`, undefined, opts),
   checkLesson: (text, opts) => request("POST", "/api/lessons/check", { text }, opts),

@@ -99,6 +99,7 @@ export async function render({ session, state, parts, info, set, open, isStale, 
     onCellClick(parts.map, (layer, head) => open(layer, head));
   }
   parts.summary.textContent = summarise(data, stat, grid);
+  parts.corpus.href = `/heads/${session.model}`; // what each head does over many texts
   showTable(parts.table, data, info, parseSort(state.sort), open);
   return {
     kind: "head", element: scored ? parts.map : null, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,

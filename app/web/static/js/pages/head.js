@@ -1,0 +1,159 @@
+// One head over a corpus: its statistics' spread over the texts, texts by tenth of a ranking
+// (each drawn as the explorer draws this head), its tokens, its distances, and a check of the
+// user's own text against what the corpus says. State (metric, run, text) is in the URL.
+
+import { api } from "../api.js";
+import { $, el, metricCard, readPageData, showError } from "../dom.js";
+import { drawChart, drawHeatmap, plotlyReady, weightScale } from "../views/plot.js";
+
+const page = readPageData();
+const { model, layer, head } = page;
+const DESCRIBE = Object.fromEntries(page.statistics);
+const SHOWN = ["entropy", "first", "previous", "self", "induction", "distance", "max_weight", "local"];
+const params = new URLSearchParams(location.search);
+const error = $("#head-error");
+
+function writeUrl(change) {
+  for (const [name, value] of Object.entries(change)) {
+    if (value === null || value === "") params.delete(name);
+    else params.set(name, value);
+  }
+  history.replaceState(null, "", `${location.pathname}?${params}`);
+}
+
+const explorerLink = (text) =>
+  `/?${new URLSearchParams({ model, text, layer, head, view: "heatmap" })}`;
+const zoomLink = (text) =>
+  `/zoom?${new URLSearchParams({ model, layer, head })}#${new URLSearchParams({ text })}`;
+
+/** The run to read: the URL's, else this model's with the most texts done. */
+async function chooseRun() {
+  const { runs } = await api.corpusRuns();
+  const asked = Number(params.get("run"));
+  const mine = runs.filter((r) => r.model === model && r.done > 0);
+  return mine.find((r) => r.id === asked) ?? mine.sort((a, b) => b.done - a.done)[0] ?? null;
+}
+
+function tokenTable(table, caption, rows) {
+  const headRow = el("tr", {}, ["token", "attention", "texts"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
+  table.replaceChildren(
+    el("caption", { text: caption }),
+    el("thead", {}, [headRow]),
+    el("tbody", {}, rows.map((r) => el("tr", {}, [
+      el("td", { className: "tok", text: r.token }),
+      el("td", { text: r.weight.toFixed(2) }),
+      el("td", { text: String(r.texts) }),
+    ]))),
+  );
+}
+
+async function drawHistograms(dashboard) {
+  const grid = $("#head-histograms");
+  const names = [dashboard.metric, ...SHOWN.filter((n) => n !== dashboard.metric)];
+  grid.replaceChildren();
+  for (const name of names) {
+    const { edges, counts } = dashboard.histograms[name];
+    const figure = el("figure", { className: "stage" });
+    const plot = el("div", { className: "plot" });
+    figure.append(plot);
+    grid.append(figure);
+    const mids = counts.map((_, i) => (edges[i] + edges[i + 1]) / 2);
+    const mean = dashboard.statistics[name];
+    await drawChart(plot, [{ type: "bar", x: mids, y: counts, marker: { color: "#4d7ea8" }, hovertemplate: `${name} %{x:.2f}: %{y} texts<extra></extra>` }], {
+      title: `${name}${mean === null ? "" : ` · mean ${mean.toFixed(2)}`}: ${DESCRIBE[name] ?? ""}`,
+      height: 240, bargap: 0.05, xaxis: { title: { text: name } }, yaxis: { title: { text: "texts" } },
+    });
+  }
+}
+
+async function drawTexts(dashboard) {
+  const grid = $("#head-texts");
+  grid.replaceChildren();
+  for (const item of dashboard.texts) {
+    const figure = el("figure", { className: "stage" });
+    const caption = el("figcaption", { text: `Tenth ${item.decile + 1} of 10 · ${dashboard.metric} ${item.value.toFixed(3)}` });
+    const links = el("p", { className: "help" }, [
+      el("a", { text: "Open in the explorer", attrs: { href: explorerLink(item.text) } }),
+      " · ",
+      el("a", { text: "Deep zoom", attrs: { href: zoomLink(item.text) } }),
+    ]);
+    const plot = el("div", { className: "plot" });
+    figure.append(caption, plot, links);
+    grid.append(figure);
+  }
+  const figures = [...grid.children];
+  for (const [i, item] of dashboard.texts.entries()) {
+    const maps = await api.attention({ model, text: item.text, layers: [layer], heads: [head], format: "json" });
+    const weights = maps.attentions[0][0];
+    const scale = weightScale("linear", weights);
+    await drawHeatmap(figures[i].querySelector(".plot"), scale.options.z, maps.tokens, maps.tokens, {
+      ...scale.options, hoverName: "weight", height: 300, showScale: false,
+      title: `text ${item.idx}: ${maps.tokens.length} tokens`,
+    });
+  }
+}
+
+async function compareText(dashboard) {
+  const text = $("#head-text").value.trim();
+  const verdict = $("#head-verdict");
+  writeUrl({ text });
+  if (!text) return;
+  verdict.textContent = "Running the model on your text…";
+  const found = await api.heads({ model, text, layers: [layer] });
+  const mine = found.roles[0][head].map((r) => r.role);
+  const corpus = dashboard.roles;
+  const missing = corpus.filter((r) => !mine.includes(r));
+  const extra = mine.filter((r) => !corpus.includes(r));
+  const value = found.statistics[dashboard.metric][0][head];
+  const mean = dashboard.statistics[dashboard.metric];
+  const parts = [`On your text (${found.tokens.length} tokens) this head's ${dashboard.metric} is ${value === null ? "not defined" : value.toFixed(3)}, against ${mean === null ? "none" : mean.toFixed(3)} over the corpus.`];
+  if (!missing.length && !extra.length) parts.push(corpus.length ? ` It does here what it does in general: ${corpus.join(", ")}.` : " Neither the corpus nor your text gives it a role.");
+  if (missing.length) parts.push(` The corpus calls it ${missing.join(", ")}; on your text it is not${missing.includes("induction") ? " (an induction head needs a repeated span to show it)" : ""}.`);
+  if (extra.length) parts.push(` On your text it is ${extra.join(", ")}, which it is not over the corpus.`);
+  verdict.replaceChildren(parts.join(""), " ", el("a", { text: "Open your text in the explorer", attrs: { href: explorerLink(text) } }));
+}
+
+async function main() {
+  document.title = `Layer ${layer} head ${head} of ${model} over a corpus · Attention Atlas`;
+  $("#head-title").textContent = `Layer ${layer} head ${head} of ${model}, over a corpus`;
+  $("#head-all").href = `/heads/${model}${params.has("run") ? `?run=${params.get("run")}` : ""}`;
+  $("#head-explorer").href = `/?${new URLSearchParams({ model, layer, head })}`;
+  const run = await chooseRun();
+  if (!run) {
+    $("#head-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\` for both embedded models), then reload.`;
+    return;
+  }
+  const select = $("#head-metric");
+  select.replaceChildren(...run.statistics.map((name) => new Option(name, name)));
+  await plotlyReady();
+  const show = async () => {
+    const metric = params.get("metric");
+    const dashboard = await api.corpusHead(run.id, layer, head, metric ? { metric, per_decile: 1 } : { per_decile: 1 });
+    select.value = dashboard.metric;
+    $("#head-summary").textContent = `Over ${run.done.toLocaleString("en")} texts of ${run.corpus} (up to ${run.sequence_tokens} tokens each): ${dashboard.roles.length ? `its roles are ${dashboard.roles.join(", ")}` : "no role passes its threshold on average"}; texts ranked by ${dashboard.metric}.`;
+    $("#head-means").replaceChildren(...run.statistics.map((name) => metricCard(name, dashboard.statistics[name] === null ? "—" : dashboard.statistics[name].toFixed(3))));
+    tokenTable($("#head-to"), "The tokens it reads most (the first token aside)", dashboard.to_tokens);
+    tokenTable($("#head-from"), "The tokens that read most sharply", dashboard.from_tokens);
+    const bins = dashboard.distance_edges.map((edge, i) => (i + 1 < dashboard.distance_edges.length ? `${edge}–${dashboard.distance_edges[i + 1] - 1}` : `${edge}+`));
+    await drawChart($("#head-distance"), [{ type: "bar", x: bins, y: dashboard.distance, marker: { color: "#b2182b" } }], {
+      title: "How far back it looks: its attention by query–key distance (tokens)", height: 300,
+      xaxis: { type: "category", title: { text: "distance" } }, yaxis: { title: { text: "share of attention" } },
+    });
+    await drawHistograms(dashboard);
+    await drawTexts(dashboard);
+    return dashboard;
+  };
+  let dashboard = await show();
+  select.addEventListener("change", async () => {
+    writeUrl({ metric: select.value });
+    dashboard = await show().catch((err) => showError(error, err.message));
+  });
+  $("#head-text").value = params.get("text") || "";
+  $("#head-compare").addEventListener("submit", (event) => {
+    event.preventDefault();
+    compareText(dashboard).catch((err) => showError(error, err.message));
+  });
+  if (params.get("text")) await compareText(dashboard);
+}
+
+main().catch((err) => showError(error, err.message));

@@ -1,0 +1,103 @@
+// Every head of a model over a corpus: a scatter on any two corpus statistics, coloured by a
+// third, and a finder over them. A click opens the head's page. State is in the URL.
+
+import { api } from "../api.js";
+import { $, el, readPageData, showError } from "../dom.js";
+import { drawChart, plotlyReady } from "../views/plot.js";
+
+const page = readPageData();
+const { model } = page;
+const params = new URLSearchParams(location.search);
+const error = $("#heads-error");
+const DEFAULTS = { x: "previous", y: "first", colour: "entropy", find: "induction", min: "0.3", max: "1" };
+const value = (name) => params.get(name) ?? DEFAULTS[name];
+
+function writeUrl(change) {
+  for (const [name, v] of Object.entries(change)) params.set(name, v);
+  history.replaceState(null, "", `${location.pathname}?${params}`);
+}
+
+const headLink = (layer, head, run) => `/head/${model}/${layer}/${head}?run=${run}`;
+
+function cells(data, name) {
+  const out = [];
+  data.statistics[name].forEach((row, layer) => row.forEach((v, head) => out.push({ layer, head, v })));
+  return out;
+}
+
+async function drawScatter(data) {
+  const [x, y, colour] = ["x", "y", "colour"].map(value);
+  const xs = cells(data, x);
+  const ys = cells(data, y);
+  const cs = cells(data, colour);
+  const spread = cells({ statistics: data.spread }, y);
+  const plot = $("#heads-scatter");
+  await drawChart(plot, [{
+    type: "scatter", mode: "markers", x: xs.map((c) => c.v), y: ys.map((c) => c.v),
+    marker: { color: cs.map((c) => c.v), colorscale: "Viridis", showscale: true, size: 9, colorbar: { title: { text: colour }, thickness: 10 } },
+    customdata: xs.map((c, i) => [c.layer, c.head, spread[i].v ?? 0, data.roles[c.layer][c.head].join(", ") || "no role"]),
+    hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>${x} %{x:.3f}<br>${y} %{y:.3f} (± %{customdata[2]:.3f} over texts)<br>%{customdata[3]}<extra></extra>`,
+  }], {
+    title: `${data.run.layers * data.run.heads} heads of ${model} over ${data.run.done} texts of ${data.run.corpus}: ${x} across, ${y} up, colour ${colour}`,
+    height: 520, xaxis: { title: { text: x } }, yaxis: { title: { text: y } },
+  });
+  plot.removeAllListeners?.("plotly_click");
+  plot.on("plotly_click", (event) => {
+    const [layer, head] = event.points[0].customdata;
+    location.href = headLink(layer, head, data.run.id);
+  });
+}
+
+function drawFinder(data) {
+  const name = value("find");
+  const lo = Number(value("min"));
+  const hi = Number(value("max"));
+  const found = cells(data, name).filter((c) => c.v !== null && c.v >= lo && c.v <= hi).sort((a, b) => b.v - a.v);
+  const headRow = el("tr", {}, ["head", name, "± over texts", "roles on the corpus"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
+  $("#heads-found").replaceChildren(
+    el("caption", { text: `${found.length} heads with ${name} from ${lo} to ${hi}` }),
+    el("thead", {}, [headRow]),
+    el("tbody", {}, found.map((c) => el("tr", {}, [
+      el("td", {}, [el("a", { text: `layer ${c.layer} head ${c.head}`, attrs: { href: headLink(c.layer, c.head, data.run.id) } })]),
+      el("td", { text: c.v.toFixed(3) }),
+      el("td", { text: (data.spread[name][c.layer][c.head] ?? 0).toFixed(3) }),
+      el("td", { text: data.roles[c.layer][c.head].join(", ") || "—" }),
+    ]))),
+  );
+}
+
+async function main() {
+  $("#heads-title").textContent = `Every head of ${model}, over a corpus`;
+  const { runs } = await api.corpusRuns();
+  const mine = runs.filter((r) => r.model === model && r.done > 0).sort((a, b) => b.done - a.done);
+  const run = mine.find((r) => r.id === Number(params.get("run"))) ?? mine[0];
+  if (!run) {
+    $("#heads-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\`), then reload.`;
+    return;
+  }
+  const data = await api.corpusHeads(run.id);
+  const names = run.statistics;
+  for (const [id, key] of [["#heads-x", "x"], ["#heads-y", "y"], ["#heads-colour", "colour"], ["#heads-find-stat", "find"]]) {
+    const select = $(id);
+    select.replaceChildren(...names.map((n) => new Option(n, n)));
+    select.value = value(key);
+    select.addEventListener("change", () => {
+      writeUrl({ [key]: select.value });
+      (key === "find" ? Promise.resolve(drawFinder(data)) : drawScatter(data)).catch((err) => showError(error, err.message));
+    });
+  }
+  for (const [id, key] of [["#heads-find-min", "min"], ["#heads-find-max", "max"]]) {
+    const input = $(id);
+    input.value = value(key);
+    input.addEventListener("change", () => {
+      writeUrl({ [key]: input.value });
+      drawFinder(data);
+    });
+  }
+  $("#heads-summary").textContent = `Run ${run.id}: ${run.done.toLocaleString("en")} texts of ${run.corpus}, up to ${run.sequence_tokens} tokens each.`;
+  await plotlyReady();
+  await drawScatter(data);
+  drawFinder(data);
+}
+
+main().catch((err) => showError(error, err.message));
