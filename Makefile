@@ -9,7 +9,7 @@ PORT   ?= 8000
 PYTEST_ARGS ?=
 
 .PHONY: run test test-fast lint format bench docker-test screenshots clean install install-test browser \
-	reinstall-models gemma
+	reinstall-models gemma corpus
 
 $(VENV)/.installed: pyproject.toml requirements/models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,7 +47,25 @@ browser:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
+# The corpus the head pages read (/head/<model>/<layer>/<head>): Debian's python3-doc, the
+# Python documentation's English prose under the PSF licence, then every head of both embedded
+# models over CORPUS_TEXTS texts of it. Resumable: a second run finds the work done. Where
+# python3-doc cannot be installed (not Debian, no sudo) it says so and the app runs without.
+CORPUS_TEXTS ?= 200
+corpus: $(VENV)/.installed
+	@test -d /usr/share/doc/python3-doc/html/_sources || { \
+	  echo "Installing Debian's python3-doc (the corpus of the head pages)"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  { $$SUDO apt-get install -y -qq python3-doc >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq python3-doc >/dev/null; }; } \
+	  2>/dev/null || echo "python3-doc is not installable here: head pages need a corpus (atlas corpus run --corpus <file>)"; }
+	@if test -d /usr/share/doc/python3-doc/html/_sources; then \
+	  for model in sentence-transformers/all-MiniLM-L6-v2 HuggingFaceTB/SmolLM2-135M-Instruct; do \
+	    HF_HUB_OFFLINE=1 $(PY) -m attention_atlas.cli corpus run --model $$model --texts $(CORPUS_TEXTS) || exit 1; \
+	    echo; done; fi
+
 run: $(VENV)/.installed
+	@$(MAKE) --no-print-directory corpus || echo "the corpus job failed; the app runs without it"
 	HF_HUB_OFFLINE=1 $(PY) -m app --host $(HOST) --port $(PORT) \
 	    --log-level $${ATLAS_LOG_LEVEL:-info}
 

@@ -68,6 +68,10 @@ def corpus(args: argparse.Namespace) -> None:
                   f"{run.done} of {run.planned} texts done")  # fmt: skip
         return
     model_id, entry = args.model
+    finished = store.run_for(model_id, args.corpus, args.tokens)
+    if finished is not None and finished.done == finished.planned:  # nothing to load the model for
+        print(f"run {finished.id}: {model_id} on {args.corpus}: all {finished.planned} texts done")
+        return
     if entry != model_id:
         extra = json.loads(os.environ.get("ATLAS_EXTRA_MODELS", "[]"))
         os.environ["ATLAS_EXTRA_MODELS"] = json.dumps([*extra, entry])
@@ -96,7 +100,15 @@ def corpus(args: argparse.Namespace) -> None:
         print(f"\r{done} of {planned} texts, {rate:,.0f} tokens/s", end="", flush=True)
 
     try:
-        run = run_job(loaded, store, run, progress=progress)
+        if args.cluster:
+            from app.corpus.cluster import connect, run_on_cluster
+
+            with connect(args.cluster) as client:
+                print(f"on {args.cluster}: {len(client.scheduler_info()['workers'])} workers")
+                run = run_on_cluster(client, model_id, settings.extra_models, store, run,
+                                     progress=progress)  # fmt: skip
+        else:
+            run = run_job(loaded, store, run, progress=progress)
     except KeyboardInterrupt:
         print("\nstopped: run it again to go on from here")
         return
@@ -133,6 +145,11 @@ def main(argv: list[str] | None = None) -> None:
     jobs.add_argument("--texts", type=int, default=500, help="texts cut from the corpus at most")
     jobs.add_argument("--tokens", type=int, default=128, help="tokens a text at most")
     jobs.add_argument("--store", default="var/corpus.sqlite", help="the SQLite store")
+    jobs.add_argument(
+        "--cluster",
+        help="run the texts on Dask: local:N (N worker processes here) or a scheduler's "
+        "address (tcp://host:8786); needs `pip install attention-atlas[distributed]`",
+    )
     jobs.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
     jobs.add_argument("--dtype", choices=["float32", "bfloat16", "float16"])
     args = parser.parse_args(argv)

@@ -1,0 +1,48 @@
+"""The corpus job on a local Dask cluster of two worker processes writes what the in-process
+job writes (app.corpus.cluster): every statistic, histogram and token of every text."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.config import Settings
+from app.corpus.cluster import connect, run_on_cluster
+from app.corpus.job import plan, run_job
+from app.corpus.store import Store
+from app.main import create_app
+from tests.app.test_corpus import PROSE
+
+pytestmark = pytest.mark.slow
+MODEL = "local/qwen2-tiny"
+
+
+def test_two_workers_write_what_one_process_writes(local_checkpoints, tmp_path):
+    extra = [f"{MODEL}={local_checkpoints[MODEL]}"]
+    source = tmp_path / "prose.txt"
+    source.write_text(PROSE)
+    loaded = create_app(Settings(preload=[], extra_models=extra)).state.manager.get(MODEL)
+
+    here = Store(tmp_path / "here.sqlite")
+    run = run_job(loaded, here, plan(here, loaded, str(source), 40, limit=6))
+    there = Store(tmp_path / "there.sqlite")
+    planned = plan(there, loaded, str(source), 40, limit=6)
+    with connect("local:2") as client:
+        assert len(client.scheduler_info()["workers"]) == 2
+        seen = []
+        far = run_on_cluster(client, MODEL, extra, there, planned,
+                             progress=lambda done, total, rate: seen.append(done))  # fmt: skip
+        workers = client.run(lambda: __import__("os").getpid())
+    assert far.done == run.done == run.planned >= 4 and sorted(seen) == seen
+    assert len(set(workers.values())) == 2
+    idx_a, stats_a, hist_a = here.statistics(run)
+    idx_b, stats_b, hist_b = there.statistics(far)
+    assert idx_a.tolist() == idx_b.tolist()
+    np.testing.assert_allclose(stats_a, stats_b, rtol=1e-5, atol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(hist_a, hist_b, rtol=1e-5, atol=1e-5)
+    for layer, head in ((0, 0), (1, 3)):
+        for side in ("to", "from"):
+            a = here.top_tokens(run, layer, head, side, 5)
+            b = there.top_tokens(far, layer, head, side, 5)
+            assert [t for t, _, _ in a] == [t for t, _, _ in b]
+            np.testing.assert_allclose([w for _, w, _ in a], [w for _, w, _ in b], rtol=1e-5)
