@@ -448,14 +448,35 @@ class AtlasClient:
 
     def patching(self, model: str, text: str, corrupted: str, exact: bool = False, **options):
         """POST /api/attention/patching (exact False: attribution patching, a dict) or
-        /patching/exact (exact True: an iterator of progress lines and then the answer, as
-        forward()). heads[layer, head] and stream[layer, position]: the share of the metric
+        POST /api/attention/patching/exact (exact True: an iterator of progress lines and then
+        the answer, as forward()). heads[layer, head] and stream[layer, position]: the share of the metric
         logit(target) - logit(contrast) recovered. options: position, target, contrast,
         components ('heads', 'stream' or 'both')."""
         body = _body(model=model, text=text, corrupted=corrupted, **options)
         if exact:
             return self._stream("/api/attention/patching/exact", body)
         return _with_arrays(self.post_json("/api/attention/patching", body), "heads", "stream")
+
+    def corpus_runs(self) -> list[dict]:
+        """GET /api/corpus: the corpus runs the server reads (`atlas corpus run` makes them),
+        each {id, model, corpus, sequence_tokens, planned, done, statistics, layers, heads}."""
+        return self.get_json("/api/corpus")["runs"]
+
+    def corpus_heads(self, run: int) -> dict:
+        """GET /api/corpus/{run_id}/heads: statistics[name] and spread[name] (layers, heads)
+        arrays of means and standard deviations over the run's texts, and each head's roles."""
+        answer = self.get_json(f"/api/corpus/{int(run)}/heads")
+        for part in ("statistics", "spread"):
+            answer[part] = {k: np.array(v, dtype=np.float64).astype(np.float32)
+                            for k, v in answer[part].items()}  # fmt: skip
+        return answer
+
+    def corpus_head(self, run: int, layer: int, head: int, **query) -> dict:
+        """GET /api/corpus/{run_id}/heads/{layer}/{head}: one head's dashboard over the corpus
+        (histograms, texts by decile of `metric`, top tokens, distance histogram). query:
+        metric, per_decile."""
+        suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
+        return self.get_json(f"/api/corpus/{int(run)}/heads/{int(layer)}/{int(head)}{suffix}")
 
     def lab(self, name: str, **body) -> dict:
         """POST /api/lab/<name>, one of LAB_ROUTES (masks, scaling, scoring, tiling, linear,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.schemas.attention import MAX_TEXT_CHARS, NOT_BLANK, TextRequest, check_text
 from app.schemas.common import Index, StrictModel, json_int
@@ -27,23 +27,21 @@ IOI_CLEAN = "When Mary and John went to the store, John gave a drink to"
 IOI_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 
 
-class TokenChoice(StrictModel):
-    """A token, by id or by its text (which must be one token of the model's vocabulary)."""
+class TokenById(StrictModel):
+    id: json_int(ge=0) = Field(description="The token's id in the vocabulary.")
 
-    id: json_int(ge=0) | None = Field(None, description="The token's id in the vocabulary.")
-    text: str | None = Field(
-        None,
+
+class TokenByText(StrictModel):
+    text: str = Field(
         min_length=1,
         max_length=64,
         description="The token as text, leading space included (' Paris'); it must be exactly "
         "one token of the model's tokenizer.",
     )
 
-    @model_validator(mode="after")
-    def _one(self) -> TokenChoice:
-        if (self.id is None) == (self.text is None):
-            raise ValueError("give the token's id or its text, exactly one of them")
-        return self
+
+TokenChoice = TokenById | TokenByText
+"""A token, by its id or by its text (one of the two, never both)."""
 
 
 class ChosenToken(BaseModel):

@@ -11,7 +11,7 @@ from app.inference.tokens import display_tokens
 from app.models.families import Architecture
 from app.models.lm_head import head_kind, no_head_reason
 from app.models.loader import LoadedModel
-from app.schemas.writes import ChosenToken, TokenChoice
+from app.schemas.writes import ChosenToken, TokenById, TokenChoice
 
 GRAD_FACTOR = 16
 """What a pass with autograd holds, in streams taken apart: the graph keeps every layer's
@@ -23,7 +23,7 @@ def token_id(loaded: LoadedModel, choice: TokenChoice, what: str) -> int:
     tokenizer = loaded.tokenizer
     head = loaded.predictor.get_output_embeddings() if loaded.predictor is not None else None
     vocab = min(len(tokenizer), head.weight.shape[0]) if head is not None else len(tokenizer)
-    if choice.id is not None:
+    if isinstance(choice, TokenById):
         if choice.id >= vocab:
             raise InvalidInput(
                 f"{what}: token id {choice.id} is not in the vocabulary (0 to {vocab - 1})"
