@@ -81,8 +81,12 @@ http {
   access_log off;
   client_body_temp_path $WORK/body; proxy_temp_path $WORK/proxy;
   fastcgi_temp_path $WORK/fastcgi; uwsgi_temp_path $WORK/uwsgi; scgi_temp_path $WORK/scgi;
+  # A request about a text carries X-Atlas-Key (from the page and the Python client): every
+  # request about one text goes to the replica that has its forward pass cached; a request
+  # naming no text spreads by its request id.
+  map \$http_x_atlas_key \$atlas_route { "" \$request_id; default \$http_x_atlas_key; }
   upstream atlas {
-    least_conn;
+    hash \$atlas_route consistent;
 $(for ip in "${ADDRESSES[@]}"; do echo "    server $ip:8000 max_fails=2 fail_timeout=5s;"; done)
     keepalive 32;
   }

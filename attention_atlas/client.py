@@ -155,6 +155,23 @@ def _with_arrays(answer: dict, *names: str) -> dict:
     return answer
 
 
+ROUTE_HEADER = "X-Atlas-Key"
+
+
+def route_key(body: dict | None) -> str | None:
+    """The routing key of a request about a text: 64-bit FNV-1a of the UTF-8 of model, text and
+    text_pair joined by NUL, as 16 hex digits (the web page's api.js computes the same). Sent as
+    X-Atlas-Key, so a balancer hashing on it sends every request about one text to the replica
+    that has its forward pass cached (docs/deployment.md). None where the body names no text."""
+    if not body or not isinstance(body.get("model"), str) or not isinstance(body.get("text"), str):
+        return None
+    value = 0xCBF29CE484222325
+    joined = f"{body['model']}\0{body['text']}\0{body.get('text_pair') or ''}"
+    for byte in joined.encode("utf-8", "surrogatepass"):
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
 class AtlasClient:
     """A running Atlas server at `base_url`; every route of its REST API is a method."""
 
@@ -164,10 +181,14 @@ class AtlasClient:
 
     def _open(self, path: str, body: dict | None, encoding: str = ACCEPT_ENCODING) -> HTTPResponse:
         """The server's answer, open (POST when there is a body, else GET)."""
+        headers = {"Content-Type": "application/json", "Accept-Encoding": encoding}
+        key = route_key(body)
+        if key is not None:
+            headers[ROUTE_HEADER] = key
         request = urllib.request.Request(
             self.base_url + path,
             data=None if body is None else json.dumps(body).encode("utf-8"),
-            headers={"Content-Type": "application/json", "Accept-Encoding": encoding},
+            headers=headers,
             method="GET" if body is None else "POST",
         )
         try:

@@ -98,3 +98,21 @@ def test_the_deployment_doc_gives_the_manifests_memory():
         assert int(figure.replace(",", "")) * 2**20 == quantity(
             container["resources"]["limits"]["memory"]
         )
+
+
+def test_the_ingress_routes_a_text_to_one_replica():
+    """The balancer hashes the key the page and the client send (attention_atlas.client)."""
+    from attention_atlas.client import ROUTE_HEADER
+
+    ingress = next(d for d in documents() if d["kind"] == "Ingress")
+    header = "$http_" + ROUTE_HEADER.lower().replace("-", "_")
+    assert (
+        ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/upstream-hash-by"] == header
+    )
+    backend = ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert (
+        backend["name"]
+        == next(d for d in documents() if d["kind"] == "Service")["metadata"]["name"]
+    )
+    script = (REPO / ".ci" / "replicas-test.sh").read_text()
+    assert "hash \\$atlas_route consistent" in script and "\\$http_x_atlas_key" in script

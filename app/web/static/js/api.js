@@ -27,14 +27,37 @@ function encodePath(id) {
   return id.split("/").map(encodeURIComponent).join("/");
 }
 
+const FNV_OFFSET = 0xcbf29ce484222325n;
+const FNV_PRIME = 0x100000001b3n;
+const MASK64 = 0xffffffffffffffffn;
+
+/**
+ * The routing key of a request about a text: 64-bit FNV-1a of the UTF-8 of model, text and
+ * text_pair joined by NUL, as 16 hex digits (attention_atlas.client.route_key computes the
+ * same). Sent as X-Atlas-Key, a balancer that hashes on it (nginx `hash ... consistent`,
+ * ingress-nginx's upstream-hash-by) sends every request about one text to the replica that
+ * has its forward pass cached. null for a request that names no text.
+ */
+export function routeKey(body) {
+  if (!body || typeof body.model !== "string" || typeof body.text !== "string") return null;
+  let hash = FNV_OFFSET;
+  for (const byte of new TextEncoder().encode(`${body.model}\0${body.text}\0${body.text_pair ?? ""}`)) {
+    hash = ((hash ^ BigInt(byte)) * FNV_PRIME) & MASK64;
+  }
+  return hash.toString(16).padStart(16, "0");
+}
+
 /** The fetch itself: the response when it is a success, else an ApiError with the server's
  * own explanation (or "cannot reach the server"). */
 async function send(method, path, body, signal) {
   let response;
+  const headers = body === undefined ? {} : { "Content-Type": "application/json" };
+  const key = routeKey(body);
+  if (key) headers["X-Atlas-Key"] = key;
   try {
     response = await fetch(path, {
       method,
-      headers: body === undefined ? {} : { "Content-Type": "application/json" },
+      headers,
       body: body === undefined ? undefined : JSON.stringify(body),
       signal,
     });
