@@ -93,7 +93,7 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $@
 
-bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser
+bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser corpus
 	HF_HUB_OFFLINE=1 $(PY) -m bench.core_kernels
 	HF_HUB_OFFLINE=1 $(PY) -m bench.threads
 	HF_HUB_OFFLINE=1 $(PY) -m bench.spin
@@ -106,6 +106,8 @@ bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser
 	HF_HUB_OFFLINE=1 $(PY) -m bench.capture_cost
 	HF_HUB_OFFLINE=1 $(PY) -m bench.zoom_bound
 	HF_HUB_OFFLINE=1 $(PY) -m bench.writes_cost
+	HF_HUB_OFFLINE=1 $(PY) -m bench.corpus_cost
+	HF_HUB_OFFLINE=1 $(PY) -m bench.replica_routing
 	HF_HUB_OFFLINE=1 $(PY) -m bench.long_context
 	HF_HUB_OFFLINE=1 $(PY) -m bench.waiting
 	HF_HUB_OFFLINE=1 $(PY) -m bench.browser

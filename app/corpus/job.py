@@ -66,43 +66,49 @@ def plan(store: Store, loaded: LoadedModel, corpus: str, tokens: int, limit: int
 
 
 def describe_text(loaded: LoadedModel, text: str) -> TextResult:
-    """Every head of the model on one text (see the module docstring)."""
+    """Every head of the model on one text (see the module docstring). The layers whose mask
+    is plain (no sliding window) are described together, as one stack of heads: one call of
+    each function for the whole model instead of one a layer."""
     kept: dict[int, torch.Tensor] = {}
     result = run_forward(loaded, text, keep_maps=lambda layer, maps: kept.__setitem__(layer, maps))
     facts = token_facts(loaded, result)
     ignore = facts.special.clone()
     ignore[0] = True  # the first token: where heads park attention they do not use
-    stats, hists, rows = [], [], []
-    for layer in range(loaded.arch.num_layers):
-        maps = kept.pop(layer, None)
-        if maps is None:
-            maps = result.layer_maps(layer)
-        window = visible_keys(result.calls, layer, result.seq_len)
-        found = layer_statistics_by_rows([(0, maps)], facts, loaded.causal, window)
-        stats.append(torch.stack([found[name] for name in STATISTICS], dim=-1))
-        hists.append(distance_histogram(maps))
-        for side, (ids, weights) in zip(
-            ("to", "from"),
-            _pairs(strongest_tokens(maps, facts.ids, ignore, TOKENS_KEPT)),
-            strict=True,
+    layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
+    maps = torch.stack(
+        [kept.pop(i) if i in kept else result.layer_maps(i) for i in range(layers)]
+    )  # (layers, heads, T, T)
+    windows = [visible_keys(result.calls, i, result.seq_len) for i in range(layers)]
+    stats = torch.empty(layers, heads, len(STATISTICS))
+    plain = [i for i in range(layers) if windows[i] is None]
+    groups = [(plain, None)] if plain else []
+    groups += [([i], windows[i]) for i in range(layers) if windows[i] is not None]
+    for group, window in groups:
+        stacked = maps[group].flatten(0, 1)  # (len(group) · heads, T, T)
+        found = layer_statistics_by_rows([(0, stacked)], facts, loaded.causal, window)
+        values = torch.stack([found[name] for name in STATISTICS], dim=-1)
+        stats[group] = values.view(len(group), heads, -1)
+    flat = maps.flatten(0, 1)  # every head of every layer
+    hist = distance_histogram(flat).view(layers, heads, -1)
+    to_ids, to_weight, from_ids, from_weight = strongest_tokens(
+        flat, facts.ids, ignore, TOKENS_KEPT
+    )
+    rows = []
+    for side, ids, weights in (("to", to_ids, to_weight), ("from", from_ids, from_weight)):
+        for n, (row_ids, row_weights) in enumerate(
+            zip(ids.tolist(), weights.tolist(), strict=True)
         ):
-            for head in range(maps.shape[0]):
-                for token, weight in zip(ids[head].tolist(), weights[head].tolist(), strict=True):
-                    if token >= 0 and weight > 0:
-                        rows.append((layer, head, side, token, weight))
+            for token, weight in zip(row_ids, row_weights, strict=True):
+                if token >= 0 and weight > 0:
+                    rows.append((n // heads, n % heads, side, token, weight))
     shown = dict(zip(result.token_ids, result.tokens, strict=True))
     return TextResult(
         labels={token: shown[token] for token in {row[3] for row in rows}},
         tokens=result.seq_len,
-        stats=torch.stack(stats).numpy(),
-        hist=torch.stack(hists).numpy(),
+        stats=stats.numpy(),
+        hist=hist.numpy(),
         head_tokens=rows,
     )
-
-
-def _pairs(found):
-    to_ids, to_weight, from_ids, from_weight = found
-    return (to_ids, to_weight), (from_ids, from_weight)
 
 
 def run_job(
