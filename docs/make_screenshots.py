@@ -197,6 +197,11 @@ SHOTS = [
          _ran_then("document.querySelector('#attribution-source')?.data?.length > 0")),
     Shot("explorer-patching", explorer(model=SMOLLM2, text=IOI[0], view="patching", layer=23, head=3, pc=IOI[1], px=1),
          _ran_then("document.querySelector('#patching-exact-heads')?.data?.length > 0")),
+    Shot("head-page", f"/head/{SMOLLM2}/17/5?text=The+cat+sat+on+the+mat.",
+         lambda page: wait(page, "document.querySelectorAll('#head-texts .js-plotly-plot').length >= 10")
+         or wait(page, "document.querySelector('#head-verdict').textContent.startsWith('On your text')")),
+    Shot("heads-scatter", f"/heads/{SMOLLM2}?x=previous&y=induction&find=induction&min=0.3",
+         lambda page: wait(page, "document.querySelector('#heads-scatter')?.data?.length > 0")),
     Shot("lab-what-a-head-is", "/lab/what-a-head-is"),
     Shot("lab-forward-pass", "/lab/forward-pass"),
     Shot("lab-step-by-step", "/lab/step-by-step"),
