@@ -91,6 +91,19 @@ def _batch(inputs: dict[str, Tensor], size: int) -> dict[str, Tensor]:
     return {name: value.expand(size, *value.shape[1:]) for name, value in inputs.items()}
 
 
+def _per_layer(loaded, corrupted, metric, stop, step, layers: int, batch: int, patches) -> Tensor:
+    """(layers, batch): the metric of `batch` copies of the corrupted text, rerun once a layer
+    with patches(layer) (run_stream's patch_heads or patch_stream) changing that layer."""
+    rows = []
+    for layer in range(layers):
+        if stop():
+            raise StopPatching
+        step(layer, layers)
+        run = run_stream(loaded, _batch(corrupted, batch), keep=False, **patches(layer))
+        rows.append(metric.of(loaded, run).double().cpu())
+    return torch.stack(rows)
+
+
 def exact_heads(
     loaded: LoadedModel,
     corrupted: dict[str, Tensor],
@@ -101,16 +114,12 @@ def exact_heads(
 ) -> Tensor:
     """(layers, heads): the metric with each head's output copied from the clean run, a layer's
     heads in one batch (element h patches head h)."""
-    n = len(clean.heads)
     heads = clean.heads[0].shape[2]
-    rows = []
-    for layer in range(n):
-        if stop():
-            raise StopPatching
-        step(layer, n)
+
+    def patches(layer: int) -> dict:
         source = clean.heads[layer][0]  # (T, heads, head_dim)
 
-        def patch(at: int, out: Tensor, layer=layer, source=source) -> Tensor:
+        def patch(at: int, out: Tensor) -> Tensor:
             if at != layer:
                 return out
             out = out.clone()
@@ -118,9 +127,9 @@ def exact_heads(
                 out[h, :, h] = source[:, h]
             return out
 
-        run = run_stream(loaded, _batch(corrupted, heads), patch_heads=patch, keep=False)
-        rows.append(metric.of(loaded, run).double().cpu())
-    return torch.stack(rows)
+        return {"patch_heads": patch}
+
+    return _per_layer(loaded, corrupted, metric, stop, step, len(clean.heads), heads, patches)
 
 
 def exact_stream(
@@ -130,20 +139,15 @@ def exact_stream(
     metric: Metric,
     stop: Stop,
     step: Step,
-    offset: int = 0,
 ) -> Tensor:
     """(layers, T): the metric with the stream after layer l at position t copied from the
     clean run, a layer's positions in one batch (element t patches position t)."""
-    n = len(clean.outputs)
     seq = clean.outputs[0].shape[1]
-    rows = []
-    for layer in range(n):
-        if stop():
-            raise StopPatching
-        step(offset + layer, offset + n)
+
+    def patches(layer: int) -> dict:
         source = clean.outputs[layer][0]  # (T, d)
 
-        def patch(at: int, y: Tensor, layer=layer, source=source) -> Tensor:
+        def patch(at: int, y: Tensor) -> Tensor:
             if at != layer:
                 return y
             y = y.clone()
@@ -151,9 +155,9 @@ def exact_stream(
             y[index, index] = source
             return y
 
-        run = run_stream(loaded, _batch(corrupted, seq), patch_stream=patch, keep=False)
-        rows.append(metric.of(loaded, run).double().cpu())
-    return torch.stack(rows)
+        return {"patch_stream": patch}
+
+    return _per_layer(loaded, corrupted, metric, stop, step, len(clean.outputs), seq, patches)
 
 
 class StopPatching(Exception):

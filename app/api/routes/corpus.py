@@ -1,11 +1,13 @@
 """What corpus jobs found (GET /api/corpus ...): the head pages and Head roles' scatter read it."""
 
+from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
 from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
+from app.corpus.store import Store
 from app.deps import SettingsDep
 from app.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard
 from app.services.corpus import corpus_heads, corpus_runs, head_dashboard, open_store
@@ -16,18 +18,26 @@ RunId = Annotated[int, Path(ge=1, le=2**31 - 1, description="A run's id from GET
 Index = Annotated[int, Path(ge=0, le=4096)]
 
 
+def corpus_store(settings: SettingsDep) -> Iterator[Store | None]:
+    """The store for this request (None where no job has written one), closed after it."""
+    store = open_store(settings.corpus_store)
+    try:
+        yield store
+    finally:
+        if store is not None:
+            store.close()
+
+
+StoreDep = Annotated[Store | None, Depends(corpus_store)]
+
+
 @router.get(
     "", response_model=CorpusRuns, summary="The corpus runs this server can read",
     responses=errors(429),
 )  # fmt: skip
-def runs(settings: SettingsDep) -> CorpusRuns:
+def runs(settings: SettingsDep, store: StoreDep) -> CorpusRuns:
     """Every run in the corpus store (`atlas corpus run` writes them), with its progress."""
-    store = open_store(settings.corpus_store)
-    try:
-        return corpus_runs(store, settings.corpus_store)
-    finally:
-        if store:
-            store.close()
+    return corpus_runs(store, settings.corpus_store)
 
 
 @router.get(
@@ -36,15 +46,10 @@ def runs(settings: SettingsDep) -> CorpusRuns:
     summary="Every head's statistics over a corpus",
     responses=errors(404, 422, 429, e404="No run of that id; the detail lists the runs."),
 )
-def heads(settings: SettingsDep, run_id: RunId) -> CorpusHeads:
+def heads(store: StoreDep, run_id: RunId) -> CorpusHeads:
     """Each statistic's mean and spread over the run's finished texts, per layer and head, and
     the roles the means pass: what the scatter and the head finder read."""
-    store = open_store(settings.corpus_store)
-    try:
-        return corpus_heads(store, run_id)
-    finally:
-        if store:
-            store.close()
+    return corpus_heads(store, run_id)
 
 
 @router.get(
@@ -54,7 +59,7 @@ def heads(settings: SettingsDep, run_id: RunId) -> CorpusHeads:
     responses=errors(404, 422, 429, e404="No run of that id; the detail lists the runs."),
 )
 def head(
-    settings: SettingsDep,
+    store: StoreDep,
     run_id: RunId,
     layer: Index,
     head: Index,
@@ -69,9 +74,4 @@ def head(
 ) -> HeadDashboard:
     """Histograms of every statistic over the texts, the texts by decile of `metric`, the
     tokens it reads most and that read most sharply, and its distance histogram."""
-    store = open_store(settings.corpus_store)
-    try:
-        return head_dashboard(store, run_id, layer, head, metric, per_decile)
-    finally:
-        if store:
-            store.close()
+    return head_dashboard(store, run_id, layer, head, metric, per_decile)
