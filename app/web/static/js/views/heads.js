@@ -4,7 +4,7 @@
 import { api } from "../api.js";
 import { linearBar, viridis } from "../colors.js";
 import { el as make } from "../dom.js";
-import { drawHeatmap, onCellClick } from "./plot.js";
+import { drawChart, drawHeatmap, onCellClick } from "./plot.js";
 
 const INDUCTION_LENGTH = 50; // random tokens before the repeat
 const SHARES_ABOVE = 0.9; // the summary counts heads whose share passes this
@@ -100,6 +100,7 @@ export async function render({ session, state, parts, info, set, open, isStale, 
   }
   parts.summary.textContent = summarise(data, stat, grid);
   parts.corpus.href = `/heads/${session.model}`; // what each head does over many texts
+  await againstCorpus(session, parts, data, stat, open, isStale);
   showTable(parts.table, data, info, parseSort(state.sort), open);
   return {
     kind: "head", element: scored ? parts.map : null, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
@@ -110,6 +111,44 @@ export async function render({ session, state, parts, info, set, open, isStale, 
       statistics: data.statistics, descriptions: data.descriptions, roles: data.roles, rules: data.rules,
     },
   };
+}
+
+const corpusHeads = new Map(); // model -> its corpus run's every-head answer (or null: none)
+
+/** Where the model has a corpus run: this text's statistic against the corpus mean, a dot a
+ * head; heads far from the diagonal do something else on this text than in general. */
+async function againstCorpus(session, parts, data, stat, open, isStale) {
+  if (!parts.corpusPlot || !api.corpusRuns) return;
+  if (!corpusHeads.has(session.model)) {
+    const runs = await api.corpusRuns().then((r) => r.runs).catch(() => []);
+    const run = runs.filter((r) => r.model === session.model && r.done).sort((a, b) => b.done - a.done)[0];
+    corpusHeads.set(session.model, run ? await api.corpusHeads(run.id).catch(() => null) : null);
+  }
+  const corpus = corpusHeads.get(session.model);
+  parts.corpusPlot.hidden = !corpus || !corpus.statistics[stat];
+  if (parts.corpusPlot.hidden || isStale()) return;
+  const points = [];
+  data.layers.forEach((layer, row) => data.statistics[stat][row].forEach((here, head) => {
+    const general = corpus.statistics[stat][layer][head];
+    if (here !== null && general !== null) points.push({ layer, head, here, general });
+  }));
+  const top = Math.max(1, ...points.map((p) => Math.max(p.here, p.general)));
+  await drawChart(parts.corpusPlot, [
+    { type: "scatter", mode: "lines", x: [0, top], y: [0, top], line: { color: "#bbb", dash: "dot" }, hoverinfo: "skip", showlegend: false },
+    {
+      type: "scatter", mode: "markers", x: points.map((p) => p.general), y: points.map((p) => p.here), showlegend: false,
+      customdata: points.map((p) => [p.layer, p.head]), marker: { color: "#4d7ea8", size: 8 },
+      hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>over the corpus %{x:.3f}<br>on this text %{y:.3f}<extra></extra>`,
+    },
+  ], {
+    title: `${stat.replace("_", " ")}: this text (up) against ${corpus.run.done} texts of ${corpus.run.corpus} (across). Off the diagonal, a head does something else here than in general; click one to open it`,
+    height: 420, xaxis: { title: { text: "over the corpus" } }, yaxis: { title: { text: "on this text" } },
+  });
+  parts.corpusPlot.removeAllListeners?.("plotly_click");
+  parts.corpusPlot.on("plotly_click", (event) => {
+    const [layer, head] = event.points[0].customdata ?? [];
+    if (layer !== undefined) open(layer, head);
+  });
 }
 
 function summarise(data, stat, grid) {
