@@ -295,16 +295,6 @@ async function chooseHead(current, layer) {
   return chosen ? { layer: chosen.layer, head: chosen.head } : { layer: layer ?? 0, head: 0 };
 }
 
-let corpusModels = new Set(); // models with a corpus run: their heads have pages (/head/...)
-api.corpusRuns().then(({ runs }) => (corpusModels = new Set(runs.filter((r) => r.done).map((r) => r.model)))).catch(() => {});
-
-/** A link to the open head's page over a corpus, where the model has a corpus run. */
-function corpusLink(layer, head) {
-  const model = state.get().model;
-  if (!corpusModels.has(model)) return [];
-  return [" ", make("a", { text: "What it does over a corpus →", attrs: { href: `/head/${model}/${layer}/${head}` } })];
-}
-
 /** One line on the open head: why the page opened it, or the roles it has on this text. */
 async function explainHead() {
   const current = session;
@@ -321,11 +311,11 @@ async function explainHead() {
   const rule = ({ role, score }) => [termOf(role), ` ${score.toFixed(2)} (${data.rules[role].statistic} ≥ ${data.rules[role].threshold})`];
   const where = `layer ${layer} head ${head}`;
   if (chosen && chosen.layer === layer && chosen.head === head) {
-    el.headWhy.replaceChildren(`Opened on ${where}, the clearest role ${chosen.scope}: `, ...rule(chosen), ". Pick any other head above.", ...corpusLink(layer, head));
+    el.headWhy.replaceChildren(`Opened on ${where}, the clearest role ${chosen.scope}: `, ...rule(chosen), ". Pick any other head above.");
   } else if (roles.length) {
-    el.headWhy.replaceChildren(`${where[0].toUpperCase()}${where.slice(1)}: `, ...roles.flatMap((r, i) => [i ? "; " : "", ...rule(r)]), ".", ...corpusLink(layer, head));
+    el.headWhy.replaceChildren(`${where[0].toUpperCase()}${where.slice(1)}: `, ...roles.flatMap((r, i) => [i ? "; " : "", ...rule(r)]), ".");
   } else {
-    el.headWhy.replaceChildren(`Layer ${layer} head ${head}: no role past its threshold on this text (Head roles has every statistic).`, ...corpusLink(layer, head));
+    el.headWhy.textContent = `Layer ${layer} head ${head}: no role past its threshold on this text (Head roles has every statistic).`;
   }
 }
 

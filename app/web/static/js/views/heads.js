@@ -100,7 +100,7 @@ export async function render({ session, state, parts, info, set, open, isStale, 
   }
   parts.summary.textContent = summarise(data, stat, grid);
   parts.corpus.href = `/heads/${session.model}`; // what each head does over many texts
-  await againstCorpus(session, parts, data, stat, open, isStale);
+  await againstCorpus(session, state, parts, data, stat, open, isStale);
   showTable(parts.table, data, info, parseSort(state.sort), open);
   return {
     kind: "head", element: scored ? parts.map : null, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
@@ -117,7 +117,7 @@ const corpusHeads = new Map(); // model -> its corpus run's every-head answer (o
 
 /** Where the model has a corpus run: this text's statistic against the corpus mean, a dot a
  * head; heads far from the diagonal do something else on this text than in general. */
-async function againstCorpus(session, parts, data, stat, open, isStale) {
+async function againstCorpus(session, state, parts, data, stat, open, isStale) {
   if (!parts.corpusPlot || !api.corpusRuns) return;
   if (!corpusHeads.has(session.model)) {
     const runs = await api.corpusRuns().then((r) => r.runs).catch(() => []);
@@ -126,6 +126,11 @@ async function againstCorpus(session, parts, data, stat, open, isStale) {
   }
   const corpus = corpusHeads.get(session.model);
   parts.corpusPlot.hidden = !corpus || !corpus.statistics[stat];
+  parts.openCorpus.hidden = !corpus;
+  if (corpus) {
+    parts.openCorpus.href = `/head/${session.model}/${state.layer}/${state.head}`;
+    parts.openCorpus.textContent = `Layer ${state.layer} head ${state.head} over the corpus →`;
+  }
   if (parts.corpusPlot.hidden || isStale()) return;
   const points = [];
   data.layers.forEach((layer, row) => data.statistics[stat][row].forEach((here, head) => {
