@@ -202,31 +202,38 @@ def run_stream(
     seen: list = [None] * n
     projected: list = [None] * n
     written: list = [None] * n
-    handles = []
-    for layer, block in enumerate(layout.blocks):
-        if patch_stream is not None:
-            handles.append(block.register_forward_hook(_patcher(layer, patch_stream)))
-        if not keep:
-            continue
-        handles.append(block.register_forward_hook(_hook_input(seen, layer), with_kwargs=True))
-        if layout.projections[layer] is not None:
-            handles.append(layout.projections[layer].register_forward_hook(
-                _keep_output(projected, layer)))  # fmt: skip
-        if layout.post_norms[layer] is not None:
-            handles.append(layout.post_norms[layer][0].register_forward_hook(
-                _keep_output(written, layer)))  # fmt: skip
-    if grad:  # the stream from the first block on is then in autograd's graph
-        handles.append(layout.blocks[0].register_forward_pre_hook(_tracked, with_kwargs=True))
     layer_of = {id(m): i for i, m in enumerate(loaded.attention_layers)}
     recorder = _HeadOutputs(layer_of, patch_heads, weights_of, keep)
     device = model_device(loaded.model)
     context = torch.enable_grad() if grad else torch.inference_mode()
-    try:
-        with loaded.lock, context, capture.recording(recorder):
-            output = loaded.model(**{k: v.to(device) for k, v in inputs.items()})
-    finally:
-        for handle in handles:
-            handle.remove()
+    # Hooks act on the modules, for every pass: they are put on and taken off while this pass
+    # holds the model's lock, so no other request's pass runs with them.
+    with loaded.lock:
+        handles = []
+        try:
+            for layer, block in enumerate(layout.blocks):
+                if patch_stream is not None:
+                    handles.append(block.register_forward_hook(_patcher(layer, patch_stream)))
+                if not keep:
+                    continue
+                handles.append(
+                    block.register_forward_hook(_hook_input(seen, layer), with_kwargs=True)
+                )
+                if layout.projections[layer] is not None:
+                    handles.append(layout.projections[layer].register_forward_hook(
+                        _keep_output(projected, layer)))  # fmt: skip
+                if layout.post_norms[layer] is not None:
+                    handles.append(layout.post_norms[layer][0].register_forward_hook(
+                        _keep_output(written, layer)))  # fmt: skip
+            if grad:  # the stream from the first block on is then in autograd's graph
+                handles.append(
+                    layout.blocks[0].register_forward_pre_hook(_tracked, with_kwargs=True)
+                )
+            with context, capture.recording(recorder):
+                output = loaded.model(**{k: v.to(device) for k, v in inputs.items()})
+        finally:
+            for handle in handles:
+                handle.remove()
     if not keep:
         return Stream([], [], [], [], [], output.last_hidden_state)
     for layer in range(n):
@@ -283,18 +290,19 @@ def _probe(loaded: LoadedModel) -> Layout:
     def watch(module, args, kwargs, output):
         io[id(module)] = (first_tensor(args, kwargs), first_tensor((output,)))
 
-    handles = []
-    for module in [*(m for b in blocks for m in b.modules()), *model.children()]:
-        handles.append(module.register_forward_hook(watch, with_kwargs=True))
     layer_of = {id(m): i for i, m in enumerate(loaded.attention_layers)}
     recorder = _HeadOutputs(layer_of)
     device = model_device(model)
-    try:
-        with loaded.lock, torch.inference_mode(), capture.recording(recorder):
-            output = model(**{k: v.to(device) for k, v in inputs.items()})
-    finally:
-        for handle in handles:
-            handle.remove()
+    with loaded.lock:  # the hooks are on only while this pass holds the model
+        handles = []
+        try:
+            for module in [*(m for b in blocks for m in b.modules()), *model.children()]:
+                handles.append(module.register_forward_hook(watch, with_kwargs=True))
+            with torch.inference_mode(), capture.recording(recorder):
+                output = model(**{k: v.to(device) for k, v in inputs.items()})
+        finally:
+            for handle in handles:
+                handle.remove()
     last = output.last_hidden_state
     xs = [io[id(b)][0] for b in blocks]
     ys = [io[id(b)][1] for b in blocks]
