@@ -81,6 +81,9 @@ def check_request(manager: ModelManager, req: PatchingRequest) -> tuple[LoadedMo
         )
     if req.position is not None and req.position >= seq:
         raise InvalidInput(f"position {req.position} is past the texts' last token ({seq - 1})")
+    for choice, what in ((req.target, "target"), (req.contrast, "contrast")):
+        if choice is not None:
+            token_id(loaded, choice, what)  # a text of several tokens is refused before any pass
     return loaded, seq
 
 

@@ -131,6 +131,8 @@ def test_the_ioi_patching_grid_is_computed_on_smollm2(client):
         ("patching", {"model": SMOLLM2_ID, "text": IOI, "corrupted": "When Mary left"},
          "must line up"),
         ("patching", {"model": SMOLLM2_ID, "text": IOI, "corrupted": IOI}, "same"),
+        ("patching", {"model": SMOLLM2_ID, "text": IOI, "corrupted": IOI_CORRUPTED,
+                      "target": {"text": " Mary Ann"}}, "is 2 tokens"),
         ("patching", {"model": SMOLLM2_ID, "text": "word " * 80, "corrupted": "word " * 80}, "64"),
         ("patching/exact", {"model": COPY, "text": CLEAN, "corrupted": " red green"},
          "must line up"),
