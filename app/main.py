@@ -9,7 +9,6 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -30,8 +29,6 @@ from app.inference.inflight import AnswerBudget
 from app.limits import RateLimit, RequestBodyGuard, SendGuard
 from app.memory import return_freed_memory_to_the_os
 from app.models.manager import ModelManager
-from app.models.placement import resolve_placement
-from app.models.registry import build_registry
 from app.security import SecurityHeadersMiddleware
 from app.serialize import BINARY_MEDIA_TYPE
 from app.web import pages
@@ -99,14 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
         log.addHandler(handler)
-    app.state.manager = ModelManager(
-        build_registry(settings.extra_models, settings.allowed_models),
-        cache_dir=Path(settings.cache_dir),
-        token_limit=settings.max_tokens,
-        max_loaded=settings.max_loaded_models,
-        hub_downloads=settings.hub_downloads,
-        placement=resolve_placement(settings.device, settings.dtype),
-    )
+    app.state.manager = ModelManager.from_settings(settings)
     app.state.forward_cache = ForwardCache(
         settings.forward_cache_entries, settings.forward_cache_bytes
     )

@@ -79,17 +79,9 @@ def corpus(args: argparse.Namespace) -> None:
     from app.corpus.job import plan, run_job
     from app.corpus.texts import CorpusMissing
     from app.models.manager import ModelManager
-    from app.models.placement import resolve_placement
-    from app.models.registry import build_registry
 
     settings = Settings(preload=[])
-    manager = ModelManager(
-        build_registry(settings.extra_models, settings.allowed_models),
-        cache_dir=Path(settings.cache_dir), token_limit=settings.max_tokens, max_loaded=1,
-        hub_downloads=settings.hub_downloads,
-        placement=resolve_placement(settings.device, settings.dtype),
-    )  # fmt: skip
-    loaded = manager.get(model_id)
+    loaded = ModelManager.from_settings(settings, max_loaded=1).get(model_id)
     try:
         run = plan(store, loaded, args.corpus, args.tokens, args.texts)
     except (CorpusMissing, ValueError) as err:

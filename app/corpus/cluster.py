@@ -31,21 +31,12 @@ _loaded: dict = {}  # in a worker process: model id -> the LoadedModel it descri
 def _model(model_id: str, extra: list[str]):
     """The worker's model, loaded on its first text."""
     if model_id not in _loaded:
-        from pathlib import Path
-
         from app.config import Settings
         from app.models.manager import ModelManager
-        from app.models.placement import resolve_placement
-        from app.models.registry import build_registry
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         settings = Settings(preload=[], extra_models=extra)
-        manager = ModelManager(
-            build_registry(settings.extra_models, settings.allowed_models),
-            cache_dir=Path(settings.cache_dir), token_limit=settings.max_tokens, max_loaded=1,
-            placement=resolve_placement(settings.device, settings.dtype),
-        )  # fmt: skip
-        _loaded[model_id] = manager.get(model_id)
+        _loaded[model_id] = ModelManager.from_settings(settings, max_loaded=1).get(model_id)
     return _loaded[model_id]
 
 

@@ -68,9 +68,9 @@ def layout_of(loaded: LoadedModel) -> Layout:
         return found
 
 
-def block_of(model: nn.Module, module: nn.Module) -> nn.Module | None:
-    """The ancestor of `module` that is an element of a ModuleList (its layer's block)."""
-    parents = {id(c): m for m in model.modules() for c in m.children()}
+def block_of(parents: dict[int, nn.Module], module: nn.Module) -> nn.Module | None:
+    """The ancestor of `module` that is an element of a ModuleList (its layer's block);
+    parents: id(module) -> its parent, for every module of the model."""
     child = module
     while (parent := parents.get(id(child))) is not None:
         if isinstance(parent, nn.ModuleList):
@@ -280,7 +280,8 @@ def _patcher(layer: int, patch: PatchStream):
 def _probe(loaded: LoadedModel) -> Layout:
     """Read the layout off one short pass with every block's modules watched."""
     model = loaded.model
-    blocks = [block_of(model, m) for m in loaded.attention_layers]
+    parents = {id(c): m for m in model.modules() for c in m.children()}
+    blocks = [block_of(parents, m) for m in loaded.attention_layers]
     if not blocks or any(b is None for b in blocks) or len({id(b) for b in blocks}) < len(blocks):
         why = "its attention layers are not one per block of a layer list"
         return _refused(blocks, why)

@@ -13,8 +13,8 @@ from pathlib import Path
 from app import timing
 from app.errors import ModelUnavailable, UnknownModel
 from app.models.loader import LoadedModel, load_model
-from app.models.placement import CPU_FLOAT32, Placement
-from app.models.registry import ModelSpec
+from app.models.placement import CPU_FLOAT32, Placement, resolve_placement
+from app.models.registry import ModelSpec, build_registry
 from app.models.sources import family_of, hub_reachable, read_config, unavailable_reason
 from app.suggest import close_matches, did_you_mean
 
@@ -63,6 +63,19 @@ class ModelManager:
         self._locks: dict[str, threading.Lock] = {mid: threading.Lock() for mid in registry}
         self._guard = threading.Lock()
         self.load_count: dict[str, int] = dict.fromkeys(registry, 0)
+
+    @classmethod
+    def from_settings(cls, settings, max_loaded: int | None = None) -> ModelManager:
+        """The manager the settings describe (app.config.Settings): the server's, a corpus
+        job's, a Dask worker's; max_loaded overrides the settings' count."""
+        return cls(
+            build_registry(settings.extra_models, settings.allowed_models),
+            cache_dir=Path(settings.cache_dir),
+            token_limit=settings.max_tokens,
+            max_loaded=settings.max_loaded_models if max_loaded is None else max_loaded,
+            hub_downloads=settings.hub_downloads,
+            placement=resolve_placement(settings.device, settings.dtype),
+        )
 
     def spec(self, model_id: str) -> ModelSpec:
         """The registry entry, or 404 naming what exists. Ids never reach the filesystem."""

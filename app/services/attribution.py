@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from app.errors import InvalidInput, RequestCancelled
 from app.inference.attribution import attribute, head_sources
-from app.inference.forward import count_tokens, tokenize
+from app.inference.forward import count_tokens, tokenize_once
 from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.predictions import top_predictions
 from app.inference.residual import run_stream
@@ -15,9 +15,16 @@ from app.inference.tokens import display_tokens
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.writes import MAX_WRITES_TOKENS, AttributionRequest, AttributionResponse
-from app.serialize import in_order, json_bytes_bound, json_with_float32
-from app.services.attention import ShouldStop, answer_key, check_layer_head, reserved_answer
-from app.services.writes import candidate_fields, check_direct, chosen, stream_bytes, token_id
+from app.serialize import in_order, json_bytes_bound
+from app.services.attention import ShouldStop, check_layer_head
+from app.services.writes import (
+    answered,
+    candidate_fields,
+    check_direct,
+    chosen,
+    stream_bytes,
+    token_id,
+)
 
 CONVENTION = (
     "Each piece's direct effect: what it writes into the residual stream, read through the "
@@ -66,7 +73,7 @@ def attribution_fields(
 ) -> dict:
     """The AttributionResponse's fields (float tensors where json_with_float32 writes them)."""
     position, target, contrast = plan.position, plan.target, plan.contrast
-    inputs, _ = tokenize(loaded, req.text, None, MAX_WRITES_TOKENS)
+    inputs, _ = tokenize_once(loaded, req.text, None)  # the encoding count_tokens made
     layer = req.source.layer if req.source is not None else None
     stream = run_stream(loaded, inputs, weights_of=layer)
     if should_stop is not None and should_stop():
@@ -116,10 +123,7 @@ def attribution(
     """An AttributionResponse as JSON and its bytes' reservation (released once sent)."""
     loaded = manager.get(req.model)
     plan = plan_attribution(loaded, req)
-    with reserved_answer(budget, plan.answer_bytes) as answer:
-        held = budget.reserve(answer_key("stream"), stream_bytes(loaded.arch, plan.seq))
-        try:
-            fields = attribution_fields(loaded, req, plan, should_stop)
-        finally:
-            held.release()
-        return json_with_float32(fields), answer
+    return answered(
+        budget, plan.answer_bytes, stream_bytes(loaded.arch, plan.seq),
+        lambda: attribution_fields(loaded, req, plan, should_stop),
+    )  # fmt: skip

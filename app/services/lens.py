@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.errors import InvalidInput, RequestCancelled
-from app.inference.forward import count_tokens, tokenize
+from app.inference.forward import count_tokens, tokenize_once
 from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.lens import logit_lens
 from app.inference.predictions import top_predictions
@@ -15,10 +15,17 @@ from app.inference.tokens import display_tokens
 from app.models.loader import LoadedModel
 from app.models.manager import ModelManager
 from app.schemas.writes import MAX_LENS_CELLS, MAX_WRITES_TOKENS, LensRequest, LensResponse
-from app.serialize import in_order, json_bytes_bound, json_with_float32
-from app.services.attention import ShouldStop, answer_key, reserved_answer
+from app.serialize import in_order, json_bytes_bound
+from app.services.attention import ShouldStop
 from app.services.predictions import prediction_rows
-from app.services.writes import candidate_fields, check_lens, chosen, stream_bytes, token_id
+from app.services.writes import (
+    answered,
+    candidate_fields,
+    check_lens,
+    chosen,
+    stream_bytes,
+    token_id,
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,7 @@ def plan_lens(loaded: LoadedModel, req: LensRequest) -> LensPlan:
     if req.text_pair is not None:
         raise InvalidInput("the logit lens reads one text: leave out text_pair")
     seq = count_tokens(loaded, req.text, None, MAX_WRITES_TOKENS)
-    inputs, _ = tokenize(loaded, req.text, None, MAX_WRITES_TOKENS)
+    inputs, _ = tokenize_once(loaded, req.text, None)  # the encoding count_tokens made
     positions = prediction_rows(loaded, inputs["input_ids"][0].tolist())
     if not positions:
         raise InvalidInput(
@@ -110,10 +117,7 @@ def lens(
     """A LensResponse as JSON and its bytes' reservation (released once they are sent)."""
     loaded = manager.get(req.model)
     plan = plan_lens(loaded, req)
-    with reserved_answer(budget, plan.answer_bytes) as answer:
-        held = budget.reserve(answer_key("stream"), stream_bytes(loaded.arch, plan.seq))
-        try:
-            fields = lens_fields(loaded, plan, req.top_k, should_stop)
-        finally:
-            held.release()
-        return json_with_float32(fields), answer
+    return answered(
+        budget, plan.answer_bytes, stream_bytes(loaded.arch, plan.seq),
+        lambda: lens_fields(loaded, plan, req.top_k, should_stop),
+    )  # fmt: skip

@@ -12,7 +12,7 @@ from typing import Literal
 import torch
 
 from app.errors import InvalidInput, RequestCancelled
-from app.inference.forward import count_tokens, tokenize
+from app.inference.forward import count_tokens, tokenize_once
 from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.patching import (
     Metric,
@@ -91,8 +91,8 @@ def _prepare(loaded: LoadedModel, req: PatchingRequest, seq: int, grad: bool) ->
     """Both passes and the metric; grad: the corrupted pass keeps its stream and autograd's
     graph (attribution patching's backward pass runs through it), else only its output."""
     position = seq - 1 if req.position is None else req.position
-    clean_inputs, _ = tokenize(loaded, req.text, None, MAX_PATCH_TOKENS)
-    corrupted_inputs, _ = tokenize(loaded, req.corrupted, None, MAX_PATCH_TOKENS)
+    clean_inputs, _ = tokenize_once(loaded, req.text, None)  # counted by check_request
+    corrupted_inputs, _ = tokenize_once(loaded, req.corrupted, None)
     clean = run_stream(loaded, clean_inputs)
     corrupted = run_stream(loaded, corrupted_inputs, keep=grad, grad=grad)
 

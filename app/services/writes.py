@@ -3,15 +3,20 @@ refusals that come before any work, and what a pass taken apart holds (sized fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from app.errors import InvalidInput
+from app.inference.inflight import AnswerBudget, Reservation
 from app.inference.residual import layout_of
 from app.inference.tokens import display_tokens
 from app.models.families import Architecture
 from app.models.lm_head import head_kind, no_head_reason
 from app.models.loader import LoadedModel
 from app.schemas.writes import ChosenToken, TokenById, TokenChoice
+from app.serialize import json_with_float32
+from app.services.attention import answer_key, reserved_answer
 
 GRAD_FACTOR = 16
 """What a pass with autograd holds, in streams taken apart: the graph keeps every layer's
@@ -76,3 +81,18 @@ def candidate_fields(tokenizer, ids: list[int], probs) -> list[dict]:
         {"token_id": i, "token": label, "probability": min(p, np.float32(1.0))}
         for i, label, p in zip(ids, labels, probs, strict=True)
     ]
+
+
+def answered(
+    budget: AnswerBudget, answer_bytes: int, stream: int, build: Callable[[], dict]
+) -> tuple[bytes, Reservation]:
+    """build()'s fields as JSON (json_with_float32), with the answer's bytes reserved before
+    it runs and `stream` bytes (what its passes hold) reserved while it runs; the answer's
+    reservation is returned for the caller to release once the bytes are sent."""
+    with reserved_answer(budget, answer_bytes) as answer:
+        held = budget.reserve(answer_key("stream"), stream)
+        try:
+            fields = build()
+        finally:
+            held.release()
+        return json_with_float32(fields), answer
