@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST"],
-            allow_headers=["Content-Type"],
+            allow_headers=["Content-Type", "X-Atlas-Key"],  # the page's routing key (api.js)
             expose_headers=[server_timing.HEADER],  # a page there may read where time went
         )
     app.add_middleware(AdmissionContext, limits=queue_limits(settings))  # the lanes' admission

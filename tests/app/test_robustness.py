@@ -214,6 +214,12 @@ def test_security_headers_on_every_answer_and_cors_off_by_default(client, local_
     answer = allowed.get("/api/models", headers={"Origin": "https://lab.example"})
     assert answer.headers["access-control-allow-origin"] == "https://lab.example"
     assert answer.headers["access-control-expose-headers"] == "Server-Timing"
+    keyed = allowed.options(
+        "/api/attention",
+        headers={"Origin": "https://lab.example", "Access-Control-Request-Method": "POST",
+                 "Access-Control-Request-Headers": "content-type, x-atlas-key"},
+    )  # fmt: skip
+    assert keyed.status_code == 200  # a page there may send the routing key, as ours does
 
 
 def test_no_request_reaches_the_filesystem(client):
