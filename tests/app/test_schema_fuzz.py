@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from app.models.registry import MINILM_ID
+from attention_atlas.cli import main as atlas
 from tests.support.live import REPO, start_server
 
 pytestmark = pytest.mark.slow
@@ -36,8 +38,19 @@ def server(tmp_path_factory):
     # statistics, while a generated case costs seconds, not minutes (at 2,048 tokens one run
     # took 193 s and the next 371 s; SmolLM2's 8,192 tokens take minutes a request here, and
     # bench/long_context.py measures them; the fused kernel has its own tests).
+    # A corpus run of its own (run 1, MiniLM on a few texts), so the corpus routes answer with
+    # data, not 404: schemathesis.toml gives the fuzzer its id.
+    folder = tmp_path_factory.mktemp("schema")
+    (folder / "prose.txt").write_text(
+        "\n\n".join(
+            f"Paragraph {i} of a few, so that every head has some text to read." for i in range(8)
+        )
+    )
+    store = folder / "corpus.sqlite"
+    atlas(["corpus", "run", "--model", MINILM_ID, "--corpus", str(folder / "prose.txt"),
+           "--texts", "4", "--tokens", "32", "--store", str(store)])  # fmt: skip
     live = start_server(
-        tmp_path_factory.mktemp("schema") / "server.log", {"ATLAS_MAX_TOKENS": "1024"}
+        folder / "server.log", {"ATLAS_MAX_TOKENS": "1024", "ATLAS_CORPUS_STORE": str(store)}
     )
     yield live
     live.stop()
