@@ -7,6 +7,10 @@ PY     := $(VENV)/bin/python
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 PYTEST_ARGS ?=
+# make test runs the suite on this many processes (pytest-xdist: whole files, handed out in the
+# order tests/conftest.py sets), then the files marked `alone` (wall-clock and memory bounds of a
+# live server) in one process with nothing beside them.
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint format bench docker-test screenshots clean install install-test browser \
 	reinstall-models gemma corpus
@@ -72,7 +76,9 @@ run: $(VENV)/.installed
 test: $(VENV)/.installed-test browser
 	$(MAKE) --no-print-directory gemma GEMMA_TERMS=accept
 	$(VENV)/bin/ruff check .
-	HF_HUB_OFFLINE=1 ATLAS_REQUIRE_GEMMA=1 $(PY) -m pytest $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 ATLAS_REQUIRE_GEMMA=1 $(PY) -m pytest -m "not alone" \
+	    -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 ATLAS_REQUIRE_GEMMA=1 $(PY) -m pytest -m alone $(PYTEST_ARGS)
 
 # Everything but the browser and the slow tests (those that load a trained model or start a
 # server): a minute or two, for the loop of editing code.

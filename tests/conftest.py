@@ -38,6 +38,22 @@ LOCAL_MODELS = {
     "local/bert-mlm": "bert-mlm",  # with a masked-LM head that always predicts "paris"
     "local/copy-previous": "copy-previous",  # built by hand: head 0.0 copies the previous token
 }
+# make test runs the suite on two processes (pytest-xdist), each taking whole files in this
+# order as it frees up. The schema fuzz takes minutes: it goes first, so that it runs beside the
+# rest instead of after it. The browser tests go last: once a process has started Playwright's
+# browser (a session fixture), its event loop counts as running in that thread, and a later
+# test's asyncio.run() would fail there.
+FIRST_FILES = ("tests/app/test_schema_fuzz.py",)
+
+
+def pytest_collection_modifyitems(config, items):
+    def group(item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return 0 if path in FIRST_FILES else 2 if path.startswith("tests/e2e/") else 1
+
+    items.sort(key=group)  # stable: the order within each group is kept
+
+
 DECODER_CONFIGS = {
     "qwen2": lambda tf, **size: tf.Qwen2Config(  # a long context: the 8,192-token tests
         num_key_value_heads=2, **{**size, "max_position_embeddings": 8192}

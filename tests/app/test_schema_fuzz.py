@@ -18,7 +18,7 @@ from tests.support.live import REPO, start_server
 pytestmark = pytest.mark.slow
 
 PHASES = "examples,coverage,fuzzing,stateful"
-MAX_EXAMPLES = 15  # per operation and phase; 38 operations: about 80 s here (20: 102 s)
+MAX_EXAMPLES = 10  # per operation and phase: the suite's longest file, beside the rest
 ROUTES = (
     "POST /api/attention",
     "POST /api/attention/detail",
@@ -104,7 +104,7 @@ def test_schemathesis_finds_nothing_in_any_phase(server, tmp_path: Path):
         "PYTHONPATH": str(REPO),
     }
     run = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540
     )
     output = run.stdout + run.stderr
     assert run.returncode == 0 and "No issues found" in output, output[-6000:]

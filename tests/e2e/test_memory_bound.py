@@ -28,7 +28,7 @@ import pytest
 from app.memory import worst_case_rss
 from tests.support.live import rss_bytes, start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

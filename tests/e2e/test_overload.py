@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.live import start_server
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.alone]
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.live import start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def get_models(conn: http.client.HTTPConnection, forwarded_for: str) -> int:

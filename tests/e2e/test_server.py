@@ -9,7 +9,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 

@@ -10,7 +10,7 @@ import pytest
 from app.config import Settings
 from tests.support.live import start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GRACE = Settings.model_fields["shutdown_grace_seconds"].default

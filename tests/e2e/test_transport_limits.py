@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.live import start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 def test_a_body_that_never_finishes_gets_408(tmp_path):
