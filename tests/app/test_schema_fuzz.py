@@ -52,8 +52,36 @@ def server(tmp_path_factory):
     live = start_server(
         folder / "server.log", {"ATLAS_MAX_TOKENS": "1024", "ATLAS_CORPUS_STORE": str(store)}
     )
-    yield live
-    live.stop()
+    try:
+        load_every_model(live.base)
+        yield live
+    finally:
+        live.stop()
+
+
+def load_every_model(base: str, timeout: float = 480) -> None:
+    """Every available model loaded before the fuzz starts, as a served deployment preloads
+    them: `--checks all` allows an answer 10 s, and a model's first use on a fresh clone
+    converts its weights (SmolLM2's and Gemma's GGUF) for longer than that."""
+    import json
+    import time
+    import urllib.request
+
+    def call(path: str, method: str = "GET") -> dict:
+        request = urllib.request.Request(f"{base}{path}", method=method)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    deadline = time.monotonic() + timeout
+    for model in call("/api/models")["models"]:
+        if not model["available"]:
+            continue
+        state = call(f"/api/models/{model['id']}/load", "POST")["state"]
+        while state == "loading":  # one at a time: a server keeps only so many loaded
+            assert time.monotonic() < deadline, f"{model['id']} still loading after {timeout} s"
+            time.sleep(0.5)
+            state = call(f"/api/models/{model['id']}/status")["state"]
+        assert state == "ready", (model["id"], state)
 
 
 def test_every_route_is_in_the_schema(server):
