@@ -41,13 +41,20 @@ RAN_NOW = """() => {
 }"""
 
 
+OPENING_RUN_ENDED = """/^\\d+ tokens/.test(document.querySelector('#run-status').textContent)
+  && !document.querySelector('#run').disabled"""
+
+
 def run_sentence(page, base, text=SENTENCE, model=MINILM, navigate=True):
     if navigate:
         page.goto(f"{base}/?layer=0&head=0")  # the head these tests read, not the clearest one
         wait_js(page, "document.querySelectorAll('#model option').length > 1")
+    # The page runs its link (the example) on opening, with Run disabled until it is answered,
+    # and Playwright's click waits for Run: let that run end first, so that the answer awaited
+    # below is this run's own (under load the opening run ended after RAN_NOW started watching).
+    wait_js(page, OPENING_RUN_ENDED, 90)
     page.select_option("#model", model)
     page.fill("#text", text)
-    # The page ran its link (the example) on opening: wait for this run's own answer.
     page.evaluate(RAN_NOW)
     page.click("#run")
     wait_js(page, "window.__ranNow", 90)
