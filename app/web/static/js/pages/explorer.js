@@ -13,7 +13,7 @@ import * as heads from "../views/heads.js";
 import * as heatmap from "../views/heatmap.js";
 import * as lines from "../views/lines.js";
 import * as mask from "../views/mask.js";
-import { plotlyReady, warmPlotly } from "../views/plot.js";
+import { plotlyReady, warmPlotlySoon } from "../views/plot.js";
 import * as qk from "../views/qk.js";
 import * as value from "../views/value.js";
 import * as ablation from "../views/ablation.js";
@@ -649,7 +649,7 @@ state.subscribe((_, changed) => {
   }
 });
 
-plotlyReady().then(() => setTimeout(warmPlotly, 0)); // while the models are listed
+warmPlotlySoon(); // while the models are listed
 loadModels()
   .then(() => {
     modelsListed = true;

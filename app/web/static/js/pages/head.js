@@ -4,7 +4,7 @@
 
 import { api } from "../api.js";
 import { $, el, metricCard, readPageData, showError } from "../dom.js";
-import { drawChart, drawHeatmap, plotlyReady, warmPlotly, weightScale } from "../views/plot.js";
+import { drawChart, drawHeatmap, plotlyReady, warmPlotlySoon, weightScale } from "../views/plot.js";
 
 const page = readPageData();
 const { model, layer, head } = page;
@@ -156,5 +156,5 @@ async function main() {
   if (params.get("text")) await compareText(dashboard);
 }
 
-plotlyReady().then(() => setTimeout(warmPlotly, 0)); // Plotly's first-chart cost, paid while the data loads
+warmPlotlySoon();
 main().catch((err) => showError(error, err.message));

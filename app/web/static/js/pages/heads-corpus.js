@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { $, el, readPageData, showError } from "../dom.js";
-import { drawChart, plotlyReady, warmPlotly } from "../views/plot.js";
+import { drawChart, plotlyReady, warmPlotlySoon } from "../views/plot.js";
 
 const page = readPageData();
 const { model } = page;
@@ -100,5 +100,5 @@ async function main() {
   drawFinder(data);
 }
 
-plotlyReady().then(() => setTimeout(warmPlotly, 0)); // Plotly's first-chart cost, paid while the data loads
+warmPlotlySoon();
 main().catch((err) => showError(error, err.message));

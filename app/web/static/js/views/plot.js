@@ -320,6 +320,12 @@ export async function warmPlotly() {
   scratch.remove();
 }
 
+/** warmPlotly in a task of its own once plotly.js is there: a page calls it on opening, so that
+ * the cost is paid while its data loads. */
+export function warmPlotlySoon() {
+  return plotlyReady().then(() => setTimeout(warmPlotly, 0));
+}
+
 /** Resolves once plotly.js (loaded with `defer`) is available. */
 export function plotlyReady() {
   if (window.Plotly) return Promise.resolve(window.Plotly);
