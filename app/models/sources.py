@@ -382,8 +382,8 @@ def _write_converted_copy(
     tokenizer into `folder`, as save_pretrained writes them."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=gguf_file)
-    with _tensor_name_maps_built_once():
+    with _gguf_parsed_once():
+        tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=gguf_file)
         gguf_model = AutoModelForCausalLM.from_pretrained(package, gguf_file=gguf_file)
     # The model's own config (reading the GGUF's header again took 7 s), without the GGUF
     # quantization record: the copy is plain float32 weights.
@@ -397,18 +397,28 @@ def _write_converted_copy(
 
 
 @contextmanager
-def _tensor_name_maps_built_once() -> Iterator[None]:
-    """transformers asks gguf for the GGUF-to-PyTorch tensor name map once per submodule: 397
-    times for SmolLM2, 11 s of the conversion. The map depends only on its arguments (the
-    architecture and the block count) and is only read, so it is built once meanwhile."""
+def _gguf_parsed_once() -> Iterator[None]:
+    """transformers reads a GGUF's header three times (for the tokenizer, the config and the
+    weights) and asks gguf for the GGUF-to-PyTorch tensor name map once per submodule (397 times
+    for SmolLM2). Parsing Gemma's header, 262,144 tokens field by field, is most of its
+    conversion. Both depend only on their arguments and are only read, so meanwhile each is
+    built once: one GGUFReader a file (a read-only memory map) and one name map an architecture."""
     import gguf
 
-    original = gguf.get_tensor_name_map
-    gguf.get_tensor_name_map = functools.cache(original)
+    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[str, gguf.GGUFReader] = {}
+
+    def read_once(path, mode="r"):
+        key = f"{os.fspath(path)}:{mode}"
+        if key not in readers:
+            readers[key] = reader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = read_once, functools.cache(name_map)
     try:
         yield
     finally:
-        gguf.get_tensor_name_map = original
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
 
 
 def _converted_copy_problem(folder: Path, checkpoint: GgufCheckpoint = SMOLLM2) -> str | None:
