@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from app.inference.residual import Stream, layout_of, run_stream
+from app.inference.residual import Replay, Stream, layout_of, run_stream
 from app.models.loader import LoadedModel
 
 Stop = Callable[[], bool]
@@ -91,15 +91,23 @@ def _batch(inputs: dict[str, Tensor], size: int) -> dict[str, Tensor]:
     return {name: value.expand(size, *value.shape[1:]) for name, value in inputs.items()}
 
 
-def _per_layer(loaded, corrupted, metric, stop, step, layers: int, batch: int, patches) -> Tensor:
+def _per_layer(loaded, corrupted, metric, stop, step, batch: int, patches, first: int) -> Tensor:
     """(layers, batch): the metric of `batch` copies of the corrupted text, rerun once a layer
-    with patches(layer) (run_stream's patch_heads or patch_stream) changing that layer."""
+    with patches(layer) (run_stream's patch_heads or patch_stream) changing that layer. The
+    blocks a rerun leaves alone hand on the corrupted run's outputs instead of running (half
+    the work: `first` is 0 where the patch changes its layer's block, 1 where it changes only
+    what the block hands on)."""
+    returned: list = []
+    run_stream(loaded, corrupted, keep=False, record=returned)
     rows = []
-    for layer in range(layers):
+    for layer in range(len(returned)):
         if stop():
             raise StopPatching
-        step(layer, layers)
-        run = run_stream(loaded, _batch(corrupted, batch), keep=False, **patches(layer))
+        step(layer, len(returned))
+        replay = Replay(layer + first, returned)
+        run = run_stream(
+            loaded, _batch(corrupted, batch), keep=False, replay=replay, **patches(layer)
+        )
         rows.append(metric.of(loaded, run).double().cpu())
     return torch.stack(rows)
 
@@ -129,7 +137,7 @@ def exact_heads(
 
         return {"patch_heads": patch}
 
-    return _per_layer(loaded, corrupted, metric, stop, step, len(clean.heads), heads, patches)
+    return _per_layer(loaded, corrupted, metric, stop, step, heads, patches, first=0)
 
 
 def exact_stream(
@@ -157,7 +165,7 @@ def exact_stream(
 
         return {"patch_stream": patch}
 
-    return _per_layer(loaded, corrupted, metric, stop, step, len(clean.outputs), seq, patches)
+    return _per_layer(loaded, corrupted, metric, stop, step, seq, patches, first=1)
 
 
 class StopPatching(Exception):

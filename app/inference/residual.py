@@ -191,12 +191,17 @@ def run_stream(
     weights_of: int | None = None,
     grad: bool = False,
     keep: bool = True,
+    record: list | None = None,
+    replay: Replay | None = None,
 ) -> Stream:
     """The model over `inputs` (its tokenizer's, any batch), taken apart as Stream says.
     patch_heads / patch_stream change a layer's heads' outputs / a block's output on the way;
     grad: run with autograd (for attribution patching), else under inference_mode;
     keep=False: keep only last_hidden (the other lists are empty), for a pass whose metric
-    alone is wanted (exact patching's batches)."""
+    alone is wanted (exact patching's batches);
+    record: a list filled with what each block returned, as it returned it (for `replay`);
+    replay: the blocks before replay.start hand on what they returned in a recorded pass
+    instead of running (their hooks, patch_stream's included, still see it)."""
     layout = layout_of(loaded)
     n = len(layout.blocks)
     seen: list = [None] * n
@@ -225,6 +230,13 @@ def run_stream(
                 if layout.post_norms[layer] is not None:
                     handles.append(layout.post_norms[layer][0].register_forward_hook(
                         _keep_output(written, layer)))  # fmt: skip
+            if record is not None:
+                record[:] = [None] * n
+                for layer, block in enumerate(layout.blocks):
+                    handles.append(block.register_forward_hook(_recorder(record, layer)))
+            if replay is not None:
+                handles += [_Replayed(layout.blocks[layer], replay.returned[layer])
+                            for layer in range(replay.start)]  # fmt: skip
             if grad:  # the stream from the first block on is then in autograd's graph
                 handles.append(
                     layout.blocks[0].register_forward_pre_hook(_tracked, with_kwargs=True)
@@ -249,6 +261,58 @@ def run_stream(
         weights=recorder.weights,
         values=recorder.values,
     )
+
+
+@dataclass(frozen=True)
+class Replay:
+    """For reruns that change only block `start` and later: what every block returned in a
+    pass of one sequence (run_stream's `record`). The blocks before `start` hand that on,
+    repeated to the rerun's batch, so a rerun skips them; their outputs are the very numbers
+    of that pass (a batch of copies computed again can differ from it in the last bits)."""
+
+    start: int
+    returned: list
+
+
+class _Replayed:
+    """A block whose forward hands on `returned` (tensors of batch 1 repeated to the batch
+    its input has) until remove(): an instance attribute shadows the class's forward, and the
+    module's call (its hooks) is unchanged."""
+
+    def __init__(self, block: nn.Module, returned) -> None:
+        self.block = block
+        self.own = block.__dict__.get("forward")  # a forward set on the instance, kept
+
+        def forward(hidden_states=None, *args, **kwargs):
+            x = hidden_states if hidden_states is not None else first_tensor(args, kwargs)
+            return _repeated(returned, x.shape[0])
+
+        block.forward = forward
+
+    def remove(self) -> None:
+        if self.own is None:
+            del self.block.forward
+        else:
+            self.block.forward = self.own
+
+
+def _repeated(value, batch: int):
+    """`value` (a tensor or a tuple of them, batch first) with each batch-1 tensor repeated to
+    `batch` (a contiguous copy: a block may write into its input)."""
+    if isinstance(value, Tensor):
+        return (
+            value.expand(batch, *value.shape[1:]).contiguous() if value.shape[:1] == (1,) else value
+        )
+    if isinstance(value, tuple):
+        return tuple(_repeated(v, batch) for v in value)
+    return value
+
+
+def _recorder(store: list, index: int):
+    def hook(module, args, output):
+        store[index] = output
+
+    return hook
 
 
 def _tracked(module, args, kwargs):
