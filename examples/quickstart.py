@@ -1,7 +1,7 @@
 from attention_atlas import AtlasClient, run_model, show
 
 minilm = "sentence-transformers/all-MiniLM-L6-v2"  # both embedded: no download, no network
-smollm2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # (converted from its GGUF on first use, ~30 s)
+smollm2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # (converted from its GGUF on first use, ~10 s)
 
 run = run_model(minilm, "The cat sat on the mat.")  # an id, a folder, or a model object
 print(run.tokens)  # ['[CLS]', 'the', 'cat', 'sat', 'on', 'the', 'mat', '.', '[SEP]']
