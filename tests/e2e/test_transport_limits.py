@@ -14,27 +14,34 @@ from tests.support.live import start_server
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
-def test_a_body_that_never_finishes_gets_408(tmp_path):
-    server = start_server(tmp_path / "server.log", {"ATLAS_BODY_TIMEOUT_SECONDS": "1"})
-    try:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
-            conn.sendall(
-                b"POST /api/core/attention HTTP/1.1\r\nHost: x\r\n"
-                b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"q": [[1'
-            )
-            started = time.monotonic()
-            answer = conn.recv(4096)
-            waited = time.monotonic() - started
-            while b"body_timeout" not in answer:  # the body may come in a later segment
-                more = conn.recv(4096)
-                if not more:
-                    break
-                answer += more
-        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-        assert b'"code":"body_timeout"' in answer.replace(b" ", b"")
-        assert 0.9 < waited < 5
-    finally:
-        server.stop()
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One server with a one-second body deadline for the tests that wait it out (each opens
+    its own connections; a server takes ~4 s to start)."""
+    live = start_server(
+        tmp_path_factory.mktemp("deadline") / "server.log", {"ATLAS_BODY_TIMEOUT_SECONDS": "1"}
+    )
+    yield live
+    live.stop()
+
+
+def test_a_body_that_never_finishes_gets_408(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(
+            b"POST /api/core/attention HTTP/1.1\r\nHost: x\r\n"
+            b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"q": [[1'
+        )
+        started = time.monotonic()
+        answer = conn.recv(4096)
+        waited = time.monotonic() - started
+        while b"body_timeout" not in answer:  # the body may come in a later segment
+            more = conn.recv(4096)
+            if not more:
+                break
+            answer += more
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"code":"body_timeout"' in answer.replace(b" ", b"")
+    assert 0.9 < waited < 5
 
 
 def test_a_request_head_of_a_megabyte_is_refused_and_the_server_goes_on(live_server):
@@ -54,34 +61,30 @@ def test_a_request_head_of_a_megabyte_is_refused_and_the_server_goes_on(live_ser
         assert conn.recv(4096).startswith(b"HTTP/1.1 200")
 
 
-def test_a_request_head_that_never_finishes_gets_408_and_a_silent_connection_is_closed(tmp_path):
-    server = start_server(tmp_path / "server.log", {"ATLAS_BODY_TIMEOUT_SECONDS": "1"})
-    try:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
-            conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")  # no blank line: unfinished
-            started = time.monotonic()
-            answer = conn.recv(4096)
-            waited = time.monotonic() - started
-            while answer and not answer.endswith(b"}"):
-                answer += conn.recv(4096)
-        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-        assert b'"code": "head_timeout"' in answer
-        assert b"\r\nx-content-type-options: nosniff\r\n" in answer  # as on every answer
-        assert 0.9 < waited < 5
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
-            started = time.monotonic()
-            assert conn.recv(4096) == b""  # nothing sent, nothing said: closed
-            assert 0.9 < time.monotonic() - started < 5
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
-            for part in (b"GET /api/health HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
-                conn.sendall(part)  # a head in pieces, whole within the deadline
-                time.sleep(0.2)
-            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
-            time.sleep(0.6)  # the deadline starts again after an answer, from its end
-            conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
-    finally:
-        server.stop()
+def test_a_request_head_that_never_finishes_gets_408_and_a_silent_connection_is_closed(server):
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n")  # no blank line: unfinished
+        started = time.monotonic()
+        answer = conn.recv(4096)
+        waited = time.monotonic() - started
+        while answer and not answer.endswith(b"}"):
+            answer += conn.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b'"code": "head_timeout"' in answer
+    assert b"\r\nx-content-type-options: nosniff\r\n" in answer  # as on every answer
+    assert 0.9 < waited < 5
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        started = time.monotonic()
+        assert conn.recv(4096) == b""  # nothing sent, nothing said: closed
+        assert 0.9 < time.monotonic() - started < 5
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        for part in (b"GET /api/health HTTP/1.1\r\n", b"Host: x\r\n", b"\r\n"):
+            conn.sendall(part)  # a head in pieces, whole within the deadline
+            time.sleep(0.2)
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+        time.sleep(0.6)  # the deadline starts again after an answer, from its end
+        conn.sendall(b"GET /api/health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200")
 
 
 def read_answer(conn: socket.socket) -> bytes:
@@ -118,31 +121,27 @@ def trickle_until_cut_off(conn: socket.socket, seconds: float) -> float | None:
     return None
 
 
-def test_a_body_trickled_faster_than_the_deadline_still_gets_408_when_not_whole_in_time(tmp_path):
+def test_a_body_trickled_faster_than_the_deadline_still_gets_408_when_not_whole_in_time(server):
     """The deadline is for the whole body from the request's start, not for each piece: before,
     a byte every 0.2 s with a 1 s deadline kept a request (and its connection) for ever."""
-    server = start_server(tmp_path / "server.log", {"ATLAS_BODY_TIMEOUT_SECONDS": "1"})
-    try:
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
-            conn.sendall(
-                b"POST /api/core/attention HTTP/1.1\r\nHost: x\r\n"
-                b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
-            )
-            started = time.monotonic()
-            conn.settimeout(0.2)
-            answer = b""
-            while time.monotonic() - started < 6 and b"body_timeout" not in answer:
-                conn.sendall(b" ")
-                with contextlib.suppress(TimeoutError):  # nothing yet
-                    answer += conn.recv(4096)
-            waited = time.monotonic() - started
-            assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
-            assert b"not whole within 1 s of its head" in answer
-            assert 0.9 < waited < 2.5
-            conn.settimeout(10)
-            assert trickle_until_cut_off(conn, 6) is not None  # and the connection is let go
-    finally:
-        server.stop()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as conn:
+        conn.sendall(
+            b"POST /api/core/attention HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        started = time.monotonic()
+        conn.settimeout(0.2)
+        answer = b""
+        while time.monotonic() - started < 6 and b"body_timeout" not in answer:
+            conn.sendall(b" ")
+            with contextlib.suppress(TimeoutError):  # nothing yet
+                answer += conn.recv(4096)
+        waited = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b"not whole within 1 s of its head" in answer
+        assert 0.9 < waited < 2.5
+        conn.settimeout(10)
+        assert trickle_until_cut_off(conn, 6) is not None  # and the connection is let go
 
 
 @pytest.mark.parametrize(
