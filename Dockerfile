@@ -49,11 +49,12 @@ RUN mkdir -p /opt/hf && if [ -n "$HUB_MODELS" ]; then \
     fi && rm -rf /root/.cache
 
 COPY app ./app
+COPY atlas_engine ./atlas_engine
 COPY attention_core ./attention_core
 COPY attention_atlas ./attention_atlas
 
 # Convert SmolLM2's GGUF once (checked against its sha256) so the container starts fast, offline.
-RUN python3 -c "from pathlib import Path; from app.models.sources import smollm2_folder; smollm2_folder(Path('/app/var/cache'), lambda stage, fraction: print(stage, flush=True))" \
+RUN python3 -c "from pathlib import Path; from atlas_engine.models.sources import smollm2_folder; smollm2_folder(Path('/app/var/cache'), lambda stage, fraction: print(stage, flush=True))" \
  && rm -rf /root/.cache
 
 ENV PYTHONUNBUFFERED=1 \

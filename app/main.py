@@ -17,22 +17,24 @@ from starlette_compress import CompressMiddleware, add_compress_type
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import timing as server_timing
-from app.admission import AdmissionContext, QueueLimits
+from app.admission import AdmissionContext
 from app.api.routes import attention, core, corpus, health, lab, lessons, models, writes
-from app.compute import call_on_compute
-from app.config import Settings, get_settings
-from app.errors import AtlasError, install_error_handlers
+from app.errors import install_error_handlers
 from app.framing import OneBodyLength
-from app.inference.cache import ForwardCache
-from app.inference.forward import warm_up
-from app.inference.inflight import AnswerBudget
 from app.limits import RateLimit, RequestBodyGuard, SendGuard
 from app.memory import return_freed_memory_to_the_os
-from app.models.manager import ModelManager
 from app.security import SecurityHeadersMiddleware
-from app.serialize import BINARY_MEDIA_TYPE
 from app.web import pages
 from app.web.assets import STATIC_DIR
+from atlas_engine.admission import QueueLimits
+from atlas_engine.compute import call_on_compute
+from atlas_engine.config import Settings, get_settings
+from atlas_engine.errors import AtlasError
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.forward import warm_up
+from atlas_engine.inference.inflight import AnswerBudget
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.serialize import BINARY_MEDIA_TYPE
 
 log = logging.getLogger("attention_atlas")
 

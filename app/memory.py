@@ -39,7 +39,7 @@ def return_freed_memory_to_the_os() -> bool:
 WORKING_MARGIN_BYTES = 128 * 2**20
 """What the sum below leaves for the rest: one forward pass's per-layer temporaries, open
 connections (at most ATLAS_MAX_CONNECTIONS) and Python objects. The bytes of answers being sent
-are counted in the in-flight bytes (app.serialize.held_while_sending for a streamed one, the
+are counted in the in-flight bytes (atlas_engine.serialize.held_while_sending for a streamed one, the
 whole body for one built whole), and so are request bodies, parsed (app.limits.RequestBodyGuard)."""
 
 

@@ -2,56 +2,22 @@
 which browsers' developer tools show beside the request): every /api/ answer the app makes
 carries `app` and, where they happened, the stages below, each `name;dur=milliseconds`.
 
-The stages are added up in a dict this request's context holds (a ContextVar): the event loop's
-part sees it directly and the compute lanes run each job in a copy of the submitting context
-(app.compute), so a stage timed on a lane lands in the request that asked for it. Outside a
-request (a notebook, a benchmark) timing adds nothing and costs one lookup.
+The stages are timed where they happen (atlas_engine.timing); the middleware here collects
+them for each /api/ request and writes the header.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-STAGES = {
-    "app": "from the request reaching the app to its answer's head",
-    "queue": "waiting for a compute lane (passes run one at a time), or for short jobs run "
-    "between two of this request's layers",
-    "compute": "work on the compute lanes before the answer's head (load, tokenize and forward "
-    "included)",
-    "load": "loading the model (the first request for it)",
-    "tokenize": "tokenising the text (a text the server has not seen)",
-    "forward": "the model's forward pass (a text whose pass is not cached)",
-}
-"""Each metric the header may name, in the order it is written, with what it measures."""
+from atlas_engine.timing import STAGES, collecting
 
 HEADER = "Server-Timing"
 TIMED = "/api/"
 """The paths whose answers carry the header (and name it in OpenAPI): those starting so."""
-
-_stages: ContextVar[dict[str, float] | None] = ContextVar("atlas_server_timing", default=None)
-
-
-def add(stage: str, seconds: float) -> None:
-    """Add `seconds` to this request's `stage` (nothing outside a request)."""
-    stages = _stages.get()
-    if stages is not None:
-        stages[stage] = stages.get(stage, 0.0) + seconds
-
-
-@contextmanager
-def timed(stage: str) -> Iterator[None]:
-    """`with timed("tokenize"):` adds the block's duration to this request's stage."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        add(stage, time.perf_counter() - start)
 
 
 def header_value(stages: dict[str, float]) -> str:
@@ -80,11 +46,8 @@ class ServerTimingMiddleware:
                 message["headers"] = [*message.get("headers", []), timing]
             await send(message)
 
-        token = _stages.set(stages)
-        try:
+        with collecting(stages):
             await self.app(scope, receive, send_with_timing)
-        finally:
-            _stages.reset(token)
 
 
 def _document(openapi: dict) -> dict:

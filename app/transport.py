@@ -43,7 +43,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from app.security import SECURITY_HEADERS
 
 if TYPE_CHECKING:
-    from app.config import Settings
+    from atlas_engine.config import Settings
 
 log = logging.getLogger("attention_atlas")
 

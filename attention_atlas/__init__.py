@@ -18,7 +18,7 @@ _WHERE = {
     "AtlasClient": "attention_atlas.client",
     "AtlasError": "attention_atlas.client",
     "Maps": "attention_atlas.client",
-    "decode_maps": "attention_atlas.formats",
+    "decode_maps": "atlas_engine.formats",
     "AttentionWidget": "attention_atlas.widget",
     "show": "attention_atlas.widget",
 }

@@ -59,7 +59,7 @@ def corpus(args: argparse.Namespace) -> None:
     for name in ("device", "dtype"):
         if getattr(args, name, None) is not None:
             os.environ[f"ATLAS_{name.upper()}"] = getattr(args, name)
-    from app.corpus.store import Store
+    from atlas_engine.corpus.store import Store
 
     store = Store(Path(args.store))
     if args.action == "list":
@@ -75,10 +75,10 @@ def corpus(args: argparse.Namespace) -> None:
     if entry != model_id:
         extra = json.loads(os.environ.get("ATLAS_EXTRA_MODELS", "[]"))
         os.environ["ATLAS_EXTRA_MODELS"] = json.dumps([*extra, entry])
-    from app.config import Settings
-    from app.corpus.job import plan, run_job
-    from app.corpus.texts import CorpusMissing
-    from app.models.manager import ModelManager
+    from atlas_engine.config import Settings
+    from atlas_engine.corpus.job import plan, run_job
+    from atlas_engine.corpus.texts import CorpusMissing
+    from atlas_engine.models.manager import ModelManager
 
     settings = Settings(preload=[])
     loaded = ModelManager.from_settings(settings, max_loaded=1).get(model_id)
@@ -93,7 +93,7 @@ def corpus(args: argparse.Namespace) -> None:
 
     try:
         if args.cluster:
-            from app.corpus.cluster import connect, run_on_cluster
+            from atlas_engine.corpus.cluster import connect, run_on_cluster
 
             with connect(args.cluster) as client:
                 print(f"on {args.cluster}: {len(client.scheduler_info()['workers'])} workers")

@@ -28,7 +28,7 @@ from http.client import HTTPResponse
 
 import numpy as np
 
-from attention_atlas.formats import decode_maps
+from atlas_engine.formats import decode_maps
 
 FORMATS = ("json", "f32", "f16", "u8", "safetensors", "npy")
 ACCEPT_ENCODING = "zstd, br, gzip"

@@ -26,12 +26,12 @@ import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from app.config import get_settings
-from app.inference.tokens import display_tokens
-from app.models import capture
-from app.models.lm_head import auto_class, head_kind, split_head
-from app.models.registry import BUILTIN_MODELS, MODEL_TYPE_FAMILIES, Family
-from app.models.sources import embedded_folder
+from atlas_engine.config import get_settings
+from atlas_engine.inference.tokens import display_tokens
+from atlas_engine.models import capture
+from atlas_engine.models.lm_head import auto_class, head_kind, split_head
+from atlas_engine.models.registry import BUILTIN_MODELS, MODEL_TYPE_FAMILIES, Family
+from atlas_engine.models.sources import embedded_folder
 
 MAX_TOKENS = 4096  # maps grow with the square: 4,096 tokens of a 12 x 12 model is 9.7 GB
 log = logging.getLogger("attention_atlas")
@@ -56,7 +56,7 @@ class AttentionRun:
     cross_attentions: Tensor | None = None  # (L, H, S, T): decoder queries, encoder keys
     model: nn.Module | None = field(default=None, repr=False)  # the base model, for replay
     calls: list[capture.LayerCall] | None = field(default=None, repr=False)  # each layer's
-    # attention call, to replay it (app.models.capture); None where heads are not replayed
+    # attention call, to replay it (atlas_engine.models.capture); None where heads are not replayed
     replay_refusal: str | None = "an encoder-decoder's heads are not replayed here"
     text: str | None = None  # what the model ran on (the lens and attribution run it again)
     text_pair: str | None = None

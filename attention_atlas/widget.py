@@ -23,19 +23,19 @@ import torch
 import traitlets
 from pydantic import ValidationError
 
-from app.errors import AtlasError
-from app.inference.forward import ForwardResult
-from app.models.families import architecture
-from app.models.loader import LoadedModel
-from app.models.registry import Family, ModelSpec, Source
-from app.schemas.attention import DetailRequest
-from app.schemas.qkspace import QKSpaceRequest
-from app.schemas.writes import AttributionRequest, LensRequest
-from app.serialize import json_with_float32
-from app.services.attention import detail_of
-from app.services.attribution import attribution_fields, plan_attribution
-from app.services.lens import lens_fields, plan_lens
-from app.services.qkspace import projection_methods, qkspace_of
+from atlas_engine.errors import AtlasError
+from atlas_engine.inference.forward import ForwardResult
+from atlas_engine.models.families import architecture
+from atlas_engine.models.loader import LoadedModel
+from atlas_engine.models.registry import Family, ModelSpec, Source
+from atlas_engine.schemas.attention import DetailRequest
+from atlas_engine.schemas.qkspace import QKSpaceRequest
+from atlas_engine.schemas.writes import AttributionRequest, LensRequest
+from atlas_engine.serialize import json_with_float32
+from atlas_engine.services.attention import detail_of
+from atlas_engine.services.attribution import attribution_fields, plan_attribution
+from atlas_engine.services.lens import lens_fields, plan_lens
+from atlas_engine.services.qkspace import projection_methods, qkspace_of
 from attention_atlas.bundle import panels_html, plotly_js, widget_css, widget_esm
 from attention_atlas.run import MAX_TOKENS, AttentionRun, run_model
 
@@ -217,7 +217,7 @@ _served: dict[int, LoadedModel] = {}
 
 
 def _writes_model(run: AttentionRun | None) -> LoadedModel:
-    """`run`'s model as the server holds one (app.models.loader.LoadedModel), for the lens and
+    """`run`'s model as the server holds one (atlas_engine.models.loader.LoadedModel), for the lens and
     direct attribution, which run the text again through the taken-apart pass; kept per run."""
     if run is None or run.predictor is None or run.text is None:
         raise ValueError(

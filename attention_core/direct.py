@@ -34,7 +34,7 @@ def centered(x: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class AffineNorm:
     """An elementwise-affine norm, y = center(x) · s(x) ⊙ gamma + beta (center only where
-    `centers`), as read off its module (app.inference.residual.fit_norm)."""
+    `centers`), as read off its module (atlas_engine.inference.residual.fit_norm)."""
 
     gamma: Tensor  # (d,)
     beta: Tensor  # (d,)

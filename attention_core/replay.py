@@ -3,7 +3,7 @@
 Transformers only returns the softmax weights; replaying the layer from first principles also
 gives the per-head queries and keys, raw and scaled scores, and counterfactuals (the same head
 without the 1/sqrt(d) scale, or at another temperature). Family-specific weight extraction
-lives with the model code (app/models/families.py); this module is plain tensors.
+lives with the model code (atlas_engine/models/families.py); this module is plain tensors.
 """
 
 from __future__ import annotations

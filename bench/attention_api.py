@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 
 from app import timing
-from app.config import Settings
-from app.inference.forward import ForwardResult, tokenize
 from app.main import create_app
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.attention import MAX_JSON_WEIGHTS
-from app.serialize import answer_bytes_bound
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import ForwardResult, tokenize
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.attention import MAX_JSON_WEIGHTS
+from atlas_engine.serialize import answer_bytes_bound
 from attention_atlas.client import server_timing
 from bench.compression import prose
 from tests.support.live import start_server

@@ -17,9 +17,9 @@ import tracemalloc
 
 from fastapi.testclient import TestClient
 
-from app.config import Settings
 from app.limits import PARSED_BODY_FACTOR
 from app.main import create_app
+from atlas_engine.config import Settings
 
 PATH = "/api/attention"
 OUTSIDE_THE_BMP = "\U0001f600"

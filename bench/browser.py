@@ -25,8 +25,8 @@ from urllib.parse import urlencode
 from playwright.sync_api import sync_playwright
 from transformers import AutoTokenizer
 
-from app.models.registry import SMOLLM2_ID
-from app.models.sources import smollm2_folder
+from atlas_engine.models.registry import SMOLLM2_ID
+from atlas_engine.models.sources import smollm2_folder
 from bench.compression import prose
 from tests.e2e.helpers import TASK_BUDGET_MS, click_view, wait_js
 from tests.support.live import REPO, start_server

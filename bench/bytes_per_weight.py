@@ -13,9 +13,9 @@ from __future__ import annotations
 from bertviz import model_view
 from fastapi.testclient import TestClient
 
-from app.config import Settings
 from app.main import create_app
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.config import Settings
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from bench.compression import prose
 
 FORMATS = ("u8", "f16", "json")

@@ -3,10 +3,10 @@
     .venv/bin/python -m bench.capture_cost [--repeats N]
 
 At 16, 128 and 512 tokens of README prose:
-- a pass as the server runs it (app.inference.forward.run_forward: the capture function, each
+- a pass as the server runs it (atlas_engine.inference.forward.run_forward: the capture function, each
   layer's call and hidden states kept) against the bare pass (the model alone, eager
   attention, no attention output), the median of N each, interleaved. Goal: at most 1.1x.
-- one head's map replayed from the kept call (app.inference.replay) against the same head
+- one head's map replayed from the kept call (atlas_engine.inference.replay) against the same head
   read from eager maps (a pass with output_attentions, what a maps-only server runs, then
   the slice), medians of N.
 - the bytes a pass keeps (hidden states and calls) against its maps' bytes.
@@ -20,12 +20,12 @@ import time
 
 import torch
 
-from app.config import Settings
-from app.inference.forward import run_forward, tokenize
 from app.main import create_app
-from app.models.capture import implementation
-from app.models.placement import model_device
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import run_forward, tokenize
+from atlas_engine.models.capture import implementation
+from atlas_engine.models.placement import model_device
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from bench.compression import prose
 
 LENGTHS = (16, 128, 512)

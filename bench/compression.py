@@ -19,10 +19,10 @@ from pathlib import Path
 import brotli
 import zstandard
 
-from app.inference.forward import run_forward
-from app.models.loader import load_model
-from app.models.registry import BUILTIN_MODELS, MINILM_ID
-from app.serialize import MapsAnswer
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.models.loader import load_model
+from atlas_engine.models.registry import BUILTIN_MODELS, MINILM_ID
+from atlas_engine.serialize import MapsAnswer
 
 LINK_BYTES_PER_SECOND = 100e6 / 8  # a 100 Mbit/s local network
 ENCODINGS = {

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.corpus_cost [--texts N]
 
-- tokens a second of the job (app.corpus.job.describe_text and the store's write, as
+- tokens a second of the job (atlas_engine.corpus.job.describe_text and the store's write, as
   `atlas corpus run` does it) against bare forward passes over the same texts (the base model
   with eager attention and no attention output), interleaved text by text. Goal: at least 0.8x.
 - the job's peak memory above the loaded model (RSS, sampled every 2 ms).
@@ -23,14 +23,14 @@ from pathlib import Path
 import psutil
 import torch
 
-from app.config import Settings
-from app.corpus.job import describe_text, plan
-from app.corpus.store import Store
-from app.inference.forward import tokenize
 from app.main import create_app
-from app.models.capture import implementation
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.services.corpus import head_dashboard
+from atlas_engine.config import Settings
+from atlas_engine.corpus.job import describe_text, plan
+from atlas_engine.corpus.store import Store
+from atlas_engine.inference.forward import tokenize
+from atlas_engine.models.capture import implementation
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.services.corpus import head_dashboard
 
 
 class PeakRss:

@@ -12,11 +12,11 @@ import argparse
 import statistics
 import time
 
-from app.config import Settings
-from app.inference.forward import run_forward
 from app.main import create_app
-from app.models.registry import SMOLLM2_ID
-from app.services.head_statistics import token_facts
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.models.registry import SMOLLM2_ID
+from atlas_engine.services.head_statistics import token_facts
 from attention_core.aggregate import attention_rollout, head_similarity
 from attention_core.head_stats import head_statistics
 

@@ -20,17 +20,17 @@ from pathlib import Path
 
 import torch
 
-from app.inference.cache import ForwardCache
-from app.inference.forward import run_forward
-from app.inference.inflight import AnswerBudget
-from app.models.manager import ModelManager
-from app.models.registry import MINILM_ID, SMOLLM2_ID, build_registry
-from app.schemas.ablation import AblationRequest, HeadRef
-from app.schemas.compare import CompareRequest, OtherSide
-from app.schemas.predictions import PredictionsRequest
-from app.services.ablation import ablate
-from app.services.compare import compare
-from app.services.predictions import predictions
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.inference.inflight import AnswerBudget
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID, build_registry
+from atlas_engine.schemas.ablation import AblationRequest, HeadRef
+from atlas_engine.schemas.compare import CompareRequest, OtherSide
+from atlas_engine.schemas.predictions import PredictionsRequest
+from atlas_engine.services.ablation import ablate
+from atlas_engine.services.compare import compare
+from atlas_engine.services.predictions import predictions
 from bench.compression import prose
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.config import Settings  # noqa: E402
 from app.memory import worst_case_rss  # noqa: E402
+from atlas_engine.config import Settings  # noqa: E402
 from tests.support.live import rss_bytes, start_server  # noqa: E402
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 from fastapi.testclient import TestClient
 
-from app.compute import call_on_compute
-from app.config import Settings
-from app.inference.forward import ForwardResult, pass_kernel
 from app.main import create_app
-from app.models.capture import implementation
-from app.models.registry import SMOLLM2_ID
+from atlas_engine.compute import call_on_compute
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import ForwardResult, pass_kernel
+from atlas_engine.models.capture import implementation
+from atlas_engine.models.registry import SMOLLM2_ID
 from bench.compression import prose
 from bench.scaling import slope
 

@@ -5,9 +5,10 @@
 For each embedded model, dtype (float32, bfloat16, float16) and length (16 to 512 tokens of
 README prose, N texts each): the model's own maps (eager attention, output_attentions, on the
 device, in that dtype) against each layer replayed from the hidden states entering it
-(app.inference.replay: the layer's own call re-run in the model's dtype), and against the maps the server
-shows (run_forward's: the replay in float32, the model's own in half precision). Prints the
-largest absolute difference of each and the bound app.models.placement states
+(atlas_engine.inference.replay: the layer's own call re-run in the model's dtype), and
+against the maps the server shows (run_forward's: the replay in float32, the model's own in
+half precision). Prints the largest absolute difference of each and the bound
+atlas_engine.models.placement states
 (REPLAY_MAX_ABS_DIFF); a bound passed is marked.
 """
 
@@ -17,13 +18,13 @@ import argparse
 
 import torch
 
-from app.config import Settings
-from app.inference.forward import run_forward, tokenize
-from app.inference.replay import replayed_maps
 from app.main import create_app
-from app.models.capture import implementation
-from app.models.placement import REPLAY_MAX_ABS_DIFF, model_device
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import run_forward, tokenize
+from atlas_engine.inference.replay import replayed_maps
+from atlas_engine.models.capture import implementation
+from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF, model_device
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from bench.compression import prose
 
 DTYPES = ("float32", "bfloat16", "float16")

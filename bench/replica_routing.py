@@ -26,7 +26,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.models.registry import MINILM_ID
+from atlas_engine.models.registry import MINILM_ID
 from attention_atlas.client import ROUTE_HEADER, route_key
 from tests.support.live import free_port, start_server
 

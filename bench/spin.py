@@ -27,10 +27,10 @@ from pathlib import Path
 
 import torch
 
-from app.config import Settings
-from app.inference.forward import tokenize
 from app.main import create_app
-from app.models.registry import MINILM_ID
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import tokenize
+from atlas_engine.models.registry import MINILM_ID
 from bench.attention_api import Client
 from bench.compression import prose
 from tests.support.live import start_server

@@ -1,4 +1,4 @@
-"""Why the server runs its tensor work on its own compute lanes (app.compute), measured in one
+"""Why the server runs its tensor work on its own compute lanes (atlas_engine.compute), measured in one
 run.
 
     .venv/bin/python -m bench.threads [--repeats N]
@@ -18,10 +18,10 @@ import time
 
 import torch
 
-from app.config import Settings
-from app.inference.forward import run_forward
 from app.main import create_app
-from app.models.registry import MINILM_ID
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.models.registry import MINILM_ID
 
 
 def per_call_us(fn, calls: int, repeats: int) -> float:

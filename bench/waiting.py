@@ -7,13 +7,13 @@ run `repeats` times, each with a new MiniLM sentence (every layer in u8) sent 1 
 starts: the text's forward pass (POST /api/attention/forward, a new text each time), one
 layer's head statistics (POST /api/attention/heads, the pass cached) and Deep zoom's overview
 of one layer's 9 heads at 32 × 32 cells (POST /api/attention/tiles, the pass cached). A long
-job lets a short one in between two of its steps (app.compute.run_beside: layers, blocks of
+job lets a short one in between two of its steps (atlas_engine.compute.run_beside: layers, blocks of
 rows, tiles), so the sentence should wait for one step, not for the job. Printed: each job's
 time and the sentence's, medians and ranges, side by side with a sentence sent to the idle
 server. Last, every head's statistics over a new text (POST /api/attention/heads with no
 `layers`: Deep zoom's head finder in one job, its forward pass included, a minute or more) with
 a new sentence sent 10, 60 and 120 s into it: at any age of a long job a sentence should wait
-at most a slice of it (app.compute.SLICE_SECONDS), within AGE_GOAL times its idle time.
+at most a slice of it (atlas_engine.compute.SLICE_SECONDS), within AGE_GOAL times its idle time.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from app.config import Settings
 from app.main import create_app
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.config import Settings
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from bench.compression import prose
 from tests.support.live import start_server
 

@@ -6,7 +6,7 @@ side by side in one run, on SmolLM2 (the embedded model with a language-model he
 "One pass" is the with-head model's own forward over the text (eager attention, logits at
 every position): what `model(**inputs)` costs in transformers. Each feature is timed as its
 route computes it, interleaved with the pass, medians of N:
-- lens: the pass taken apart (app.inference.residual.run_stream) and every layer's stream at
+- lens: the pass taken apart (atlas_engine.inference.residual.run_stream) and every layer's stream at
   every position through the final norm and the head, top-5 and one token's probability
   (goal: at most 1.5 passes; each row is the whole unembedding, 6.5 passes' multiply-adds a
   position on SmolLM2, so the goal holds only for a few positions: "lens@1" reads the last);
@@ -25,15 +25,15 @@ import time
 
 import torch
 
-from app.config import Settings
-from app.inference.attribution import attribute, head_sources
-from app.inference.forward import tokenize
-from app.inference.lens import logit_lens
-from app.inference.patching import Metric, attribution_patching, exact_heads, exact_stream
-from app.inference.residual import run_stream
 from app.main import create_app
-from app.models.capture import implementation
-from app.models.registry import SMOLLM2_ID
+from atlas_engine.config import Settings
+from atlas_engine.inference.attribution import attribute, head_sources
+from atlas_engine.inference.forward import tokenize
+from atlas_engine.inference.lens import logit_lens
+from atlas_engine.inference.patching import Metric, attribution_patching, exact_heads, exact_stream
+from atlas_engine.inference.residual import run_stream
+from atlas_engine.models.capture import implementation
+from atlas_engine.models.registry import SMOLLM2_ID
 from bench.compression import prose
 
 LENGTHS = (16, 64, 256)

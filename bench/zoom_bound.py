@@ -19,13 +19,13 @@ import torch
 import torch.nn.functional as F
 from fastapi.testclient import TestClient
 
-from app.compute import call_on_compute
-from app.config import Settings
-from app.inference.forward import tokenize
 from app.main import create_app
-from app.models import capture
-from app.models.placement import REPLAY_MAX_ABS_DIFF
-from app.models.registry import SMOLLM2_ID
+from atlas_engine.compute import call_on_compute
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import tokenize
+from atlas_engine.models import capture
+from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
+from atlas_engine.models.registry import SMOLLM2_ID
 from bench.compression import prose
 
 

@@ -16,9 +16,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from app.config import Settings
 from app.main import create_app
-from app.models.sources import package_folder
+from atlas_engine.config import Settings
+from atlas_engine.models.sources import package_folder
 from tests.support.handmade import copy_previous_gpt2
 
 REPO = Path(__file__).resolve().parents[1]

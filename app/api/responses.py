@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from app.errors import not_json_detail
-from app.schemas.common import ErrorDetail
+from atlas_engine.schemas.common import ErrorDetail
 
 _DESCRIPTIONS = {
     400: "The body is not UTF-8 JSON (or holds a number JSON parsers refuse).",

@@ -1,4 +1,4 @@
-"""How a request's work runs: on which compute lane (app.compute) and in what order, stopped
+"""How a request's work runs: on which compute lane (atlas_engine.compute) and in what order, stopped
 when its client leaves, and its answer streamed piece by piece with its reservation released at
 the end."""
 
@@ -15,17 +15,17 @@ from pydantic import BaseModel
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from app import compute
-from app.compute import Lane, iterate_on_compute, run_on_compute
-from app.errors import AtlasError
-from app.inference.cache import ForwardCache
-from app.inference.forward import ForwardResult
-from app.inference.inflight import AnswerBudget, NoRoomYet, Reservation
-from app.inference.tokens import estimated_tokens
-from app.models.manager import ModelManager
-from app.schemas.attention import TextRequest
-from app.schemas.forward import ForwardFailed, ForwardProgress
-from app.serialize import MapsAnswer
+from atlas_engine import compute
+from atlas_engine.compute import Lane, iterate_on_compute, run_on_compute
+from atlas_engine.errors import AtlasError
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.forward import ForwardResult
+from atlas_engine.inference.inflight import AnswerBudget, NoRoomYet, Reservation
+from atlas_engine.inference.tokens import estimated_tokens
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.schemas.attention import TextRequest
+from atlas_engine.schemas.forward import ForwardFailed, ForwardProgress
+from atlas_engine.serialize import MapsAnswer
 
 log = logging.getLogger("attention_atlas")
 
@@ -37,7 +37,9 @@ class LaneCost(NamedTuple):
 
     lane: Lane
     seconds: float = 0.0  # estimated: the heavy lane's order
-    model: str | None = None  # the one model it runs, where known (app.compute's run_beside)
+    model: str | None = (
+        None  # the one model it runs, where known (atlas_engine.compute's run_beside)
+    )
     counted: float | None = None  # its seconds against the queue's bound, where not `seconds`
     text: tuple | None = None  # (model, text, pair) whose pass it reads: never run inside that pass
 
@@ -47,7 +49,7 @@ HEAVY_UNKNOWN = LaneCost(Lane.HEAVY)
 
 
 QUICK_MAX_TOKENS = 512
-"""The longest cached text whose requests take the quick lane (app.compute): at most a few
+"""The longest cached text whose requests take the quick lane (atlas_engine.compute): at most a few
 hundred milliseconds of work on one core."""
 QUICK_NEW_TOKENS = 64
 """A new text at most this long (an upper bound on its tokens: estimated_tokens) has its pass

@@ -9,14 +9,6 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from fastapi.templating import Jinja2Templates
 
 from app.deps import SettingsDep
-from app.models.loader import FULL_MAPS_MAX_TOKENS
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
-from app.schemas.core import SEED_EXAMPLE
-from app.schemas.generate import MAX_NEW_TOKENS
-from app.schemas.lab_models import MAX_LAB_REAL_TOKENS
-from app.services.heads import DESCRIPTIONS
-from app.services.lessons import get_lesson, lessons
 from app.web.assets import (
     PLOTLY_JS,
     SWAGGER_UI_CSS,
@@ -29,7 +21,15 @@ from app.web.assets import (
 from app.web.explorer_views import GROUPS, page_views, views_taught_by
 from app.web.explorer_views import VIEWS as EXPLORER_VIEWS
 from app.web.glossary import TERMS
-from app.web.lab_topics import LAB_TOPICS, PARTS, neighbours
+from atlas_engine.lab_topics import LAB_TOPICS, PARTS, neighbours
+from atlas_engine.models.loader import FULL_MAPS_MAX_TOKENS
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
+from atlas_engine.schemas.core import SEED_EXAMPLE
+from atlas_engine.schemas.generate import MAX_NEW_TOKENS
+from atlas_engine.schemas.lab_models import MAX_LAB_REAL_TOKENS
+from atlas_engine.services.heads import DESCRIPTIONS
+from atlas_engine.services.lessons import get_lesson, lessons
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["plotly_js"] = plotly_js_name
@@ -163,7 +163,7 @@ def lesson_page(request: Request, settings: SettingsDep, lesson_id: str) -> HTML
 
 
 def not_found_page(request: Request, detail: str) -> HTMLResponse:
-    """The 404 a browser gets for a page (app.errors sends API paths JSON): what was not found,
+    """The 404 a browser gets for a page (atlas_engine.errors sends API paths JSON): what was not found,
     the lessons where a lesson was asked for, and the ways in (Learn, the lab, the explorer)."""
     path = request.url.path
     lesson = path.removeprefix("/learn/") if path.startswith("/learn/") else None

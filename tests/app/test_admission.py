@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from app import compute
-from app.admission import QueueLimits, TooMuchFromOneClient, check_heavy
-from app.compute import SLICE_SECONDS, EarliestDeadlineFirst
-from app.errors import RequestCancelled, ServerBusy
+from atlas_engine import compute
+from atlas_engine.admission import QueueLimits, TooMuchFromOneClient, check_heavy
+from atlas_engine.compute import SLICE_SECONDS, EarliestDeadlineFirst
+from atlas_engine.errors import RequestCancelled, ServerBusy
 
 LIMITS = QueueLimits(heavy_jobs=4, heavy_seconds=10.0, per_client_jobs=2, quick_jobs=3)
 

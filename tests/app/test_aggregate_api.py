@@ -2,8 +2,8 @@
 
 import torch
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.serialize import decode_binary
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.serialize import decode_binary
 from attention_core.aggregate import attention_rollout
 
 TEXT = "The animal didn't cross the street because it was too tired."

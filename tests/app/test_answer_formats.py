@@ -11,8 +11,8 @@ import torch
 import zstandard
 from safetensors.numpy import load
 
-from app.models.registry import MINILM_ID
-from app.serialize import JSON_BYTES_PER_WEIGHT, decode_binary, float32_json_rows
+from atlas_engine.models.registry import MINILM_ID
+from atlas_engine.serialize import JSON_BYTES_PER_WEIGHT, decode_binary, float32_json_rows
 
 BODY = {"model": MINILM_ID, "text": "Standard formats need no decoder.", "layers": [0, 5]}
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-import app.inference.forward as forward_module
-from app.inference.cache import ForwardCache
-from app.inference.forward import ForwardResult, count_tokens
-from app.models.registry import MINILM_ID
-from attention_atlas.formats import decode_atls
+import atlas_engine.inference.forward as forward_module
+from atlas_engine.formats import decode_atls
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.forward import ForwardResult, count_tokens
+from atlas_engine.models.registry import MINILM_ID
 
 
 def pass_of(nbytes: int) -> ForwardResult:

@@ -5,9 +5,9 @@ import threading
 import pytest
 import torch
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.attention import MAX_TEXT_CHARS, DetailResponse
-from app.serialize import F16_ERROR_BOUND, U8_ERROR_BOUND, decode_binary, sending_overhead
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.attention import MAX_TEXT_CHARS, DetailResponse
+from atlas_engine.serialize import F16_ERROR_BOUND, U8_ERROR_BOUND, decode_binary, sending_overhead
 from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 
 TEXT = "The cat sat on the mat because it was tired."
@@ -191,7 +191,7 @@ def test_sentence_pairs_refused_for_decoders(client):
 @pytest.fixture
 def forward_calls(monkeypatch):
     """A list that grows by one for every forward pass the service runs."""
-    import app.services.attention as service
+    import atlas_engine.services.attention as service
 
     calls = []
     real = service.run_forward

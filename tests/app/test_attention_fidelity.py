@@ -6,10 +6,10 @@ bound stated for other hardware and half precision)."""
 import pytest
 import torch
 
-from app.inference.weight_replay import layer_inputs
-from app.models import families
-from app.models.placement import REPLAY_MAX_ABS_DIFF
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.inference.weight_replay import layer_inputs
+from atlas_engine.models import families
+from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_core import causal_mask, replay_layer
 from bench.compression import prose
 
@@ -70,7 +70,7 @@ def test_replay_equals_transformers_for_every_layer_and_head(client, app, model_
     512), and so within REPLAY_MAX_ABS_DIFF["float32"], the bound stated for any machine.
     (Projecting with `hidden @ w.T + b` instead of F.linear put MiniLM 1.5e-6 away.)"""
     loaded = app.state.manager.get(model_id)
-    from app.inference.forward import run_forward
+    from atlas_engine.inference.forward import run_forward
 
     limit = loaded.full_map_tokens
     text = TEXT if length == "sentence" else prose(loaded.tokenizer, limit - 4)

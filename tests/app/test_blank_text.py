@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import Field, TypeAdapter, ValidationError
 
-from app.models.registry import MINILM_ID
-from app.schemas.common import NOT_BLANK
+from atlas_engine.models.registry import MINILM_ID
+from atlas_engine.schemas.common import NOT_BLANK
 from tests.support.whitespace import BLANKS, blank, every_char
 
 

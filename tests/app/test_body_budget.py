@@ -9,10 +9,10 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Settings
-from app.inference.inflight import AnswerBudget
 from app.limits import BODY_STEP_BYTES, PARSED_BODY_FACTOR, RequestBodyGuard
 from app.main import create_app
+from atlas_engine.config import Settings
+from atlas_engine.inference.inflight import AnswerBudget
 from bench.body_cost import nested_lists, parse_cost, text_body
 
 MiB = 2**20

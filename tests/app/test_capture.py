@@ -1,4 +1,4 @@
-"""The capture path (app.models.capture) on every architecture issue 39 names, made here as
+"""The capture path (atlas_engine.models.capture) on every architecture issue 39 names, made here as
 tiny random models: under the capture function a model computes exactly what eager attention
 computes, and each layer replayed from its recorded call gives, through attention_core.modern,
 exactly the weights and head outputs eager transformers returns, bit for bit in float32, for
@@ -13,8 +13,8 @@ import pytest
 import torch
 import transformers as tf
 
-from app.inference.replay import layer_weights
-from app.models import capture
+from atlas_engine.inference.replay import layer_weights
+from atlas_engine.models import capture
 from attention_core.modern import head_output
 
 pytestmark = pytest.mark.slow
@@ -273,7 +273,7 @@ def test_deep_zoom_reads_windows_softcaps_and_sinks_a_block_at_a_time(name):
     replay.replayed_qk): the model's own weights within the stated bound, on a text of 40
     tokens read in blocks of 8, so that sliding windows (3 keys), softcaps and sinks cross
     block edges."""
-    from app.inference.replay import replayed_qk
+    from atlas_engine.inference.replay import replayed_qk
     from attention_core.tiles import overview, row_weights, weight_tile, window_logsumexp
 
     config = {**ENCODERS, **DECODERS}[name]()

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.compare import CompareResponse, SideMap
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.compare import CompareResponse, SideMap
 from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 
 pytestmark = pytest.mark.slow

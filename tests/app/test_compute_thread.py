@@ -1,4 +1,4 @@
-"""The server's tensor work runs on the compute lanes (app.compute): once a second thread has run
+"""The server's tensor work runs on the compute lanes (atlas_engine.compute): once a second thread has run
 PyTorch's kernels with a team of its own, OpenMP keeps a team for each, and every kernel in the
 process is slower for it. The heavy lane is one thread with PyTorch's threads, the quick lane's
 threads run PyTorch on themselves alone. Every kind of route is checked: answers built whole,
@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import app.api.routes.lab as lab_routes
-import app.serialize as serialize
+import atlas_engine.serialize as serialize
 from app.api.running import FIRST_LOAD_SECONDS, run_with_room, where_to_run
-from app.compute import (
+from app.main import _preload
+from atlas_engine.compute import (
     HEAVY_LANE_NICE,
     NESTED_MOST_SECONDS,
     EarliestDeadlineFirst,
@@ -28,16 +29,15 @@ from app.compute import (
     on_compute_thread,
     run_on_compute,
 )
-from app.config import get_settings
-from app.errors import ServerBusy
-from app.inference.cache import ForwardCache
-from app.inference.forward import run_forward
-from app.inference.inflight import AnswerBudget
-from app.main import _preload
-from app.models.manager import ModelManager
-from app.models.registry import MINILM_ID, SMOLLM2_ID, build_registry
-from app.schemas.attention import AttentionRequest
-from app.schemas.compare import CompareRequest
+from atlas_engine.config import get_settings
+from atlas_engine.errors import ServerBusy
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.inference.inflight import AnswerBudget
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID, build_registry
+from atlas_engine.schemas.attention import AttentionRequest
+from atlas_engine.schemas.compare import CompareRequest
 from tests.support.ndjson import checked_lines
 
 TEXT = "Every tensor of this request is computed on the one compute thread. " * 14
@@ -162,7 +162,7 @@ def test_the_quick_lane_runs_pytorch_on_itself_alone_and_leaves_the_default_alon
 def test_both_lanes_compute_the_same_bits_whatever_their_thread_counts():
     """A replay on the quick lane (one thread) equals the model's own pass on the heavy lane
     (one thread a core) only if a matrix product's sums do not depend on the thread count:
-    MKL splits them by it on some CPUs unless MKL_CBWR is strict (app/__init__.py). These
+    MKL splits them by it on some CPUs unless MKL_CBWR is strict (atlas_engine/__init__.py). These
     shapes are SmolLM2's and MiniLM's projections of a 13-token text; on an AVX-512 Xeon the
     first differed by 5e-5 between one and two threads without it."""
     generator = torch.Generator().manual_seed(0)

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from app.config import Settings
+from atlas_engine.config import Settings
 
 
 def test_the_heavy_lanes_nice_and_the_shutdown_grace_are_read_from_the_environment(monkeypatch):

@@ -4,8 +4,8 @@ tests/e2e/test_transport_limits.py)."""
 import pytest
 from pydantic import ValidationError
 
-from app.config import Settings, default_max_connections, open_file_limit
 from app.transport import ConnectionCaps, _is_exempt, head_deadline_protocol
+from atlas_engine.config import Settings, default_max_connections, open_file_limit
 
 
 def test_the_default_cap_leaves_half_the_file_descriptors_and_more_refuses_to_start():

@@ -7,7 +7,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.schemas.core import SEED_EXAMPLE
+from atlas_engine.schemas.core import SEED_EXAMPLE
 from attention_core import scaled_dot_product_attention
 
 

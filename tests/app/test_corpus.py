@@ -1,4 +1,4 @@
-"""The corpus job and its store (app.corpus): texts cut as stated, every head's statistics on a
+"""The corpus job and its store (atlas_engine.corpus): texts cut as stated, every head's statistics on a
 text equal to the explorer's own for that text, a stopped job resumed without recomputing, and
 GET /api/corpus... reading it back."""
 
@@ -11,12 +11,12 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from app.corpus.job import describe_text, plan, run_job
-from app.corpus.store import Store
-from app.corpus.texts import CorpusMissing, paragraphs, rest_paragraphs, sequences
-from app.inference.forward import run_forward
 from app.main import create_app
-from app.services.head_statistics import statistics_of
+from atlas_engine.corpus.job import describe_text, plan, run_job
+from atlas_engine.corpus.store import Store
+from atlas_engine.corpus.texts import CorpusMissing, paragraphs, rest_paragraphs, sequences
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.services.head_statistics import statistics_of
 from attention_core.head_stats import STATISTICS
 from tests.conftest import make_settings
 

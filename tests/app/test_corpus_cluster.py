@@ -1,16 +1,16 @@
 """The corpus job on a local Dask cluster of two worker processes writes what the in-process
-job writes (app.corpus.cluster): every statistic, histogram and token of every text."""
+job writes (atlas_engine.corpus.cluster): every statistic, histogram and token of every text."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from app.config import Settings
-from app.corpus.cluster import connect, run_on_cluster
-from app.corpus.job import plan, run_job
-from app.corpus.store import Store
 from app.main import create_app
+from atlas_engine.config import Settings
+from atlas_engine.corpus.cluster import connect, run_on_cluster
+from atlas_engine.corpus.job import plan, run_job
+from atlas_engine.corpus.store import Store
 from tests.app.test_corpus import PROSE
 
 pytestmark = pytest.mark.slow

@@ -4,8 +4,8 @@ tokenizer the tests load, for single texts and sentence pairs, whatever state an
 import pytest
 import torch
 
-from app.inference.encoding import _plain_backend, encode, word_numbers
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.inference.encoding import _plain_backend, encode, word_numbers
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from tests.conftest import LOCAL_MODELS
 
 TEXTS = [

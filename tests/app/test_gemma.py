@@ -8,9 +8,9 @@ import os
 import pytest
 import torch
 
-from app.models.capture import implementation
-from app.models.registry import GEMMA3_ID
-from app.models.sources import GEMMA3, _part_paths
+from atlas_engine.models.capture import implementation
+from atlas_engine.models.registry import GEMMA3_ID
+from atlas_engine.models.sources import GEMMA3, _part_paths
 
 pytestmark = pytest.mark.slow
 

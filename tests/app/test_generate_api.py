@@ -5,9 +5,9 @@ are the attention the generation computed step by step with its key/value cache.
 import pytest
 import torch
 
-from app.inference.generate import next_token
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.generate import MIN_SAMPLE_TEMPERATURE
+from atlas_engine.inference.generate import next_token
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.generate import MIN_SAMPLE_TEMPERATURE
 from tests.support.ndjson import checked_lines
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_core.head_stats import STATISTICS
 
 TEXT = "The animal didn't cross the street because it was too tired."
@@ -150,9 +150,9 @@ def test_search_refuses_what_it_cannot_answer(client, query, status):
 def test_statistics_stop_between_blocks_when_the_client_has_gone(app):
     """A long text's statistics take seconds a layer: a client that leaves stops them at the
     next block of rows, and nothing half-done is kept with the pass."""
-    from app.errors import RequestCancelled
-    from app.inference.forward import run_forward
-    from app.services.head_statistics import statistics_of
+    from atlas_engine.errors import RequestCancelled
+    from atlas_engine.inference.forward import run_forward
+    from atlas_engine.services.head_statistics import statistics_of
 
     loaded = app.state.manager.get(SMOLLM2_ID)
     result = run_forward(loaded, TEXT)
@@ -172,7 +172,7 @@ def test_bad_layers_and_marks_are_refused_before_any_work(client, monkeypatch):
     def never(*_args, **_kwargs):
         raise AssertionError("a forward pass ran for a bad request")
 
-    monkeypatch.setattr("app.services.attention.run_forward", never)
+    monkeypatch.setattr("atlas_engine.services.attention.run_forward", never)
     text = "A sentence nobody has sent, so that only a forward pass could answer it."
     for layers, words in [([6], "out of range"), ([], "at least 1"), ([1, 1], "repeats")]:
         body = {"model": MINILM_ID, "text": text, "layers": layers}

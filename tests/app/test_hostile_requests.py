@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from app.models.registry import MINILM_ID
-from app.serialize import U8_ERROR_BOUND, U8_STEP, decode_binary, quantize
+from atlas_engine.models.registry import MINILM_ID
+from atlas_engine.serialize import U8_ERROR_BOUND, U8_STEP, decode_binary, quantize
 
 TEXT = "The cat sat on the mat because it was tired."
 
@@ -152,8 +152,8 @@ def test_an_answer_over_the_limit_says_how_many_layers_fit(local_checkpoints):
 
 
 def test_a_corrupt_embedded_file_names_a_fix_that_works_and_no_path(tmp_path):
-    from app.errors import ModelUnavailable
-    from app.models.weights import verify_sha256
+    from atlas_engine.errors import ModelUnavailable
+    from atlas_engine.models.weights import verify_sha256
 
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"not the published weights")

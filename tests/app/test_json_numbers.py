@@ -1,11 +1,11 @@
-"""JSON answers built from tensors (app.serialize.to_lists): a float32 value is written as the
+"""JSON answers built from tensors (atlas_engine.serialize.to_lists): a float32 value is written as the
 shortest decimal that reads back as exactly that float32; a float64 value keeps its own digits."""
 
 import json
 
 import torch
 
-from app.serialize import to_lists, to_lists_with_nulls
+from atlas_engine.serialize import to_lists, to_lists_with_nulls
 from tests.support.float32_json import assert_float32_numbers
 
 EDGES = [0.1, 1 / 3, 1e-30, 1.4e-45, 3.4028235e38, -2.5, 0.0, -0.0, 1.0]

@@ -4,8 +4,8 @@ number checked against transformers itself, hooked here without any app code in 
 import pytest
 import torch
 
-from app.models.registry import REPLAY_FAMILIES
-from app.schemas.lab_models import MINILM, SMOLLM2
+from atlas_engine.models.registry import REPLAY_FAMILIES
+from atlas_engine.schemas.lab_models import MINILM, SMOLLM2
 
 TEXT = "The animal didn't cross the street because it was too tired."
 PARIS = "The Eiffel Tower is in the city of"

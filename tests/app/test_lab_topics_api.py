@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import attention_core as ac
-from app.schemas.lab_models import MINILM, SMOLLM2
+from atlas_engine.schemas.lab_models import MINILM, SMOLLM2
 
 TEXT = "The animal didn't cross the street because it was too tired."
 

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.services.lessons import SHIPPED
+from atlas_engine.services.lessons import SHIPPED
 from tests.conftest import make_settings
 
 SHIPPED_IDS = ["attention-basics", "why-sqrt-d", "find-the-induction-head"]

@@ -7,16 +7,16 @@ import math
 import pytest
 import torch
 
-from app import compute
-from app.inference import forward
-from app.inference.forward import ForwardResult, run_forward
-from app.inference.replay import replayed_qk
-from app.models import capture
-from app.models.loader import FULL_MAPS_MAX_TOKENS
-from app.models.placement import REPLAY_MAX_ABS_DIFF
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.services import head_statistics as statistics_service
-from app.services.head_statistics import rows_per_block, token_facts
+from atlas_engine import compute
+from atlas_engine.inference import forward
+from atlas_engine.inference.forward import ForwardResult, run_forward
+from atlas_engine.inference.replay import replayed_qk
+from atlas_engine.models import capture
+from atlas_engine.models.loader import FULL_MAPS_MAX_TOKENS
+from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.services import head_statistics as statistics_service
+from atlas_engine.services.head_statistics import rows_per_block, token_facts
 from attention_core import causal_mask
 from attention_core.head_stats import ROLES, head_statistics
 from bench.compression import prose
@@ -204,7 +204,7 @@ def test_head_statistics_of_a_long_text_are_those_of_the_models_own_maps(
     expected = head_statistics(long_text_maps, token_facts(loaded, result), causal=True)
     assert result.seq_len > 4 * rows_per_block(loaded.arch.num_heads, result.seq_len)
     body = {"model": SMOLLM2_ID, "text": long_text}
-    between = []  # each block is a point where a short job may run (app.compute.run_beside)
+    between = []  # each block is a point where a short job may run (atlas_engine.compute.run_beside)
     monkeypatch.setattr(compute, "run_beside", lambda: between.append(True))
     whole = client.post("/api/attention/heads", json=body)
     assert whole.status_code == 200, whole.text
@@ -252,7 +252,7 @@ def test_a_layer_too_large_to_compute_is_refused_before_the_forward_pass(client,
     def never(*_args, **_kwargs):
         raise AssertionError("sized after the forward pass")
 
-    monkeypatch.setattr("app.services.attention.run_forward", never)
+    monkeypatch.setattr("atlas_engine.services.attention.run_forward", never)
     text = prose(app.state.manager.get(SMOLLM2_ID).tokenizer, 2400)
     body = {"model": SMOLLM2_ID, "text": text, "layers": [0], "format": "u8"}
     response = client.post("/api/attention", json=body)

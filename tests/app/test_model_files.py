@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from app.models import sources
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.models.sources import CONVERTED_MANIFEST, smollm2_converted_folder
+from atlas_engine.models import sources
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.sources import CONVERTED_MANIFEST, smollm2_converted_folder
 from tests.conftest import CACHE_DIR, make_settings
 
 TEXT = "The cat sat on the mat."

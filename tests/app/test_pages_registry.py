@@ -5,7 +5,7 @@ import re
 
 from app.web.explorer_views import GROUPS, VIEWS, views_taught_by
 from app.web.glossary import TERMS
-from app.web.lab_topics import LAB_TOPICS, PARTS, neighbours
+from atlas_engine.lab_topics import LAB_TOPICS, PARTS, neighbours
 from tests.support.live import REPO
 
 EXPLORER = REPO / "app" / "web" / "static" / "js" / "pages" / "explorer.js"

@@ -1,25 +1,25 @@
 """ATLAS_DEVICE and ATLAS_DTYPE: models load where and how the operator says, the maps served
 are exactly what the model computed in that dtype, and half precision stays within the bounds
-app.models.placement states (against the model's own replay and against float32)."""
+atlas_engine.models.placement states (against the model's own replay and against float32)."""
 
 import pytest
 import torch
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from app.config import Settings
-from app.inference.forward import run_forward
-from app.inference.replay import replayed_maps
 from app.main import create_app
-from app.models import placement
-from app.models.placement import (
+from atlas_engine.config import Settings
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.inference.replay import replayed_maps
+from atlas_engine.models import placement
+from atlas_engine.models.placement import (
     MAPS_VS_FLOAT32_MAX_ABS_DIFF,
     REPLAY_MAX_ABS_DIFF,
     resolve_device,
 )
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.attention import DetailRequest
-from app.services.attention import detail_of
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.attention import DetailRequest
+from atlas_engine.services.attention import detail_of
 from bench.compression import prose
 from tests.conftest import make_settings
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.numpy import load
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.serialize import U8_ERROR_BOUND, decode_binary
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.serialize import U8_ERROR_BOUND, decode_binary
 from bench.compression import prose
 from tests.app.test_attention_fidelity import direct_attentions
 from tests.support.pooling import block_pool

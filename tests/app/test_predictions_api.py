@@ -4,8 +4,8 @@ import pytest
 import torch
 import transformers as tf
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.models.sources import smollm2_converted_folder
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.sources import smollm2_converted_folder
 from tests.conftest import CACHE_DIR
 
 pytestmark = pytest.mark.slow

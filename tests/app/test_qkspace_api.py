@@ -4,7 +4,7 @@ queries and keys after a weight-preserving normalisation; the strongest keys are
 import pytest
 import torch
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_core import normalise_qk
 from attention_core.qkspace import pca_2d, umap_available
 from tests.support.float32_json import assert_float32_numbers

@@ -1,4 +1,4 @@
-"""The residual stream taken apart (app.inference.residual), on tiny random checkpoints of every
+"""The residual stream taken apart (atlas_engine.inference.residual), on tiny random checkpoints of every
 decoder family the capture path replays: the direct attributions sum to the real logit, the
 logit lens's last row is the model's own output, and exact patching equals patching by hand
 with forward hooks on the model's own modules (no capture function involved)."""
@@ -9,13 +9,13 @@ import pytest
 import torch
 import transformers as tf
 
-from app.inference.attribution import attribute, head_sources
-from app.inference.forward import tokenize
-from app.inference.lens import logit_lens
-from app.inference.patching import Metric, exact_heads, exact_stream
-from app.inference.residual import layout_of, run_stream
-from app.models.loader import load_model
-from app.models.registry import parse_extra_model
+from atlas_engine.inference.attribution import attribute, head_sources
+from atlas_engine.inference.forward import tokenize
+from atlas_engine.inference.lens import logit_lens
+from atlas_engine.inference.patching import Metric, exact_heads, exact_stream
+from atlas_engine.inference.residual import layout_of, run_stream
+from atlas_engine.models.loader import load_model
+from atlas_engine.models.registry import parse_extra_model
 from tests.conftest import CACHE_DIR, gpt2_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -171,7 +171,7 @@ def test_exact_patching_equals_patching_by_hand(models, name):
 
 
 def test_the_lens_normaliser_is_within_its_stated_bound_of_float64():
-    from app.inference.lens import logsumexp64
+    from atlas_engine.inference.lens import logsumexp64
 
     torch.manual_seed(3)
     logits = torch.randn(64, 49152) * 8  # spread like real logits, some rows very peaked

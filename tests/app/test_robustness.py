@@ -8,11 +8,11 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from app.errors import RequestCancelled
-from app.inference.forward import run_forward
 from app.main import create_app
-from app.models.registry import MINILM_ID
-from app.schemas.common import ErrorDetail
+from atlas_engine.errors import RequestCancelled
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.models.registry import MINILM_ID
+from atlas_engine.schemas.common import ErrorDetail
 from tests.conftest import make_settings
 
 TEXT = "Robust servers answer clearly."
@@ -383,7 +383,7 @@ def test_forward_cache_respects_its_byte_bound(local_checkpoints):
 @pytest.mark.slow
 def test_biggest_whole_map_input_on_biggest_default_model_fits(client, app):
     """512 tokens on SmolLM2, every layer in u8 (what the explorer's all-heads grid loads)."""
-    from app.models.registry import SMOLLM2_ID
+    from atlas_engine.models.registry import SMOLLM2_ID
 
     loaded = app.state.manager.get(SMOLLM2_ID)
     text = " ".join(["token"] * 600)

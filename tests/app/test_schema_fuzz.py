@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.models.registry import MINILM_ID
+from atlas_engine.models.registry import MINILM_ID
 from attention_atlas.cli import main as atlas
 from tests.support.live import REPO, start_server
 

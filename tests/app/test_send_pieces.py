@@ -7,12 +7,14 @@ import asyncio
 import pytest
 import torch
 
-from app.limits import KERNEL_SEND_BUFFER_BYTES, SEND_CHUNK_BYTES, SendGuard, _pieces
-from app.serialize import (
+from app.limits import SendGuard, _pieces
+from atlas_engine.serialize import (
     BINARY_PIECE_BYTES,
     BYTES_PER_WEIGHT,
+    KERNEL_SEND_BUFFER_BYTES,
     PIECE_BYTES,
     PIECES_HELD,
+    SEND_CHUNK_BYTES,
     MapsAnswer,
     answer_bytes_bound,
     held_while_sending,

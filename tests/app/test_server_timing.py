@@ -7,7 +7,8 @@ from fastapi.testclient import TestClient
 
 from app import timing
 from app.main import create_app
-from app.models.registry import MINILM_ID
+from atlas_engine import timing as stages
+from atlas_engine.models.registry import MINILM_ID
 from attention_atlas.client import server_timing
 from tests.conftest import make_settings
 
@@ -98,6 +99,9 @@ def test_the_header_reads_back_and_timing_outside_a_request_adds_nothing():
     assert value == "app;dur=9.391, forward;dur=7.185"
     assert server_timing(value) == {"app": 9.391, "forward": 7.185}
     assert server_timing('cache;desc="hit", db;dur=2.5') == {"cache": 0.0, "db": 2.5}
-    timing.add("forward", 1.0)  # no request: no error, nowhere to go
-    with timing.timed("tokenize"):
+    stages.add("forward", 1.0)  # no request: no error, nowhere to go
+    with stages.timed("tokenize"):
         pass
+    with stages.collecting({}) as collected:  # what the middleware does for each request
+        stages.add("forward", 0.5)
+    assert collected == {"forward": 0.5}

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from app import compute
-from app.errors import RequestCancelled
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.tiles import TilesRequest, TilesResponse
-from app.services.tiles import tiles
+from atlas_engine import compute
+from atlas_engine.errors import RequestCancelled
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.tiles import TilesRequest, TilesResponse
+from atlas_engine.services.tiles import tiles
 from bench.compression import prose
 from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 from tests.support.pooling import block_pool
@@ -57,7 +57,7 @@ def test_a_512_token_layer_zoomed_out(client, app, monkeypatch):
     loaded = app.state.manager.get(SMOLLM2_ID)
     text = prose(loaded.tokenizer, 500)
     full = maps(client, SMOLLM2_ID, 7, text)[[2, 8]]  # the pass cached: no layer's points below
-    between = []  # each tile is a point where a short job may run (app.compute.run_beside)
+    between = []  # each tile is a point where a short job may run (atlas_engine.compute.run_beside)
     monkeypatch.setattr(compute, "run_beside", lambda: between.append(True))
     body = {"model": SMOLLM2_ID, "text": text, "layer": 7, "heads": [2, 8], "cell": 16}
     answer = client.post("/api/attention/tiles", json=body).json()

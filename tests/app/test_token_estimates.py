@@ -4,8 +4,8 @@ was assumed; SmolLM2 reads an emoji as up to four tokens and every digit as one.
 
 import pytest
 
-from app.inference.tokens import NO_BOUND, estimated_tokens, token_bound
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.inference.tokens import NO_BOUND, estimated_tokens, token_bound
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 
 TEXTS = {
     "emoji": "😀🎉🚀🧠👩‍👩‍👧 " * 2,

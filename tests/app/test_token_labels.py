@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 
 TEXTS = {
     "cjk": "注意力机制让每个词都能看到其他所有的词。",

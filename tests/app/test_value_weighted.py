@@ -4,7 +4,7 @@ replayed values, for every family (GQA: the query head's shared value head)."""
 import pytest
 import torch
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 
 TEXT = "The animal didn't cross the street because it was tired."
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.writes import AttributionResponse, LensResponse, PatchingResponse
-from app.services.patching import PatchingDone
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.writes import AttributionResponse, LensResponse, PatchingResponse
+from atlas_engine.services.patching import PatchingDone
 from tests.support.float32_json import assert_answer_is
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.main import create_app
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_atlas.client import LAB_ROUTES, AtlasClient, AtlasError
 
 pytestmark = pytest.mark.slow

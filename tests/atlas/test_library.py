@@ -10,8 +10,8 @@ import pytest
 import torch
 import transformers as tf
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.models.sources import package_folder
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.sources import package_folder
 from attention_atlas import run_model, show
 from attention_atlas.bundle import RELATIVE_IMPORT, widget_esm
 from attention_atlas.cli import main as atlas_main
@@ -207,9 +207,7 @@ def test_the_widget_module_is_self_contained():
 
 
 def test_the_client_needs_no_torch():
-    code = (
-        "import sys, attention_atlas.client, attention_atlas.formats; print('torch' in sys.modules)"
-    )
+    code = "import sys, attention_atlas.client, atlas_engine.formats; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -51,7 +51,7 @@ def copied_per_stage() -> list[set[str]]:
 
 
 def test_the_server_needs_more_than_app_so_the_check_means_something():
-    assert {"app", "attention_core", "attention_atlas"} <= server_packages()
+    assert {"app", "atlas_engine", "attention_core"} <= server_packages()
 
 
 def test_the_image_copies_every_package_the_server_imports():

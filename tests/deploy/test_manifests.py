@@ -9,8 +9,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.config import Settings
 from app.memory import EMBEDDED_MODELS_RSS, worst_case_rss
+from atlas_engine.config import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "deploy" / "kubernetes.yaml"

@@ -1,5 +1,6 @@
 """`pip install` of the project (a wheel, not an editable checkout) carries everything the app
-and the notebook widget read from disk: the pages' templates, ES modules and stylesheets."""
+and the notebook widget read from disk: the pages' templates, ES modules and stylesheets, and
+the lessons that ship."""
 
 import shutil
 import subprocess
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-WEB = ROOT / "app" / "web"
+DATA = (ROOT / "app" / "web", ROOT / "atlas_engine" / "lessons")
 
 pytestmark = pytest.mark.slow
 
@@ -44,9 +45,13 @@ def installed(tmp_path_factory) -> Path:
 
 def test_the_wheel_carries_every_web_file(installed):
     expected = {
-        p.relative_to(ROOT) for p in WEB.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+        p.relative_to(ROOT)
+        for folder in DATA
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
     }
     assert {p for p in expected if p.suffix in (".js", ".html", ".css")}, "nothing to check"
+    assert {p for p in expected if p.suffix == ".json"}, "no lesson to check"
     missing = sorted(str(p) for p in expected if not (installed / p).is_file())
     assert missing == []
 

@@ -1,8 +1,8 @@
 """Every page and every explorer tab, opened and drawn, for checks that apply to all of them."""
 
 from app.web.explorer_views import VIEWS as EXPLORER_VIEWS
-from app.web.lab_topics import LAB_TOPICS as ALL_LAB_TOPICS
 from app.web.pages import TOPICS_WITH_OWN_ROUTE
+from atlas_engine.lab_topics import LAB_TOPICS as ALL_LAB_TOPICS
 from tests.e2e.helpers import click_view, wait_js
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

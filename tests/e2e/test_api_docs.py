@@ -6,7 +6,7 @@ import urllib.request
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from app.schemas.common import NOT_BLANK
+from atlas_engine.schemas.common import NOT_BLANK
 from tests.e2e.helpers import TASK_GUARD_MS, wait_js
 from tests.support.whitespace import BLANKS
 

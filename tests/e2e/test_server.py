@@ -98,11 +98,11 @@ def test_leaving_a_streamed_forward_pass_stops_it_within_a_layer(live_server, se
 
 def test_a_sentence_is_answered_between_two_layers_of_a_long_pass(live_server):
     """A long SmolLM2 pass (2,000 tokens, seconds here) lets short passes run between two of its
-    layers (app.compute's run_beside), on another model and on its own: the sentence's maps
+    layers (atlas_engine.compute's run_beside), on another model and on its own: the sentence's maps
     come back before the long pass ends, and they are still each model's own."""
     from transformers import AutoTokenizer
 
-    from app.models.sources import package_folder, smollm2_folder
+    from atlas_engine.models.sources import package_folder, smollm2_folder
     from attention_atlas import AtlasClient
     from attention_atlas.run import run_model
     from bench.compression import prose

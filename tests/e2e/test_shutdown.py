@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.config import Settings
+from atlas_engine.config import Settings
 from tests.support.live import start_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
@@ -20,7 +20,7 @@ JSON = {"Content-Type": "application/json"}
 def long_text(n_tokens: int) -> str:
     from transformers import AutoTokenizer
 
-    from app.models.sources import smollm2_folder
+    from atlas_engine.models.sources import smollm2_folder
     from bench.compression import prose
     from tests.conftest import CACHE_DIR
 

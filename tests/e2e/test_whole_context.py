@@ -11,8 +11,8 @@ from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
-from app.models.registry import SMOLLM2_ID
-from app.services.heads import DESCRIPTIONS
+from atlas_engine.models.registry import SMOLLM2_ID
+from atlas_engine.services.heads import DESCRIPTIONS
 from attention_core.head_stats import STATISTICS
 from bench.compression import prose
 from tests.e2e.helpers import TASK_GUARD_MS, answer_late, export, log_colours, wait_js
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 def long_text():
     from transformers import AutoTokenizer
 
-    from app.models.sources import smollm2_folder
+    from atlas_engine.models.sources import smollm2_folder
     from tests.conftest import CACHE_DIR
 
     folder = smollm2_folder(CACHE_DIR, lambda *_: None)

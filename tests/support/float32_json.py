@@ -1,4 +1,4 @@
-"""Checks of JSON answers whose numbers are written as float32 (app.serialize.json_with_float32):
+"""Checks of JSON answers whose numbers are written as float32 (atlas_engine.serialize.json_with_float32):
 the answer is its documented schema, fields in order, and every number is the shortest decimal
 of its float32 (not float64's digits for it, 0.10000000149011612 for 0.1)."""
 

@@ -14,7 +14,7 @@ import json
 import schemathesis
 from schemathesis.specs.openapi.checks import is_unexpected_http_status_case
 
-from app.schemas.generate import MAX_NEW_TOKENS
+from atlas_engine.schemas.generate import MAX_NEW_TOKENS
 
 ACCEPTED = {404, 429}  # unknown model ids, rate limits: as schemathesis's own default
 

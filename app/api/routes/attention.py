@@ -16,42 +16,42 @@ from app.api.running import (
     where_to_run,
 )
 from app.api.strict_json import StrictJSONRoute
-from app.compute import iterate_on_compute, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
-from app.schemas.ablation import AblationRequest, AblationResponse
-from app.schemas.aggregate import (
+from atlas_engine.compute import iterate_on_compute, run_on_compute
+from atlas_engine.schemas.ablation import AblationRequest, AblationResponse
+from atlas_engine.schemas.aggregate import (
     AggregateRequest,
     AggregateResponse,
     SimilarityRequest,
     SimilarityResponse,
 )
-from app.schemas.attention import (
+from atlas_engine.schemas.attention import (
     AttentionRequest,
     AttentionResponse,
     DetailRequest,
     DetailResponse,
     TextRequest,
 )
-from app.schemas.compare import CompareRequest, CompareResponse
-from app.schemas.follow import FollowRequest, FollowResponse
-from app.schemas.forward import ForwardDone, ForwardFailed, ForwardProgress
-from app.schemas.generate import GeneratedToken, GenerateRequest, GenerationDone
-from app.schemas.heads import HeadsRequest, HeadsResponse
-from app.schemas.predictions import PredictionsRequest, PredictionsResponse
-from app.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
-from app.schemas.search import SearchRequest, SearchResponse
-from app.schemas.tiles import TilesRequest, TilesResponse
-from app.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES
-from app.services.ablation import ablate
-from app.services.aggregate import aggregate_maps, similarity
-from app.services.attention import attention_detail, attention_maps
-from app.services.compare import compare
-from app.services.forward import checked_model, run_pass
-from app.services.generate import start_generation
-from app.services.heads import describe_heads, follow, search_heads
-from app.services.predictions import predictions
-from app.services.qkspace import query_key_space
-from app.services.tiles import tiles
+from atlas_engine.schemas.compare import CompareRequest, CompareResponse
+from atlas_engine.schemas.follow import FollowRequest, FollowResponse
+from atlas_engine.schemas.forward import ForwardDone, ForwardFailed, ForwardProgress
+from atlas_engine.schemas.generate import GeneratedToken, GenerateRequest, GenerationDone
+from atlas_engine.schemas.heads import HeadsRequest, HeadsResponse
+from atlas_engine.schemas.predictions import PredictionsRequest, PredictionsResponse
+from atlas_engine.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
+from atlas_engine.schemas.search import SearchRequest, SearchResponse
+from atlas_engine.schemas.tiles import TilesRequest, TilesResponse
+from atlas_engine.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES
+from atlas_engine.services.ablation import ablate
+from atlas_engine.services.aggregate import aggregate_maps, similarity
+from atlas_engine.services.attention import attention_detail, attention_maps
+from atlas_engine.services.compare import compare
+from atlas_engine.services.forward import checked_model, run_pass
+from atlas_engine.services.generate import start_generation
+from atlas_engine.services.heads import describe_heads, follow, search_heads
+from atlas_engine.services.predictions import predictions
+from atlas_engine.services.qkspace import query_key_space
+from atlas_engine.services.tiles import tiles
 
 log = logging.getLogger("attention_atlas")
 router = APIRouter(prefix="/api/attention", tags=["attention"], route_class=StrictJSONRoute)

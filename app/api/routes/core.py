@@ -2,9 +2,9 @@ from fastapi import APIRouter
 
 from app.api.responses import BODY_ROUTE, errors
 from app.api.strict_json import StrictJSONRoute
-from app.compute import Lane, run_on_compute
-from app.schemas.core import CoreAttentionRequest, CoreAttentionResponse
-from app.services.core_attention import run_core_attention
+from atlas_engine.compute import Lane, run_on_compute
+from atlas_engine.schemas.core import CoreAttentionRequest, CoreAttentionResponse
+from atlas_engine.services.core_attention import run_core_attention
 
 router = APIRouter(prefix="/api/core", tags=["attention_core"], route_class=StrictJSONRoute)
 

@@ -7,10 +7,10 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
-from app.corpus.store import Store
 from app.deps import SettingsDep
-from app.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard
-from app.services.corpus import corpus_heads, corpus_runs, head_dashboard, open_store
+from atlas_engine.corpus.store import Store
+from atlas_engine.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard
+from atlas_engine.services.corpus import corpus_heads, corpus_runs, head_dashboard, open_store
 from attention_core.head_stats import STATISTICS
 
 router = APIRouter(prefix="/api/corpus", tags=["corpus"], route_class=StrictJSONRoute)

@@ -1,7 +1,7 @@
 from fastapi import APIRouter
 
 from app.api.strict_json import StrictJSONRoute
-from app.schemas.common import Health
+from atlas_engine.schemas.common import Health
 
 router = APIRouter(prefix="/api", tags=["health"], route_class=StrictJSONRoute)
 

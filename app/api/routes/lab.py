@@ -3,16 +3,16 @@ from fastapi import APIRouter
 from app.api.responses import BODY_ROUTE, errors
 from app.api.running import run_with_room
 from app.api.strict_json import StrictJSONRoute
-from app.compute import Lane, run_on_compute
 from app.deps import BudgetDep, CacheDep, ManagerDep
-from app.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
-from app.schemas.lab_inside import (
+from atlas_engine.compute import Lane, run_on_compute
+from atlas_engine.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
+from atlas_engine.schemas.lab_inside import (
     ForwardPassRequest,
     ForwardPassResponse,
     HeadAnatomyRequest,
     HeadAnatomyResponse,
 )
-from app.schemas.lab_matrices import (
+from atlas_engine.schemas.lab_matrices import (
     CostRequest,
     CostResponse,
     KvCacheRequest,
@@ -26,7 +26,7 @@ from app.schemas.lab_matrices import (
     TilingRequest,
     TilingResponse,
 )
-from app.schemas.lab_models import (
+from atlas_engine.schemas.lab_models import (
     CrossRequest,
     CrossResponse,
     KvSharingRequest,
@@ -38,12 +38,12 @@ from app.schemas.lab_models import (
     SparseRequest,
     SparseResponse,
 )
-from app.services import lab_inside, lab_matrices, lab_models
-from app.services.lab import all_masks, scaling_demo
+from atlas_engine.services import lab_inside, lab_matrices, lab_models
+from atlas_engine.services.lab import all_masks, scaling_demo
 
 router = APIRouter(prefix="/api/lab", tags=["lab"], route_class=StrictJSONRoute)
 # Small tensors of the request's own (bounded by its schema) take the quick lane; the routes that
-# run a model take the heavy one (app.compute).
+# run a model take the heavy one (atlas_engine.compute).
 
 ERRORS = errors(*BODY_ROUTE)
 MODEL_ERRORS = errors(*BODY_ROUTE, 404, 503)

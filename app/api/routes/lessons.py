@@ -5,8 +5,8 @@ from fastapi import APIRouter, Body, Path
 from app.api.responses import BODY_ROUTE, errors
 from app.api.strict_json import StrictJSONRoute
 from app.deps import SettingsDep
-from app.schemas.lessons import LESSON_ID, MAX_LESSON_BYTES, Lesson, LessonList
-from app.services.lessons import check_lesson, get_lesson, list_lessons
+from atlas_engine.schemas.lessons import LESSON_ID, MAX_LESSON_BYTES, Lesson, LessonList
+from atlas_engine.services.lessons import check_lesson, get_lesson, list_lessons
 
 router = APIRouter(prefix="/api/lessons", tags=["lessons"], route_class=StrictJSONRoute)
 

@@ -2,13 +2,13 @@ from fastapi import APIRouter, Path, Query
 
 from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
-from app.compute import run_on_compute
 from app.deps import ManagerDep
-from app.models.registry import MINILM_ID, SMOLLM2_ID
-from app.schemas.models import InductionText, LoadStatus, ModelList
-from app.services.induction import induction_text
-from app.services.models import describe
-from app.services.qkspace import projection_methods
+from atlas_engine.compute import run_on_compute
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.models import InductionText, LoadStatus, ModelList
+from atlas_engine.services.induction import induction_text
+from atlas_engine.services.models import describe
+from atlas_engine.services.qkspace import projection_methods
 
 router = APIRouter(prefix="/api/models", tags=["models"], route_class=StrictJSONRoute)
 

@@ -6,10 +6,10 @@ from starlette.responses import StreamingResponse
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
 from app.api.running import heavy, progress_lines, reserved_json, until_disconnect
 from app.api.strict_json import StrictJSONRoute
-from app.compute import run_on_compute
 from app.deps import BudgetDep, ManagerDep
-from app.schemas.forward import ForwardFailed, ForwardProgress
-from app.schemas.writes import (
+from atlas_engine.compute import run_on_compute
+from atlas_engine.schemas.forward import ForwardFailed, ForwardProgress
+from atlas_engine.schemas.writes import (
     MAX_PATCH_TOKENS,
     MAX_WRITES_TOKENS,
     AttributionRequest,
@@ -19,9 +19,9 @@ from app.schemas.writes import (
     PatchingRequest,
     PatchingResponse,
 )
-from app.services import patching
-from app.services.attribution import attribution
-from app.services.lens import lens
+from atlas_engine.services import patching
+from atlas_engine.services.attribution import attribution
+from atlas_engine.services.lens import lens
 
 router = APIRouter(prefix="/api/attention", tags=["what heads write"], route_class=StrictJSONRoute)
 ERRORS = errors(*BODY_ROUTE, 404, 503)

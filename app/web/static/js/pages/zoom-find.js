@@ -4,7 +4,7 @@
 // as WordPiece does); each match names the first and last token it touches. The map marks them
 // and a click on one zooms to it.
 
-const VISIBLE = { "␣": " ", "↵": "\n", "⇥": "\t", "␍": "\r" }; // app/inference/tokens.py's marks
+const VISIBLE = { "␣": " ", "↵": "\n", "⇥": "\t", "␍": "\r" }; // atlas_engine/inference/tokens.py's marks
 const MARK = { color: "#f97316", width: 1 };
 export const MARKED = 200; // matches marked on the map at most (two shapes each)
 

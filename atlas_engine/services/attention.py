@@ -1,0 +1,445 @@
+"""Attention maps and per-head detail for real models (POST /api/attention[/detail])."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+
+from atlas_engine.errors import InvalidInput
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.forward import (
+    ForwardResult,
+    MapsSink,
+    Progress,
+    count_tokens,
+    run_forward,
+)
+from atlas_engine.inference.inflight import AnswerBudget, Reservation, Reservations
+from atlas_engine.inference.replay import layer_capture, layer_weights, refused
+from atlas_engine.models.capture import LayerCapture
+from atlas_engine.models.loader import LoadedModel, predicts_of
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.schemas.attention import (
+    DETAIL_MATRICES,
+    MAX_JSON_WEIGHTS,
+    AttentionRequest,
+    DetailRequest,
+    DetailResponse,
+    TextRequest,
+)
+from atlas_engine.serialize import (
+    BYTES_PER_WEIGHT,
+    MapsAnswer,
+    answer_bytes_bound,
+    held_while_sending,
+    in_order,
+    json_bytes_bound,
+    json_with_float32,
+    sending_overhead,
+)
+from attention_core import masked_softmax, value_weighted_norms
+from attention_core.modern import head_output, head_scores, modern_logits, sink_softmax
+from attention_core.tiles import pool_weights
+from attention_core.trace import resolve_scale
+
+ShouldStop = Callable[[], bool] | None
+_answers = itertools.count()
+
+
+def answer_key(kind: str) -> tuple[str, int]:
+    """A budget key of one answer's own (never shared) reservation."""
+    return (kind, next(_answers))
+
+
+def forward_for(
+    loaded: LoadedModel,
+    cache: ForwardCache,
+    text: str,
+    text_pair: str | None,
+    should_stop: ShouldStop = None,
+    progress: Progress | None = None,
+    keep_maps: MapsSink | None = None,
+) -> tuple[ForwardResult, bool]:
+    """The forward pass over the text: from the cache, or one new forward pass (handing the
+    maps it computes to keep_maps, as run_forward says)."""
+    return cache.get_or_compute(
+        (loaded.id, text, text_pair),
+        lambda: run_forward(loaded, text, text_pair, should_stop, progress, keep_maps),
+    )
+
+
+def reserved_forward(
+    loaded: LoadedModel,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    text: str,
+    text_pair: str | None,
+    should_stop: ShouldStop = None,
+    whole_maps: bool = True,
+    progress: Progress | None = None,
+    keep_maps: MapsSink | None = None,
+    answer_bytes: int = 0,
+) -> tuple[ForwardResult, bool, Reservations]:
+    """The forward pass, with its bytes reserved in the in-flight budget before it is computed
+    or looked up: (result, was_cached, reservation). Release the reservation when done with it.
+    whole_maps: the caller may read every map of the text at once, so the text is held to the
+    model's full_map_tokens and, where maps are replayed, their bytes are reserved too (for this
+    caller alone); False for callers that read a layer or a window at a time.
+    answer_bytes: what the caller's answer holds besides the pass (for a streamed answer, what
+    it computes at a time and the pieces it holds while sent), reserved first, for it alone."""
+    limit = loaded.full_map_tokens if whole_maps else None
+    seq = count_tokens(loaded, text, text_pair, limit)
+    parts = []
+    try:
+        if answer_bytes:
+            parts.append(budget.reserve(answer_key("answer"), answer_bytes))
+        if whole_maps and loaded.maps_replayed:
+            arch = loaded.arch
+            maps = 4 * arch.num_layers * arch.num_heads * seq * seq
+            parts.append(budget.reserve(answer_key("maps"), maps))
+        parts.append(
+            budget.reserve(
+                (loaded.id, text, text_pair),
+                ForwardResult.nbytes_for(loaded.arch, seq, loaded.maps_replayed),
+            )
+        )
+        result, cached = forward_for(
+            loaded, cache, text, text_pair, should_stop, progress, keep_maps
+        )
+    except BaseException:
+        Reservations(*parts).release()
+        raise
+    return result, cached, Reservations(*parts)
+
+
+@contextmanager
+def reserved_answer(budget: AnswerBudget, nbytes: int) -> Iterator[Reservation]:
+    """`with reserved_answer(budget, nbytes) as reservation:` an answer's bytes and what sending
+    them holds (sending_overhead), counted in the in-flight budget before it is built (a stalled
+    reader then holds no more than the budget allows); released here if the block fails, else
+    by the caller once the answer is sent."""
+    reservation = budget.reserve(answer_key("answer"), nbytes + sending_overhead(nbytes))
+    try:
+        yield reservation
+    except BaseException:
+        reservation.release()
+        raise
+
+
+@contextmanager
+def held_forward(
+    loaded: LoadedModel,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: TextRequest,
+    should_stop: ShouldStop = None,
+    whole_maps: bool = True,
+) -> Iterator[ForwardResult]:
+    """`with held_forward(...) as result:` the forward pass over the request's text, reserved in
+    the in-flight budget while the block runs (for answers built in full before they are sent).
+    whole_maps: as reserved_forward's."""
+    result, _, reservation = reserved_forward(
+        loaded, cache, budget, req.text, req.text_pair, should_stop, whole_maps
+    )
+    try:
+        yield result
+    finally:
+        reservation.release()
+
+
+def indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
+    """The requested indices (distinct and non-empty, by the schema) checked against the model."""
+    if requested is None:
+        return list(range(count))
+    bad = [i for i in requested if not 0 <= i < count]
+    if bad:
+        raise InvalidInput(
+            f"{what} {bad[:5]} out of range: this model has {count} (0 to {count - 1})"
+        )
+    return list(requested)
+
+
+def check_layer_head(loaded: LoadedModel, layer: int, head: int) -> None:
+    indices([layer], loaded.arch.num_layers, "layer")
+    indices([head], loaded.arch.num_heads, "head")
+
+
+def check_answer_size(
+    fmt: str, layers: int, heads: int, seq: int, max_answer_bytes: int, side: int | None = None
+) -> None:
+    """Refuse an answer over its limit, from the request alone, saying how to ask for less.
+    side: the values a map has along each side where the route pools blocks (`cell`); None
+    where it cannot (seq values a side)."""
+    larger_cell = "" if side is None else ", a larger cell"
+    side = seq if side is None else side
+    weights = layers * heads * side * side
+    per_layer = heads * side * side
+    if fmt == "json":
+        if weights <= MAX_JSON_WEIGHTS:
+            return
+        fit = MAX_JSON_WEIGHTS // per_layer
+        raise InvalidInput(
+            f"as JSON this answer would hold {weights:,} weights (about "
+            f"{answer_bytes_bound(fmt, weights, seq) // 2**20} MB); the JSON limit is "
+            f"{MAX_JSON_WEIGHTS:,}. Ask for fewer layers or heads ({_fit_hint(fit)} at this "
+            f"length){larger_cell}, or use format 'u8' or 'f16' (binary, 1-2 bytes a weight)."
+        )
+    size = answer_bytes_bound(fmt, weights, seq)
+    if size <= max_answer_bytes:
+        return
+    fit = (max_answer_bytes - answer_bytes_bound(fmt, 0, seq)) // (
+        per_layer * BYTES_PER_WEIGHT[fmt]
+    )
+    smaller = "" if fmt == "u8" else ", or use format 'u8' (1 byte a weight, error <= 1/510)"
+    raise InvalidInput(
+        f"this answer would be {size / 2**20:,.1f} MB in format '{fmt}'; one answer may be at "
+        f"most {max_answer_bytes / 2**20:,.0f} MB. Ask for fewer layers or heads "
+        f"({_fit_hint(fit)} at this length){larger_cell}{smaller}."
+    )
+
+
+MAX_LAYER_MAP_BYTES = 160 * 2**20
+"""The float32 maps of one layer (the heads asked for) that a maps answer may compute at once:
+SmolLM2's 9 heads up to 2,181 tokens, one head up to 6,544. Beyond that, /api/attention/tiles."""
+
+
+def check_layer_bytes(heads: int, seq: int) -> None:
+    """Refuse a maps answer whose one layer would exceed MAX_LAYER_MAP_BYTES in memory."""
+    size = 4 * heads * seq * seq
+    if size > MAX_LAYER_MAP_BYTES:
+        fit = MAX_LAYER_MAP_BYTES // (4 * seq * seq)
+        raise InvalidInput(
+            f"one layer of these {heads} heads over {seq:,} tokens is {size / 2**20:,.0f} MB of "
+            f"float32 weights; a maps answer computes at most {MAX_LAYER_MAP_BYTES // 2**20} MB "
+            f"at once ({fit} head{'s' if fit != 1 else ''} at this length). Ask for fewer heads, "
+            "or read the text a window at a time with POST /api/attention/tiles."
+        )
+
+
+def _fit_hint(layers: int) -> str:
+    return (
+        f"at most {layers} layer{'s' if layers != 1 else ''} of these heads"
+        if layers
+        else (
+            "fewer heads: not even one layer of these heads fits; read a window at a time "
+            "with POST /api/attention/tiles"
+        )
+    )
+
+
+def maps_meta(
+    loaded: LoadedModel,
+    result: ForwardResult,
+    cached: bool,
+    layers: list[int],
+    heads: list[int],
+    cell: int = 1,
+    reduce: str = "max",
+) -> dict:
+    """The fields of a maps answer besides the maps themselves."""
+    return {
+        "model": loaded.id,
+        "tokens": result.tokens,
+        "raw_tokens": result.raw_tokens,
+        "token_ids": result.token_ids,
+        "special_tokens": result.special,
+        "segments": result.segments,
+        "num_layers": loaded.arch.num_layers,
+        "num_heads": loaded.arch.num_heads,
+        "num_kv_heads": loaded.arch.num_kv_heads,
+        "causal": loaded.causal,
+        "predicts": predicts_of(loaded),
+        "layers": layers,
+        "heads": heads,
+        "cell": cell,
+        "reduce": reduce,
+        "cached": cached,
+        "forward_ms": round(result.forward_seconds * 1000, 3),
+    }
+
+
+def attention_maps(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: AttentionRequest,
+    max_answer_bytes: int,
+    should_stop: ShouldStop = None,
+) -> tuple[MapsAnswer, Reservations]:
+    """The requested [layer][head][query][key] maps, framed for streaming.
+
+    Everything is sized from the request before any work: the indices against the model, the
+    answer's bytes against its limit, and the forward pass it reads against the in-flight
+    budget. The caller streams answer.chunks() and must release the reservation afterwards.
+    """
+    loaded = manager.get(req.model)
+    layers = indices(req.layers, loaded.arch.num_layers, "layers")
+    heads = indices(req.heads, loaded.arch.num_heads, "heads")
+    seq = count_tokens(loaded, req.text, req.text_pair)
+    side = math.ceil(seq / req.cell)  # values along each side of an answered map
+    check_answer_size(req.format, len(layers), len(heads), seq, max_answer_bytes, side)
+    check_layer_bytes(len(heads), seq)  # a layer's whole maps are computed before pooling
+    key = (loaded.id, req.text, req.text_pair)
+    asked = set(layers)
+
+    def keep(layer: int, maps: torch.Tensor) -> None:
+        """A new pass's own maps go to the memo: the layers asked for first (they are read
+        next), the others where the cache has room to spare (the explorer asks for them next)."""
+        cache.keep_layer(key, layer, maps, make_room=layer in asked)
+
+    # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time and
+    # the pieces it is sending (for as long as its reader takes them).
+    weights = len(layers) * len(heads) * side * side
+    result, cached, reservation = reserved_forward(
+        loaded,
+        cache,
+        budget,
+        req.text,
+        req.text_pair,
+        should_stop,
+        whole_maps=False,
+        keep_maps=keep,
+        answer_bytes=4 * len(heads) * seq * seq + held_while_sending(req.format, weights, seq),
+    )
+    chosen = None if heads == list(range(loaded.arch.num_heads)) else heads
+
+    def layer_maps(i: int) -> torch.Tensor:
+        """(h, side, side): the layer's maps (whole_layer_maps), each cell x cell block reduced
+        to one value where the request pools them."""
+        return pool_weights(whole_layer_maps(i), req.cell, req.reduce)
+
+    def whole_layer_maps(i: int) -> torch.Tensor:
+        """(h, T, T): a view of kept maps, the memo (the pass's own maps, or a replay), or a
+        new replay (of every head, memoised, or of the heads asked for only)."""
+        if result.stored_maps is not None:
+            return result.layer_maps(layers[i], chosen)
+        maps = cache.replayed_layer(key, layers[i])
+        if maps is None:
+            maps = result.layer_maps(layers[i], chosen)
+            if chosen is None:
+                cache.keep_layer(key, layers[i], maps)
+            return maps
+        return maps if chosen is None else maps[chosen]
+
+    meta = maps_meta(loaded, result, cached, layers, heads, req.cell, req.reduce)
+    held = result.stored_maps is not None or all(
+        cache.replayed_layer(key, layer) is not None for layer in layers
+    )
+    shape = (len(layers), len(heads), side, side)
+    answer = MapsAnswer(meta, req.format, shape, layer_maps, held)
+    return answer, reservation
+
+
+def counterfactual_weights(
+    scores: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    temperature: float,
+    captured: LayerCapture | None = None,
+    head: int = 0,
+) -> torch.Tensor:
+    """softmax(scores * scale / temperature) over allowed keys, (T, T) -> (T, T) float32, with
+    the head's own softcap, position bias and sink where `captured` (its layer) has them.
+
+    Computed in float64, where scores times any factor the schema admits stay finite (a
+    temperature of 1e-40 gives one-hot rows, not NaN); a factor past float64's range is refused.
+    """
+    factor = scale / temperature
+    logits = scores.to(torch.float64) * factor
+    if not (math.isfinite(factor) and torch.isfinite(logits).all()):
+        raise InvalidInput(
+            f"scale / temperature = {scale:g} / {temperature:g} overflows: the scores would be "
+            "infinite. Use a larger temperature or a smaller scale."
+        )
+    if captured is None or captured.plain:
+        return masked_softmax(logits, mask).to(torch.float32)
+    bias = None if captured.bias is None else captured.bias[head].to("cpu", torch.float64)
+    sink = None if captured.sinks is None else captured.sinks[head].to("cpu", torch.float64)
+    logits = modern_logits(logits, softcap=captured.softcap, bias=bias)
+    return sink_softmax(logits, mask, sink).to(torch.float32)
+
+
+def attention_detail(
+    manager: ModelManager,
+    cache: ForwardCache,
+    budget: AnswerBudget,
+    req: DetailRequest,
+    should_stop: ShouldStop = None,
+) -> tuple[bytes, Reservation]:
+    """One head recomputed from the model's weights, with a scale/temperature counterfactual:
+    DetailResponse as JSON, its matrices' numbers as float32 (json_with_float32), written here
+    on the compute lane, and its bytes' reservation (reserved_answer), which the caller releases
+    once they are sent."""
+    loaded = manager.get(req.model)
+    check_layer_head(loaded, req.layer, req.head)
+    seq = count_tokens(loaded, req.text, req.text_pair, loaded.full_map_tokens)
+    numbers = 6 * seq * seq + 5 * seq * loaded.arch.head_dim  # (T, T) and (T, head_dim) ones
+    with (
+        reserved_answer(budget, json_bytes_bound(numbers, seq)) as reservation,
+        held_forward(loaded, cache, budget, req, should_stop) as result,
+    ):
+        return json_with_float32(detail_of(loaded, result, req)), reservation
+
+
+def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> dict:
+    """One head of a forward pass replayed from the pass's own call of its layer (also the
+    notebook widget's replay, which passes its own run as `loaded` and `result`):
+    DetailResponse's fields in its order, each matrix a tensor on the host (the mask bool, the
+    others float32) or None where the request's `fields` leave it out."""
+    if req.query is not None and req.query >= result.seq_len:
+        raise InvalidInput(f"query {req.query} out of range: the text has {result.seq_len} tokens")
+    if not loaded.replayable:
+        raise refused(loaded.id, loaded.replay_refusal)
+    seq = result.seq_len
+    captured = layer_capture(result.calls, result.hidden_inputs, req.layer)
+    head, kv_head = req.head, req.head // captured.group
+    with torch.inference_mode():
+        q = captured.q[head].to("cpu", torch.float32)  # (T, hd)
+        k = captured.k[kv_head].to("cpu", torch.float32)  # (T, hd)
+        v = captured.v[kv_head].to("cpu", torch.float32)  # (T, hd_v)
+        allowed = captured.allowed()  # (T, T) bool or None: the layer's own mask
+        replayed = layer_weights(captured, [head], allowed)[0].to("cpu", torch.float32)
+        scores = head_scores(captured.q[head], captured.k[kv_head]).to("cpu", torch.float32)
+    scale = resolve_scale(req.scale, captured.head_dim, default=captured.scale)
+    what_if = counterfactual_weights(scores, allowed, scale, req.temperature, captured, head)
+    model_weights = result.head_map(req.layer, head)  # (T, T), what the maps show
+    diff = (replayed - model_weights).abs().max().item()
+    wanted = set(req.fields or DETAIL_MATRICES)
+    full_mask = allowed if allowed is not None else torch.ones(seq, seq, dtype=torch.bool)
+    matrices = {
+        "q": lambda: q,
+        "k": lambda: k,
+        "v": lambda: v,
+        "output": lambda: head_output(model_weights, v),
+        "scores": lambda: scores,
+        "scaled_scores": lambda: scores * captured.scale,
+        "mask": lambda: full_mask,
+        "weights": lambda: model_weights,
+        "counterfactual_weights": lambda: what_if,
+        "products": lambda: None if req.query is None else q[req.query] * k,
+        "value_weighted": lambda: value_weighted_norms(model_weights, v),
+    }
+    sink = None if captured.sinks is None else float(captured.sinks[head])
+    fields = {
+        "model": loaded.id,
+        "tokens": result.tokens,
+        "special_tokens": result.special,
+        "layer": req.layer,
+        "head": head,
+        "kv_head": kv_head,
+        "head_dim": captured.head_dim,
+        "model_scale": captured.scale,
+        "softcap": captured.softcap,
+        "sink": sink,
+        "position_bias": captured.bias is not None,
+        "replay_max_abs_diff": diff,
+        "counterfactual_scale": scale,
+        "counterfactual_temperature": req.temperature,
+        "query": req.query,
+        **{name: make() if name in wanted else None for name, make in matrices.items()},
+    }
+    return in_order(fields, DetailResponse)

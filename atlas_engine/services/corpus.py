@@ -1,0 +1,157 @@
+"""What a corpus job found, read from the store for the head pages and Head roles' scatter."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from atlas_engine.corpus.store import Run, Store
+from atlas_engine.errors import InvalidInput, NotFound
+from atlas_engine.schemas.corpus import CorpusHeads, CorpusRun, CorpusRuns, HeadDashboard
+from attention_core.head_stats import ROLES
+
+HISTOGRAM_BINS = 20
+TOKENS_SHOWN = 12
+
+
+def open_store(path: str) -> Store | None:
+    """The store, or None where no job has written one yet."""
+    return Store(Path(path)) if Path(path).is_file() else None
+
+
+def run_fields(run: Run) -> CorpusRun:
+    return CorpusRun(
+        id=run.id, model=run.model, corpus=run.corpus, sequence_tokens=run.sequence_tokens,
+        planned=run.planned, done=run.done, statistics=run.statistics, layers=run.layers,
+        heads=run.heads,
+    )  # fmt: skip
+
+
+def corpus_runs(store: Store | None, path: str) -> CorpusRuns:
+    return CorpusRuns(runs=[run_fields(r) for r in store.runs()] if store else [], store=path)
+
+
+def find_run(store: Store | None, run_id: int) -> Run:
+    runs = {r.id: r for r in store.runs()} if store else {}
+    if run_id not in runs:
+        known = ", ".join(f"{r.id} ({r.model} on {r.corpus})" for r in runs.values()) or "none yet"
+        raise NotFound(
+            f"no corpus run {run_id}; runs: {known}. `atlas corpus run --model M` makes one"
+        )
+    run = runs[run_id]
+    if run.done == 0:
+        raise InvalidInput(f"corpus run {run_id} has no finished text yet")
+    return run
+
+
+def _nan_to_none(grid: np.ndarray) -> list:
+    return [[None if not math.isfinite(v) else float(v) for v in row] for row in grid.tolist()]
+
+
+def _roles(means: dict[str, np.ndarray], layer: int, head: int) -> list[str]:
+    found = []
+    for role, (name, threshold) in ROLES.items():
+        value = means[name][layer, head]
+        if math.isfinite(value) and value >= threshold:
+            found.append((role, value))
+    return [role for role, _ in sorted(found, key=lambda item: -item[1])]
+
+
+def _means(run: Run, stats: np.ndarray) -> tuple[dict, dict]:
+    """{statistic: (layers, heads)} means and standard deviations over texts (NaN ignored)."""
+    means, spread = {}, {}
+    for i, name in enumerate(run.statistics):
+        values = stats[..., i].astype(np.float64)  # (texts, layers, heads)
+        counted = np.isfinite(values)
+        total = np.where(counted, values, 0).sum(0)
+        n = counted.sum(0)
+        mean = np.where(n > 0, total / np.maximum(n, 1), np.nan)
+        square = np.where(counted, (values - mean) ** 2, 0).sum(0)
+        means[name] = mean
+        spread[name] = np.where(n > 0, np.sqrt(square / np.maximum(n, 1)), np.nan)
+    return means, spread
+
+
+def corpus_heads(store: Store | None, run_id: int) -> CorpusHeads:
+    run = find_run(store, run_id)
+    _, stats, _ = store.statistics(run)
+    means, spread = _means(run, stats)
+    return CorpusHeads(
+        run=run_fields(run),
+        statistics={name: _nan_to_none(grid) for name, grid in means.items()},
+        spread={name: _nan_to_none(grid) for name, grid in spread.items()},
+        roles=[[_roles(means, i, h) for h in range(run.heads)] for i in range(run.layers)],
+    )
+
+
+def head_dashboard(
+    store: Store | None,
+    run_id: int,
+    layer: int,
+    head: int,
+    metric: str | None,
+    per_decile: int,
+) -> HeadDashboard:
+    """One head over the corpus: see HeadDashboard."""
+    run = find_run(store, run_id)
+    if not (0 <= layer < run.layers and 0 <= head < run.heads):
+        raise InvalidInput(
+            f"layer {layer} head {head} is not in {run.model} ({run.layers} layers × "
+            f"{run.heads} heads)"
+        )
+    idx, stats, hist = store.statistics(run)
+    means, _ = _means(run, stats)
+    roles = _roles(means, layer, head)
+    chosen = metric or (ROLES[roles[0]][0] if roles else "max_weight")
+    if chosen not in run.statistics:
+        raise InvalidInput(f"metric must be one of {', '.join(run.statistics)}; got {chosen!r}")
+    values = stats[:, layer, head, run.statistics.index(chosen)].astype(np.float64)
+    histograms = {}
+    for i, name in enumerate(run.statistics):
+        column = stats[:, layer, head, i]
+        column = column[np.isfinite(column)]
+        top = 1.0 if name != "distance" else max(1.0, float(column.max(initial=1.0)))
+        counts, edges = np.histogram(column, bins=HISTOGRAM_BINS, range=(0.0, top))
+        histograms[name] = {"edges": edges.tolist(), "counts": counts.tolist()}
+    texts = _by_decile(idx, values, per_decile)
+    found = store.texts(run, [i for i, _, _ in texts])
+    distance = hist[:, layer, head].astype(np.float64).sum(0)
+    return HeadDashboard(
+        run=run_fields(run), layer=layer, head=head, metric=chosen,
+        statistics={k: (None if not math.isfinite(v[layer, head]) else float(v[layer, head]))
+                    for k, v in means.items()},
+        roles=roles, histograms=histograms,
+        texts=[{"idx": i, "decile": d, "value": v, "text": found[i]} for i, d, v in texts],
+        to_tokens=_tokens(store, run, layer, head, "to"),
+        from_tokens=_tokens(store, run, layer, head, "from"),
+        distance_edges=run.bins,
+        distance=(distance / max(distance.sum(), 1e-12)).tolist(),
+    )  # fmt: skip
+
+
+def _by_decile(
+    idx: np.ndarray, values: np.ndarray, per_decile: int
+) -> list[tuple[int, int, float]]:
+    """(text, decile, value): the highest `per_decile` texts of each tenth of the ranking,
+    highest first; the text ranked r of n (0 the highest) is in decile 9 - floor(10 r / n)."""
+    counted = np.isfinite(values)
+    order = np.argsort(-np.where(counted, values, -np.inf), kind="stable")[: counted.sum()]
+    n = len(order)
+    taken: dict[int, int] = {}
+    out = []
+    for rank, position in enumerate(order):
+        decile = 9 - (10 * rank) // n
+        if taken.get(decile, 0) < per_decile:
+            taken[decile] = taken.get(decile, 0) + 1
+            out.append((int(idx[position]), decile, float(values[position])))
+    return out
+
+
+def _tokens(store: Store, run: Run, layer: int, head: int, side: str) -> list[dict]:
+    rows = store.top_tokens(run, layer, head, side, TOKENS_SHOWN)
+    labels = store.labels(run, [r[0] for r in rows])
+    return [
+        {"token_id": t, "token": labels.get(t, str(t)), "weight": w, "texts": n} for t, w, n in rows
+    ]

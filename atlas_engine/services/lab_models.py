@@ -1,0 +1,319 @@
+"""The lab pages that replay a real model's heads from its weights (attention_core.replay)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+import attention_core as ac
+from atlas_engine.errors import InvalidInput
+from atlas_engine.inference.batch import run_padded_batch
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.forward import ForwardResult, count_tokens
+from atlas_engine.inference.inflight import AnswerBudget
+from atlas_engine.inference.weight_replay import layer_inputs
+from atlas_engine.models.loader import LoadedModel
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.models.registry import Family
+from atlas_engine.schemas.attention import TextRequest
+from atlas_engine.schemas.lab_models import (
+    MAX_LAB_REAL_TOKENS,
+    CrossRequest,
+    CrossResponse,
+    KvSharingRequest,
+    KvSharingResponse,
+    PaddedSentence,
+    PaddingRequest,
+    PaddingResponse,
+    RopeHeadRequest,
+    RopeHeadResponse,
+    SparsePattern,
+    SparseRequest,
+    SparseResponse,
+)
+from atlas_engine.serialize import to_bool_lists, to_lists
+from atlas_engine.services.attention import check_layer_head, held_forward, indices
+from attention_core.analysis import total_variation
+from attention_core.cost import sharing_options
+from attention_core.replay import QKProjection, Rope, project_qk, project_v
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What a replay of one layer needs, from the cached forward pass over a text: the pass
+    (on the host) and the replay's inputs (on the model's device, float32)."""
+
+    result: ForwardResult
+    hidden: Tensor  # (1, seq, d_model), entering the layer's attention
+    proj: QKProjection
+    rope: Rope | None
+    mask: Tensor | None  # (seq, seq) causal for decoders, None for encoders
+
+    def model_maps(self, layer: int) -> Tensor:
+        """The model's own maps of `layer` (H, T, T), on the replay's device to compare."""
+        return self.result.layer_maps(layer).to(self.hidden.device)
+
+
+def lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) -> LoadedModel:
+    """The model, with the layer and every text's token count checked before any forward."""
+    loaded = manager.get(model)
+    indices([layer], loaded.arch.num_layers, "layer")
+    for text in texts:
+        n = count_tokens(loaded, text, None)
+        if n > MAX_LAB_REAL_TOKENS:
+            raise InvalidInput(
+                f"the text is {n} tokens long; the lab pages take at most {MAX_LAB_REAL_TOKENS} "
+                "tokens (the explorer takes long texts). Shorten it."
+            )
+    return loaded
+
+
+def one_text(loaded: LoadedModel, text: str) -> TextRequest:
+    """The forward cache's key for one sentence (already validated by the lab's schema)."""
+    return TextRequest.model_construct(model=loaded.id, text=text, text_pair=None)
+
+
+@contextmanager
+def real_layer(
+    loaded: LoadedModel, cache: ForwardCache, budget: AnswerBudget, text: str, layer: int
+) -> Iterator[Layer]:
+    """`with real_layer(...) as lay:` one layer's replay inputs from the text's cached forward
+    pass, which stays reserved in the in-flight budget while the block runs."""
+    with held_forward(loaded, cache, budget, one_text(loaded, text)) as result:
+        inputs = layer_inputs(
+            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer
+        )
+        yield Layer(result, inputs.hidden, inputs.proj, inputs.rope, inputs.mask)
+
+
+def _pool(t: Tensor | None, n_kv: int, to: int) -> Tensor | None:
+    return None if t is None else ac.pool_kv_heads(t, n_kv, to)
+
+
+def kv_sharing(
+    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: KvSharingRequest
+) -> KvSharingResponse:
+    """One layer with its own K/V heads, and with them mean-pooled into fewer (GQA / MQA)."""
+    loaded = lab_model(manager, req.model, [req.text], req.layer)
+    own_kv = loaded.arch.num_kv_heads
+    options = list(sharing_options(own_kv))
+    if req.kv_heads not in options:
+        raise InvalidInput(
+            f"{req.kv_heads} K/V heads cannot be pooled from this model's {own_kv}: pooling "
+            f"averages whole groups, so pick one of {options}"
+        )
+    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+        p = lay.proj
+        pooled = replace(
+            p,
+            w_k=_pool(p.w_k, own_kv, req.kv_heads),
+            b_k=_pool(p.b_k, own_kv, req.kv_heads),
+            w_v=_pool(p.w_v, own_kv, req.kv_heads),
+            b_v=_pool(p.b_v, own_kv, req.kv_heads),
+            n_kv_heads=req.kv_heads,
+        )
+        own = ac.replay_layer(lay.hidden, p, lay.mask, rope=lay.rope).trace.weights[0]  # (H,T,T)
+        shared = ac.replay_layer(lay.hidden, pooled, lay.mask, rope=lay.rope).trace.weights[0]
+        model_maps = lay.model_maps(req.layer)
+        tokens = lay.result.tokens
+    heads = p.n_heads
+    return KvSharingResponse(
+        model=loaded.id,
+        tokens=tokens,
+        layer=req.layer,
+        num_heads=heads,
+        model_kv_heads=own_kv,
+        kv_heads=req.kv_heads,
+        options=options,
+        group_of=[h // (heads // own_kv) for h in range(heads)],
+        pooled_group_of=[h // (heads // req.kv_heads) for h in range(heads)],
+        weights=to_lists(own),
+        pooled_weights=to_lists(shared),
+        moved=to_lists(total_variation(own, shared).mean(dim=-1)),
+        replay_max_abs_diff=float((own - model_maps).abs().max()),
+    )
+
+
+def _encoder_only(loaded: LoadedModel, why: str) -> None:
+    if loaded.causal:
+        raise InvalidInput(f"'{loaded.id}' is a causal decoder; {why} Pick an encoder (MiniLM).")
+
+
+def cross_attention(
+    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: CrossRequest
+) -> CrossResponse:
+    """Queries from sentence A, keys and values from sentence B, through one layer's own
+    projections: (heads, len_a, len_b) maps."""
+    loaded = lab_model(manager, req.model, [req.text_a, req.text_b], req.layer)
+    _encoder_only(
+        loaded,
+        "its layers mask the future and rotate by position, which has no meaning across two "
+        "sentences.",
+    )
+    with (
+        real_layer(loaded, cache, budget, req.text_a, req.layer) as a,
+        real_layer(loaded, cache, budget, req.text_b, req.layer) as b,
+        torch.inference_mode(),
+    ):
+        q, _ = project_qk(a.hidden, a.proj)  # (1, H, Ta, hd): sentence A's queries
+        _, k = project_qk(b.hidden, a.proj)  # (1, H, Tb, hd): sentence B's keys
+        v = project_v(b.hidden, a.proj)  # (1, H, Tb, hd)
+        trace = ac.scaled_dot_product_attention(q, k, v, scale=a.proj.scale)
+        tokens_a, tokens_b = a.result.tokens, b.result.tokens
+    return CrossResponse(
+        model=loaded.id,
+        layer=req.layer,
+        tokens_a=tokens_a,
+        tokens_b=tokens_b,
+        weights=to_lists(trace.weights[0]),
+        output_norms=to_lists(trace.output[0].norm(dim=-1)),
+    )
+
+
+def _sparse_patterns(
+    req: SparseRequest, n: int, device: torch.device
+) -> list[tuple[str, str, Tensor]]:
+    outside = [g for g in req.global_tokens if g >= n]
+    if outside:
+        raise InvalidInput(f"global_tokens {outside[:5]} out of range: the text has {n} tokens")
+    spec = dict(
+        window=req.window, dilation=req.dilation, global_tokens=tuple(req.global_tokens),
+        num_random=req.num_random, seed=req.seed, block_size=req.block_size,
+    )  # fmt: skip
+    shown = (
+        ("sliding_window", f"Sliding window ±{req.window} (Longformer)"),
+        ("sliding_window_causal", f"Causal window, {req.window} back (Mistral)"),
+        ("dilated", f"Dilated ±{req.window}, every {req.dilation}"),
+        ("global", f"Global tokens {list(req.global_tokens)}"),
+        ("random", f"Random, {min(req.num_random, n)} a row (seed {req.seed})"),
+        ("bigbird", "BigBird: window + global + random"),
+        ("block_sparse", f"Block-sparse, blocks of {req.block_size}"),
+    )
+    return [
+        (kind, label, ac.build_mask(ac.MaskSpec(kind=kind, **spec), n, device=device))
+        for kind, label in shown
+    ]
+
+
+def sparse_weights(
+    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: SparseRequest
+) -> SparseResponse:
+    """A real head's q, k, v under each sparse pattern: renormalised weights, the mass each
+    pattern drops against full attention, the pairs scored and how far the output moves."""
+    loaded = lab_model(manager, req.model, [req.text], req.layer)
+    check_layer_head(loaded, req.layer, req.head)
+    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+        replay = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=[req.head])
+        kv_head = req.head // (lay.proj.n_heads // lay.proj.n_kv_heads)
+        q, k, v = replay.q[0, req.head], replay.k[0, kv_head], replay.v[0, kv_head]  # (T, hd)
+        full_w, full_out = replay.trace.weights[0, 0], replay.trace.output[0, 0]
+        n = q.shape[0]
+        causal = loaded.causal
+        full_pairs = n * (n + 1) // 2 if causal else n * n
+        patterns = []
+        for kind, label, mask in _sparse_patterns(req, n, q.device):
+            allowed = mask & ac.causal_mask(n, device=q.device) if causal else mask
+            trace = ac.sparse_attention(q, k, v, allowed, scale=lay.proj.scale)
+            dropped = 1 - (full_w * allowed).sum(dim=-1)  # (T,)
+            change = (trace.output - full_out).abs().mean() / full_out.abs().mean()
+            patterns.append(
+                SparsePattern(
+                    kind=kind,
+                    label=label,
+                    mask=to_bool_lists(allowed),
+                    weights=to_lists(trace.weights),
+                    pairs=int(allowed.sum()),
+                    full_pairs=full_pairs,
+                    dropped_mass=float(dropped.mean()),
+                    dropped_per_row=to_lists(dropped.clamp(min=0)),
+                    output_change=float(change),
+                )
+            )
+        tokens = lay.result.tokens
+    return SparseResponse(
+        model=loaded.id,
+        tokens=tokens,
+        layer=req.layer,
+        head=req.head,
+        causal=causal,
+        full_weights=to_lists(full_w),
+        patterns=patterns,
+    )
+
+
+def _shares(w: Tensor) -> tuple[float, float]:
+    """Mean weight on the previous token (rows 1..) and on the first token. w: (T, T)."""
+    previous = torch.diagonal(w, offset=-1).mean() if w.shape[0] > 1 else torch.tensor(0.0)
+    return float(previous), float(w[:, 0].mean())
+
+
+def rope_head(
+    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: RopeHeadRequest
+) -> RopeHeadResponse:
+    """A Llama-family head replayed with its rotary embedding and with it switched off."""
+    loaded = lab_model(manager, req.model, [req.text], req.layer)
+    check_layer_head(loaded, req.layer, req.head)
+    if loaded.family is not Family.LLAMA:
+        raise InvalidInput(
+            f"'{loaded.id}' has no rotary embedding: its positions are learned vectors added "
+            "to the input. Pick a Llama-family model (SmolLM2)."
+        )
+    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+        heads = [req.head]
+        with_rope = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=heads)
+        without = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=None, heads=heads)
+        on, off = with_rope.trace.weights[0, 0], without.trace.weights[0, 0]
+        diff = float((on - lay.model_maps(req.layer)[req.head]).abs().max())
+        tokens = lay.result.tokens
+    (prev_on, first_on), (prev_off, first_off) = _shares(on), _shares(off)
+    return RopeHeadResponse(
+        model=loaded.id,
+        tokens=tokens,
+        layer=req.layer,
+        head=req.head,
+        with_rope=to_lists(on),
+        without_rope=to_lists(off),
+        replay_max_abs_diff=diff,
+        previous_token_share=[prev_on, prev_off],
+        first_token_share=[first_on, first_off],
+    )
+
+
+def padding(
+    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: PaddingRequest
+) -> PaddingResponse:
+    """Sentences of different lengths in one padded batch: padded keys get weight 0, and each
+    sentence's real rows equal a run of that sentence alone."""
+    loaded = lab_model(manager, req.model, req.sentences, req.layer)
+    check_layer_head(loaded, req.layer, req.head)
+    _encoder_only(loaded, "this page pads a batch for an encoder's key-padding mask.")
+    batch = run_padded_batch(loaded, req.sentences, req.layer)
+    maps = batch.layer_maps[:, req.head]  # (B, T, T)
+    sentences = []
+    for i, text in enumerate(req.sentences):
+        real = int(batch.attention_mask[i].sum())
+        w = maps[i]
+        with held_forward(loaded, cache, budget, one_text(loaded, text)) as alone:
+            own = alone.head_map(req.layer, req.head)  # (real, real)
+            diff = float((w[:real, :real] - own).abs().max())
+        sentences.append(
+            PaddedSentence(
+                tokens=batch.tokens[i],
+                length=real,
+                weights=to_lists(w),
+                max_weight_on_padding=float(w[:, real:].max()) if real < w.shape[1] else 0.0,
+                alone_max_abs_diff=diff,
+            )
+        )
+    return PaddingResponse(
+        model=loaded.id,
+        layer=req.layer,
+        head=req.head,
+        seq_len=maps.shape[-1],
+        attention_mask=batch.attention_mask.tolist(),
+        sentences=sentences,
+    )

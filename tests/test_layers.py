@@ -1,0 +1,53 @@
+"""Imports run one way (docs/architecture.md): attention_core imports nothing of ours;
+atlas_engine, below the server and the library, imports attention_core alone; the server
+(app) never imports the library; the library (attention_atlas) imports the server only where
+it packs the front end's files for the notebook widget and where `atlas serve` starts it.
+Read from the source, every import statement, top level or inside a function."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = {"app", "atlas_engine", "attention_core", "attention_atlas"}
+ALLOWED = {
+    "attention_core": set(),
+    "atlas_engine": {"attention_core"},
+    "app": {"atlas_engine", "attention_core"},
+    "attention_atlas": {"atlas_engine", "attention_core"},
+}
+SERVER_IN_THE_LIBRARY = {"attention_atlas/bundle.py", "attention_atlas/cli.py"}
+
+
+def imports_of(path: Path) -> set[str]:
+    """The top-level packages of ours that a module imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found & OURS
+
+
+def crossings() -> list[str]:
+    wrong = []
+    for package, allowed in ALLOWED.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = str(path.relative_to(ROOT))
+            extra = {"app"} if name in SERVER_IN_THE_LIBRARY else set()
+            for other in sorted(imports_of(path) - {package} - allowed - extra):
+                wrong.append(f"{name} imports {other}")
+    return wrong
+
+
+def test_imports_run_one_way():
+    assert crossings() == []
+
+
+def test_the_check_sees_imports_inside_functions(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "def f():\n    from app.main import create_app\n    import atlas_engine.formats\n"
+    )
+    assert imports_of(module) == {"app", "atlas_engine"}
+    assert imports_of(ROOT / "attention_atlas" / "cli.py") >= {"app", "atlas_engine"}
