@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from types import SimpleNamespace
 
 import anywidget
 import numpy as np
@@ -25,6 +24,7 @@ from pydantic import ValidationError
 
 from atlas_engine.errors import AtlasError
 from atlas_engine.inference.forward import ForwardResult
+from atlas_engine.inference.replay import refused
 from atlas_engine.models.families import architecture
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.registry import Family, ModelSpec, Source
@@ -168,14 +168,12 @@ def check_tokens(shape, tokens, query_tokens) -> None:
         raise ValueError(f"maps have {rows} queries: pass query_tokens for cross-attention")
 
 
-def _as_served(run: AttentionRun | None) -> tuple[SimpleNamespace, ForwardResult]:
+def _as_served(run: AttentionRun | None) -> tuple[LoadedModel, ForwardResult]:
     """`run` in the shapes the server's services read: (loaded model, forward result)."""
     if run is None:
         raise ValueError(NO_REPLAY)
-    loaded = SimpleNamespace(
-        model=run.model, family=run.family, causal=run.causal, id=run.model_name,
-        replayable=run.replayable, replay_refusal=run.replay_refusal,
-    )  # fmt: skip
+    if run.model is None:  # its layers' calls were not kept: the reason is the run's
+        raise refused(run.model_name, run.replay_refusal or NO_REPLAY)
     result = ForwardResult(
         tokens=run.tokens,
         raw_tokens=run.tokens,
@@ -188,7 +186,7 @@ def _as_served(run: AttentionRun | None) -> tuple[SimpleNamespace, ForwardResult
         forward_seconds=0.0,
         calls=run.calls,
     )
-    return loaded, result
+    return _loaded(run), result
 
 
 def _check_head(run: AttentionRun, layer: int, head: int | None) -> None:
@@ -216,27 +214,33 @@ def replay_qkspace(run: AttentionRun | None, body: dict) -> dict:
 _served: dict[int, LoadedModel] = {}
 
 
+def _loaded(run: AttentionRun) -> LoadedModel:
+    """`run`'s model as the server holds one (atlas_engine.models.loader.LoadedModel), so the
+    server's services answer the widget's views as they answer the explorer's; kept per run
+    (the latest: a notebook's latest widget)."""
+    found = _served.get(id(run))
+    if found is None:
+        found = LoadedModel(
+            spec=ModelSpec(run.model_name, Source.FOLDER, "shown in a notebook"),
+            family=run.family or Family.OTHER, tokenizer=run.tokenizer, model=run.model,
+            arch=architecture(run.model.config), max_tokens=MAX_TOKENS, causal=run.causal,
+            predictor=run.predictor, predicts=run.predicts, attention_layers=run.layers or [],
+            replay_refusal=run.replay_refusal,
+        )  # fmt: skip
+        _served.clear()
+        _served[id(run)] = found
+    return found
+
+
 def _writes_model(run: AttentionRun | None) -> LoadedModel:
-    """`run`'s model as the server holds one (atlas_engine.models.loader.LoadedModel), for the lens and
-    direct attribution, which run the text again through the taken-apart pass; kept per run."""
+    """`run`'s model for the lens and direct attribution, which run the text again through
+    the taken-apart pass and read the model's language-model head."""
     if run is None or run.predictor is None or run.text is None:
         raise ValueError(
             "the logit lens and direct attribution read the model's language-model head: show "
             "a model loaded with one (show(model, text), a causal or masked LM)"
         )
-    found = _served.get(id(run))
-    if found is None:
-        config = run.model.config
-        found = LoadedModel(
-            spec=ModelSpec(run.model_name, Source.FOLDER, "shown in a notebook"),
-            family=run.family or Family.OTHER, tokenizer=run.tokenizer, model=run.model,
-            arch=architecture(config), max_tokens=MAX_TOKENS, causal=run.causal,
-            predictor=run.predictor, predicts=run.predicts, attention_layers=run.layers,
-            replay_refusal=run.replay_refusal,
-        )  # fmt: skip
-        _served.clear()  # one run at a time: a notebook's latest widget
-        _served[id(run)] = found
-    return found
+    return _loaded(run)
 
 
 def replay_lens(run: AttentionRun | None, body: dict) -> dict:

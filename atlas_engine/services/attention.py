@@ -387,7 +387,7 @@ def attention_detail(
 
 def detail_of(loaded: LoadedModel, result: ForwardResult, req: DetailRequest) -> dict:
     """One head of a forward pass replayed from the pass's own call of its layer (also the
-    notebook widget's replay, which passes its own run as `loaded` and `result`):
+    notebook widget's replay, which passes a LoadedModel and a ForwardResult made of its run):
     DetailResponse's fields in its order, each matrix a tensor on the host (the mask bool, the
     others float32) or None where the request's `fields` leave it out."""
     if req.query is not None and req.query >= result.seq_len:

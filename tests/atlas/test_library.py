@@ -235,3 +235,22 @@ def test_cli_checks_the_model_it_is_given(local_checkpoints, tmp_path, capsys):
     with pytest.raises(SystemExit):
         atlas_main(["serve", "--model", str(tmp_path)])  # a folder without config.json
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_a_run_without_its_layers_calls_is_refused_with_its_reason():
+    """The widget's replayed views on a run whose heads were not kept say why, as the server's
+    422 does, and bare maps (no run) say what a replay needs."""
+    from atlas_engine.errors import InvalidInput
+    from attention_atlas.run import AttentionRun
+    from attention_atlas.widget import NO_REPLAY
+
+    run = AttentionRun(
+        model_name="local/bloom", tokens=["a", "b"], token_ids=[0, 1],
+        special_tokens=[False, False], attentions=torch.full((1, 1, 2, 2), 0.5), family=None,
+        causal=False, num_kv_heads=1, replay_refusal="its attention is outside the interface",
+    )  # fmt: skip
+    for replay in (replay_detail, replay_qkspace):
+        with pytest.raises(InvalidInput, match="outside the interface"):
+            replay(run, {"layer": 0, "head": 0})
+        with pytest.raises(ValueError, match=re.escape(NO_REPLAY[:40])):
+            replay(None, {"layer": 0, "head": 0})
