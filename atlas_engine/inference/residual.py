@@ -234,9 +234,9 @@ def run_stream(
                 record[:] = [None] * n
                 for layer, block in enumerate(layout.blocks):
                     handles.append(block.register_forward_hook(_recorder(record, layer)))
-            if replay is not None:
-                handles += [_Replayed(layout.blocks[layer], replay.returned[layer])
-                            for layer in range(replay.start)]  # fmt: skip
+            if replay is not None:  # one at a time, so `finally` puts back each one set
+                for layer in range(replay.start):
+                    handles.append(_Replayed(layout.blocks[layer], replay.returned[layer]))
             if grad:  # the stream from the first block on is then in autograd's graph
                 handles.append(
                     layout.blocks[0].register_forward_pre_hook(_tracked, with_kwargs=True)
