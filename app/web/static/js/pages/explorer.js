@@ -209,8 +209,10 @@ async function run() {
   if (session) session.abort();
   try {
     await waitUntilLoaded(model);
-    // A model's layer and head counts are known once it has loaded: ask until they are.
-    if (!stale() && !modelInfo(model)?.num_layers) await refreshModels();
+    // A model's layer and head counts, and what its head predicts, are known once it has
+    // loaded: ask again until they are (the views that read the head decide by `predicts`).
+    const known = modelInfo(model);
+    if (!stale() && (!known?.num_layers || known.predicts == null)) await refreshModels();
     if (stale()) return;
     const info = modelInfo(model);
     const asked = state.get();
