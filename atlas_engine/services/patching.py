@@ -57,6 +57,12 @@ def patching_passes(loaded: LoadedModel, seq: int, components: str) -> tuple[int
     return heads + stream, batch
 
 
+def recorded_bytes(loaded: LoadedModel, seq: int) -> int:
+    """What exact patching keeps of one corrupted run while it patches: each block's output,
+    float32 (the reruns start from them, atlas_engine.inference.residual.Replay)."""
+    return 4 * loaded.arch.num_layers * seq * loaded.arch.d_model
+
+
 def batch_bytes(loaded: LoadedModel, seq: int, batch: int) -> int:
     """What one batched pass without kept streams holds at a time, float32: a layer's
     activations (about 8 d_model a token) and its eager weights (heads × T² a sequence)."""
@@ -192,7 +198,11 @@ def exact(
     """Exact patching of every component asked, reporting each layer as it starts."""
     sequences, batch = patching_passes(loaded, seq, req.components)
     with ExitStack() as held:
-        size = stream_bytes(loaded.arch, seq) + batch_bytes(loaded, seq, batch)
+        size = (
+            stream_bytes(loaded.arch, seq)
+            + recorded_bytes(loaded, seq)
+            + batch_bytes(loaded, seq, batch)
+        )
         held.callback(budget.reserve(answer_key("stream"), size).release)
         prepared = _prepare(loaded, req, seq, grad=False)
         args = (loaded, prepared.corrupted_inputs, prepared.clean, prepared.metric, should_stop)

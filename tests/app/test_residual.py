@@ -184,3 +184,18 @@ def test_the_lens_normaliser_is_within_its_stated_bound_of_float64():
     exact = torch.logsumexp(odd.double(), dim=-1)
     top = odd.max(dim=-1, keepdim=True).values
     assert float((logsumexp64(odd, top) - exact).abs().max()) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_exact_patchings_recorded_run_fits_what_it_reserves(models, name):
+    """The corrupted run's block outputs, kept while every layer is rerun from them, are
+    within services.patching.recorded_bytes, reserved before the run."""
+    from atlas_engine.services.patching import recorded_bytes
+
+    loaded = models[name]
+    corrupted, _ = tokenize(loaded, CORRUPTED, None)
+    returned: list = []
+    run_stream(loaded, corrupted, keep=False, record=returned)
+    parts = [p for out in returned for p in (out if isinstance(out, tuple) else (out,))]
+    held = sum(p.numel() * p.element_size() for p in parts if isinstance(p, torch.Tensor))
+    assert 0 < held <= recorded_bytes(loaded, corrupted["input_ids"].shape[1])
