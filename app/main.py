@@ -35,6 +35,7 @@ from atlas_engine.inference.forward import warm_up
 from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.models.manager import ModelManager
 from atlas_engine.serialize import BINARY_MEDIA_TYPE
+from atlas_engine.services.passes import Passes
 
 log = logging.getLogger("attention_atlas")
 
@@ -103,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.forward_cache_entries, settings.forward_cache_bytes
     )
     app.state.answer_budget = AnswerBudget(settings.inflight_bytes, settings.inflight_wait_seconds)
+    app.state.passes = Passes(app.state.manager, app.state.forward_cache, app.state.answer_budget)
     install_error_handlers(app, not_found_page=pages.not_found_page)
     if settings.cors_origins:
         app.add_middleware(

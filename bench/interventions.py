@@ -30,6 +30,7 @@ from atlas_engine.schemas.compare import CompareRequest, OtherSide
 from atlas_engine.schemas.predictions import PredictionsRequest
 from atlas_engine.services.ablation import ablate
 from atlas_engine.services.compare import compare
+from atlas_engine.services.passes import Passes
 from atlas_engine.services.predictions import predictions
 from bench.compression import prose
 
@@ -51,10 +52,10 @@ def measure(manager: ModelManager, model_id: str, tokens: int, repeats: int) -> 
     budget = AnswerBudget(4 * 2**30, 10)
     text = prose(loaded.tokenizer, tokens)
     n = len(loaded.tokenizer(text)["input_ids"])
-    caches = [ForwardCache(8, 2**31)]
+    passes = [Passes(manager, ForwardCache(8, 2**31), budget)]
 
     def fresh_cache() -> None:
-        caches[0] = ForwardCache(8, 2**31)
+        passes[0] = Passes(manager, ForwardCache(8, 2**31), budget)
 
     req = AblationRequest(
         model=model_id, text=text, heads=[HeadRef(layer=1, head=0)], layer=2, head=0
@@ -72,7 +73,7 @@ def measure(manager: ModelManager, model_id: str, tokens: int, repeats: int) -> 
 
     def answered(service, request) -> None:
         """The service's answer, its reservation released as the route does once it is sent."""
-        _, reservation = service(manager, caches[0], budget, request)
+        _, reservation = service(passes[0], request)
         reservation.release()
 
     new = median_ms(lambda: answered(ablate, req), repeats, fresh_cache)
@@ -81,9 +82,7 @@ def measure(manager: ModelManager, model_id: str, tokens: int, repeats: int) -> 
     first = float("nan")  # MiniLM has no LM head
     if loaded.predictor is not None:  # a new forward pass, then the head over every position
         asked = PredictionsRequest(model=model_id, text=text)
-        first = median_ms(
-            lambda: predictions(manager, caches[0], budget, asked), repeats, fresh_cache
-        )
+        first = median_ms(lambda: predictions(passes[0], asked), repeats, fresh_cache)
     other = text.replace(" the ", " a ", 1)  # the same head on a second, slightly other text
     pair = CompareRequest(
         model=model_id, text=text, layer=2, head=0, other=OtherSide(text=other, layer=2, head=0)

@@ -18,14 +18,13 @@ from starlette.types import Receive, Scope, Send
 from atlas_engine import compute
 from atlas_engine.compute import Lane, iterate_on_compute, run_on_compute
 from atlas_engine.errors import AtlasError
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult
-from atlas_engine.inference.inflight import AnswerBudget, NoRoomYet, Reservation
+from atlas_engine.inference.inflight import NoRoomYet, Reservation
 from atlas_engine.inference.tokens import estimated_tokens
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.attention import TextRequest
 from atlas_engine.schemas.forward import ForwardFailed, ForwardProgress
 from atlas_engine.serialize import MapsAnswer
+from atlas_engine.services.passes import Passes
 
 log = logging.getLogger("attention_atlas")
 
@@ -67,18 +66,16 @@ STATISTICS_PER_PASS = 2.6
 layers about 2.6 passes."""
 
 
-def where_to_run(
-    manager: ModelManager, cache: ForwardCache, body: TextRequest, passes: float = 1.0
-) -> LaneCost:
+def where_to_run(passes: Passes, body: TextRequest, pass_count: float = 1.0) -> LaneCost:
     """(lane, estimated seconds) for a request on a text: the quick lane when it reads a cached
     pass of a short text (and, for a comparison, no other text or model); else heavy(), for
-    work of `passes` forward passes of the text (every head's statistics: more than one)."""
+    work of `pass_count` forward passes of the text (every head's statistics: more than one)."""
     other = getattr(body, "other", None)
     alone = other is None or (other.text is None and other.model is None)
-    held = cache.held((body.model, body.text, body.text_pair))
+    held = passes.cache.held((body.model, body.text, body.text_pair))
     if alone and held is not None and held.seq_len <= QUICK_MAX_TOKENS:
         return LaneCost(Lane.QUICK)
-    loaded = manager.loaded_or_none(body.model)
+    loaded = passes.manager.loaded_or_none(body.model)
     if (
         alone
         and loaded is not None
@@ -86,16 +83,16 @@ def where_to_run(
         and estimated_tokens(loaded, body.text, body.text_pair) <= QUICK_NEW_TOKENS
     ):
         return LaneCost(Lane.QUICK)
-    return heavy(manager, body, passes)
+    return heavy(passes, body, pass_count)
 
 
-def heavy(manager: ModelManager, body: TextRequest, passes: float = 1.0) -> LaneCost:
-    """The heavy lane, ordered by `passes` forward passes of the request's text, guessed from
+def heavy(passes: Passes, body: TextRequest, pass_count: float = 1.0) -> LaneCost:
+    """The heavy lane, ordered by `pass_count` forward passes of the request's text, guessed from
     its length (or the model's first load), with its model (none where a comparison reads a
     second one)."""
     other = getattr(body, "other", None)
     model = body.model if other is None or other.model in (None, body.model) else None
-    loaded = manager.loaded_or_none(body.model)
+    loaded = passes.manager.loaded_or_none(body.model)
     text = (body.model, body.text, body.text_pair)
     if loaded is None:  # the load goes first; it is paid once, so the bound does not count it
         return LaneCost(Lane.HEAVY, FIRST_LOAD_SECONDS, model, counted=0.0, text=text)
@@ -105,14 +102,16 @@ def heavy(manager: ModelManager, body: TextRequest, passes: float = 1.0) -> Lane
     # typical ratio that orders the queue (SmolLM2 reads a digit, and up to a byte, a token).
     bound = estimated_tokens(loaded, body.text, body.text_pair)
     at_most = ForwardResult.seconds_for(loaded.arch, bound)
-    return LaneCost(Lane.HEAVY, seconds * passes, model, counted=at_most * passes, text=text)
+    return LaneCost(
+        Lane.HEAVY, seconds * pass_count, model, counted=at_most * pass_count, text=text
+    )
 
 
-def statistics_passes(manager: ModelManager, body: TextRequest) -> float:
+def statistics_passes(passes: Passes, body: TextRequest) -> float:
     """What every head's statistics of the layers asked (all where `layers` is absent) cost,
     in forward passes: the pass itself, and STATISTICS_PER_PASS for all the layers."""
     layers = getattr(body, "layers", None)
-    loaded = manager.loaded_or_none(body.model)
+    loaded = passes.manager.loaded_or_none(body.model)
     if layers is None or loaded is None:
         return 1.0 + STATISTICS_PER_PASS
     return 1.0 + STATISTICS_PER_PASS * min(1.0, len(layers) / loaded.arch.num_layers)
@@ -163,28 +162,24 @@ async def until_disconnect(
         watcher.cancel()
 
 
-PassService = Callable[
-    [ModelManager, ForwardCache, AnswerBudget, TextRequest, Callable[[], bool]], T
-]
-"""A service answering from a text's forward pass: (manager, cache, budget, body, should_stop)."""
+PassService = Callable[[Passes, TextRequest, Callable[[], bool]], T]
+"""A service answering from a text's forward pass: (passes, body, should_stop)."""
 
 
 async def answer_from_pass(
     request: Request,
     service: PassService[T],
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     body: TextRequest,
-    passes: float = 1.0,
+    pass_count: float = 1.0,
 ) -> T:
-    """service(manager, cache, budget, body, should_stop) on the lane where_to_run picks (for
-    work of `passes` forward passes of the text), stopped if the client leaves: what every
-    route reading a text's forward pass does."""
+    """service(passes, body, should_stop) on the lane where_to_run picks (for work of
+    `pass_count` forward passes of the text), stopped if the client leaves: what every route
+    reading a text's forward pass does."""
     return await until_disconnect(
         request,
-        lambda stop: service(manager, cache, budget, body, stop),
-        where_to_run(manager, cache, body, passes),
+        lambda stop: service(passes, body, stop),
+        where_to_run(passes, body, pass_count),
     )
 
 

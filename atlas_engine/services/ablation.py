@@ -8,22 +8,16 @@ from collections import defaultdict
 import torch
 
 from atlas_engine.inference.ablation import run_ablated
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult, count_tokens
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.predictions import compare_predictions
 from atlas_engine.inference.replay import refused
 from atlas_engine.models.loader import LoadedModel, predicts_of
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.placement import model_device
 from atlas_engine.schemas.ablation import AblatedPosition, AblationRequest, AblationResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import (
-    ShouldStop,
-    check_layer_head,
-    held_forward,
-    reserved_answer,
-)
+from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.passes import Passes, ShouldStop
 from atlas_engine.services.predictions import candidates_of, prediction_rows
 from attention_core.analysis import total_variation
 
@@ -71,15 +65,13 @@ def _positions(
 
 
 def ablate(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: AblationRequest,
     should_stop: ShouldStop = None,
 ) -> tuple[bytes, Reservation]:
     """An AblationResponse as JSON, its maps' numbers as float32 (json_with_float32), and its
-    bytes' reservation (reserved_answer), which the caller releases once they are sent."""
-    loaded = manager.get(req.model)
+    bytes' reservation (Passes.answer), which the caller releases once they are sent."""
+    loaded = passes.model(req.model)
     heads = _checked_heads(loaded, req)
     seq = count_tokens(loaded, req.text, req.text_pair, loaded.full_map_tokens)
     key = (
@@ -92,9 +84,9 @@ def ablate(
     arch = loaded.arch
     candidates = seq * 2 * req.top_k  # at most every position's, before and after
     numbers = 2 * seq * seq + arch.num_layers * arch.num_heads + 2 * candidates + 2 * seq
-    with reserved_answer(budget, json_bytes_bound(numbers, seq + candidates)) as answer_bytes:
-        with held_forward(loaded, cache, budget, req, should_stop) as base:
-            reservation = budget.reserve(
+    with passes.answer(json_bytes_bound(numbers, seq + candidates)) as answer_bytes:
+        with passes.held(loaded, req, should_stop) as base:
+            reservation = passes.budget.reserve(
                 key, ForwardResult.nbytes_for(loaded.arch, seq, replayed=False)
             )
             try:

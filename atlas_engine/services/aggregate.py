@@ -8,20 +8,12 @@ from collections.abc import Iterator
 
 import torch
 
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult, count_tokens
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
-from atlas_engine.models.manager import ModelManager
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.schemas.aggregate import AggregateRequest, SimilarityRequest, SimilarityResponse
 from atlas_engine.serialize import MapsAnswer, held_while_sending
-from atlas_engine.services.attention import (
-    ShouldStop,
-    check_answer_size,
-    held_forward,
-    indices,
-    maps_meta,
-    reserved_forward,
-)
+from atlas_engine.services.attention import check_answer_size, indices, maps_meta
+from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core.aggregate import cluster_order, head_similarity, rollout_steps
 
 SIMILARITY_ROWS = 64  # query rows compared per head (evenly spaced); exact up to 64 tokens
@@ -55,29 +47,26 @@ class _Rollout:
 
 
 def aggregate_maps(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: AggregateRequest,
     max_answer_bytes: int,
     should_stop: ShouldStop = None,
 ) -> tuple[MapsAnswer, Reservation]:
     """One map per requested layer (the head average or the rollout), framed like the maps
     of POST /api/attention with a single 'head'; sized before any work."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     seq = count_tokens(loaded, req.text, req.text_pair)
     check_answer_size(req.format, len(layers), 1, seq, max_answer_bytes)
-    result, cached, reservation = reserved_forward(
+    held = passes.reserve(
         loaded,
-        cache,
-        budget,
         req.text,
         req.text_pair,
         should_stop,
         # the pieces it is sending, for as long as its reader takes them
         answer_bytes=held_while_sending(req.format, len(layers) * seq * seq, seq),
     )
+    result = held.result
     if req.kind == "average":
 
         def layer_maps(i: int) -> torch.Tensor:
@@ -90,23 +79,21 @@ def aggregate_maps(
             return rollout.at(layers[i])
 
     meta = {
-        **maps_meta(loaded, result, cached, layers, []),
+        **maps_meta(loaded, result, held.cached, layers, []),
         "kind": req.kind,
         "residual": req.residual if req.kind == "rollout" else None,
     }
-    return MapsAnswer(meta, req.format, (len(layers), 1, seq, seq), layer_maps), reservation
+    return MapsAnswer(meta, req.format, (len(layers), 1, seq, seq), layer_maps), held.reservation
 
 
 def similarity(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: SimilarityRequest,
     should_stop: ShouldStop = None,
 ) -> SimilarityResponse:
     """How alike every two heads are on this text, and an order that groups alike heads."""
-    loaded = manager.get(req.model)
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
+    loaded = passes.model(req.model)
+    with passes.held(loaded, req, should_stop) as result:
         start = time.perf_counter()
         matrix = head_similarity(result.all_maps(), SIMILARITY_ROWS, SIMILARITY_BINS)
         order = cluster_order(matrix)

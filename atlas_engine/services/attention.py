@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
 
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.cache import ForwardCache
-from atlas_engine.inference.forward import (
-    ForwardResult,
-    MapsSink,
-    Progress,
-    count_tokens,
-    run_forward,
-)
-from atlas_engine.inference.inflight import AnswerBudget, Reservation, Reservations
+from atlas_engine.inference.forward import ForwardResult, count_tokens
+from atlas_engine.inference.inflight import Reservation, Reservations
 from atlas_engine.inference.replay import layer_capture, layer_weights, refused
 from atlas_engine.models.capture import LayerCapture
 from atlas_engine.models.loader import LoadedModel, predicts_of
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.attention import (
     DETAIL_MATRICES,
     MAX_JSON_WEIGHTS,
     AttentionRequest,
     DetailRequest,
     DetailResponse,
-    TextRequest,
 )
 from atlas_engine.serialize import (
     BYTES_PER_WEIGHT,
@@ -39,116 +28,12 @@ from atlas_engine.serialize import (
     in_order,
     json_bytes_bound,
     json_with_float32,
-    sending_overhead,
 )
+from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core import masked_softmax, value_weighted_norms
 from attention_core.modern import head_output, head_scores, modern_logits, sink_softmax
 from attention_core.tiles import pool_weights
 from attention_core.trace import resolve_scale
-
-ShouldStop = Callable[[], bool] | None
-_answers = itertools.count()
-
-
-def answer_key(kind: str) -> tuple[str, int]:
-    """A budget key of one answer's own (never shared) reservation."""
-    return (kind, next(_answers))
-
-
-def forward_for(
-    loaded: LoadedModel,
-    cache: ForwardCache,
-    text: str,
-    text_pair: str | None,
-    should_stop: ShouldStop = None,
-    progress: Progress | None = None,
-    keep_maps: MapsSink | None = None,
-) -> tuple[ForwardResult, bool]:
-    """The forward pass over the text: from the cache, or one new forward pass (handing the
-    maps it computes to keep_maps, as run_forward says)."""
-    return cache.get_or_compute(
-        (loaded.id, text, text_pair),
-        lambda: run_forward(loaded, text, text_pair, should_stop, progress, keep_maps),
-    )
-
-
-def reserved_forward(
-    loaded: LoadedModel,
-    cache: ForwardCache,
-    budget: AnswerBudget,
-    text: str,
-    text_pair: str | None,
-    should_stop: ShouldStop = None,
-    whole_maps: bool = True,
-    progress: Progress | None = None,
-    keep_maps: MapsSink | None = None,
-    answer_bytes: int = 0,
-) -> tuple[ForwardResult, bool, Reservations]:
-    """The forward pass, with its bytes reserved in the in-flight budget before it is computed
-    or looked up: (result, was_cached, reservation). Release the reservation when done with it.
-    whole_maps: the caller may read every map of the text at once, so the text is held to the
-    model's full_map_tokens and, where maps are replayed, their bytes are reserved too (for this
-    caller alone); False for callers that read a layer or a window at a time.
-    answer_bytes: what the caller's answer holds besides the pass (for a streamed answer, what
-    it computes at a time and the pieces it holds while sent), reserved first, for it alone."""
-    limit = loaded.full_map_tokens if whole_maps else None
-    seq = count_tokens(loaded, text, text_pair, limit)
-    parts = []
-    try:
-        if answer_bytes:
-            parts.append(budget.reserve(answer_key("answer"), answer_bytes))
-        if whole_maps and loaded.maps_replayed:
-            arch = loaded.arch
-            maps = 4 * arch.num_layers * arch.num_heads * seq * seq
-            parts.append(budget.reserve(answer_key("maps"), maps))
-        parts.append(
-            budget.reserve(
-                (loaded.id, text, text_pair),
-                ForwardResult.nbytes_for(loaded.arch, seq, loaded.maps_replayed),
-            )
-        )
-        result, cached = forward_for(
-            loaded, cache, text, text_pair, should_stop, progress, keep_maps
-        )
-    except BaseException:
-        Reservations(*parts).release()
-        raise
-    return result, cached, Reservations(*parts)
-
-
-@contextmanager
-def reserved_answer(budget: AnswerBudget, nbytes: int) -> Iterator[Reservation]:
-    """`with reserved_answer(budget, nbytes) as reservation:` an answer's bytes and what sending
-    them holds (sending_overhead), counted in the in-flight budget before it is built (a stalled
-    reader then holds no more than the budget allows); released here if the block fails, else
-    by the caller once the answer is sent."""
-    reservation = budget.reserve(answer_key("answer"), nbytes + sending_overhead(nbytes))
-    try:
-        yield reservation
-    except BaseException:
-        reservation.release()
-        raise
-
-
-@contextmanager
-def held_forward(
-    loaded: LoadedModel,
-    cache: ForwardCache,
-    budget: AnswerBudget,
-    req: TextRequest,
-    should_stop: ShouldStop = None,
-    whole_maps: bool = True,
-) -> Iterator[ForwardResult]:
-    """`with held_forward(...) as result:` the forward pass over the request's text, reserved in
-    the in-flight budget while the block runs (for answers built in full before they are sent).
-    whole_maps: as reserved_forward's."""
-    result, _, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop, whole_maps
-    )
-    try:
-        yield result
-    finally:
-        reservation.release()
 
 
 def indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]:
@@ -263,9 +148,7 @@ def maps_meta(
 
 
 def attention_maps(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: AttentionRequest,
     max_answer_bytes: int,
     should_stop: ShouldStop = None,
@@ -276,7 +159,7 @@ def attention_maps(
     answer's bytes against its limit, and the forward pass it reads against the in-flight
     budget. The caller streams answer.chunks() and must release the reservation afterwards.
     """
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     heads = indices(req.heads, loaded.arch.num_heads, "heads")
     seq = count_tokens(loaded, req.text, req.text_pair)
@@ -289,15 +172,13 @@ def attention_maps(
     def keep(layer: int, maps: torch.Tensor) -> None:
         """A new pass's own maps go to the memo: the layers asked for first (they are read
         next), the others where the cache has room to spare (the explorer asks for them next)."""
-        cache.keep_layer(key, layer, maps, make_room=layer in asked)
+        passes.cache.keep_layer(key, layer, maps, make_room=layer in asked)
 
     # Besides its forward pass, a streamed answer holds one layer's float32 maps at a time and
     # the pieces it is sending (for as long as its reader takes them).
     weights = len(layers) * len(heads) * side * side
-    result, cached, reservation = reserved_forward(
+    held = passes.reserve(
         loaded,
-        cache,
-        budget,
         req.text,
         req.text_pair,
         should_stop,
@@ -305,6 +186,7 @@ def attention_maps(
         keep_maps=keep,
         answer_bytes=4 * len(heads) * seq * seq + held_while_sending(req.format, weights, seq),
     )
+    result, cache = held.result, passes.cache
     chosen = None if heads == list(range(loaded.arch.num_heads)) else heads
 
     def layer_maps(i: int) -> torch.Tensor:
@@ -325,13 +207,13 @@ def attention_maps(
             return maps
         return maps if chosen is None else maps[chosen]
 
-    meta = maps_meta(loaded, result, cached, layers, heads, req.cell, req.reduce)
-    held = result.stored_maps is not None or all(
+    meta = maps_meta(loaded, result, held.cached, layers, heads, req.cell, req.reduce)
+    all_held = result.stored_maps is not None or all(
         cache.replayed_layer(key, layer) is not None for layer in layers
     )
     shape = (len(layers), len(heads), side, side)
-    answer = MapsAnswer(meta, req.format, shape, layer_maps, held)
-    return answer, reservation
+    answer = MapsAnswer(meta, req.format, shape, layer_maps, all_held)
+    return answer, held.reservation
 
 
 def counterfactual_weights(
@@ -364,23 +246,21 @@ def counterfactual_weights(
 
 
 def attention_detail(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: DetailRequest,
     should_stop: ShouldStop = None,
 ) -> tuple[bytes, Reservation]:
     """One head recomputed from the model's weights, with a scale/temperature counterfactual:
     DetailResponse as JSON, its matrices' numbers as float32 (json_with_float32), written here
-    on the compute lane, and its bytes' reservation (reserved_answer), which the caller releases
+    on the compute lane, and its bytes' reservation (Passes.answer), which the caller releases
     once they are sent."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     check_layer_head(loaded, req.layer, req.head)
     seq = count_tokens(loaded, req.text, req.text_pair, loaded.full_map_tokens)
     numbers = 6 * seq * seq + 5 * seq * loaded.arch.head_dim  # (T, T) and (T, head_dim) ones
     with (
-        reserved_answer(budget, json_bytes_bound(numbers, seq)) as reservation,
-        held_forward(loaded, cache, budget, req, should_stop) as result,
+        passes.answer(json_bytes_bound(numbers, seq)) as reservation,
+        passes.held(loaded, req, should_stop) as result,
     ):
         return json_with_float32(detail_of(loaded, result, req)), reservation
 

@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.attribution import attribute, head_sources
 from atlas_engine.inference.forward import count_tokens, tokenize_once
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.predictions import top_predictions
 from atlas_engine.inference.residual import run_stream
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.writes import MAX_WRITES_TOKENS, AttributionRequest, AttributionResponse
 from atlas_engine.serialize import in_order, json_bytes_bound
-from atlas_engine.services.attention import ShouldStop, check_layer_head
+from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.passes import Passes, ShouldStop
 from atlas_engine.services.writes import (
     answered,
     candidate_fields,
@@ -115,15 +115,14 @@ def attribution_fields(
 
 
 def attribution(
-    manager: ModelManager,
-    budget: AnswerBudget,
+    passes: Passes,
     req: AttributionRequest,
     should_stop: ShouldStop = None,
 ) -> tuple[bytes, Reservation]:
     """An AttributionResponse as JSON and its bytes' reservation (released once sent)."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     plan = plan_attribution(loaded, req)
     return answered(
-        budget, plan.answer_bytes, stream_bytes(loaded.arch, plan.seq),
+        passes, plan.answer_bytes, stream_bytes(loaded.arch, plan.seq),
         lambda: attribution_fields(loaded, req, plan, should_stop),
     )  # fmt: skip

@@ -6,19 +6,13 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult, count_tokens
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
-from atlas_engine.models.manager import ModelManager
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.schemas.attention import MAX_JSON_WEIGHTS
 from atlas_engine.schemas.compare import CompareRequest, CompareResponse, SideMap
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import (
-    ShouldStop,
-    check_layer_head,
-    reserved_answer,
-    reserved_forward,
-)
+from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core import total_variation
 
 
@@ -50,18 +44,16 @@ def alignment_of(a: ForwardResult, b: ForwardResult, same_model: bool) -> tuple[
 
 
 def compare(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: CompareRequest,
     should_stop: ShouldStop = None,
 ) -> tuple[bytes, Reservation]:
     """Both heads' maps and, where the tokens line up, b - a and each row's distance: a
     CompareResponse as JSON, its maps' numbers as float32 (json_with_float32), and its bytes'
-    reservation (reserved_answer), which the caller releases once they are sent."""
+    reservation (Passes.answer), which the caller releases once they are sent."""
     other = req.other
-    loaded_a = manager.get(req.model)
-    loaded_b = manager.get(other.model or req.model)
+    loaded_a = passes.model(req.model)
+    loaded_b = passes.model(other.model or req.model)
     check_layer_head(loaded_a, req.layer, req.head)
     check_layer_head(loaded_b, other.layer, other.head)
     text_b = other.text if other.text is not None else req.text
@@ -77,13 +69,12 @@ def compare(
     with ExitStack() as held:
         texts = len(req.text) + len(text_b)  # both sides' texts are in the answer
         bound = json_bytes_bound(cells + seq_a, seq_a + seq_b, texts)  # and rows' distances
-        reservation = held.enter_context(reserved_answer(budget, bound))
-        run_a, _, pass_a = reserved_forward(
-            loaded_a, cache, budget, req.text, req.text_pair, should_stop
-        )
+        reservation = held.enter_context(passes.answer(bound))
+        pass_a = passes.reserve(loaded_a, req.text, req.text_pair, should_stop)
         held.callback(pass_a.release)
-        run_b, _, pass_b = reserved_forward(loaded_b, cache, budget, text_b, pair_b, should_stop)
+        pass_b = passes.reserve(loaded_b, text_b, pair_b, should_stop)
         held.callback(pass_b.release)
+        run_a, run_b = pass_a.result, pass_b.result
         map_a = run_a.head_map(req.layer, req.head)  # (T, T)
         map_b = run_b.head_map(other.layer, other.head)  # (T', T')
         aligned, sentence, differ = alignment_of(run_a, run_b, loaded_a is loaded_b)

@@ -5,19 +5,16 @@ each layer's start, and a client that leaves stops the pass within one layer."""
 from __future__ import annotations
 
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import Progress, count_tokens
-from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.attention import TextRequest
 from atlas_engine.schemas.forward import ForwardDone
-from atlas_engine.services.attention import ShouldStop, reserved_forward
+from atlas_engine.services.passes import Passes, ShouldStop
 
 
-def checked_model(manager: ModelManager, req: TextRequest) -> LoadedModel:
+def checked_model(passes: Passes, req: TextRequest) -> LoadedModel:
     """The model, with the text checked against its whole token limit (before any stream)."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     if not loaded.maps_replayed:
         raise InvalidInput(
             f"'{loaded.id}' keeps its maps whole (they are not replayed), so its texts are at most "
@@ -30,17 +27,15 @@ def checked_model(manager: ModelManager, req: TextRequest) -> LoadedModel:
 
 def run_pass(
     loaded: LoadedModel,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: TextRequest,
     should_stop: ShouldStop,
     progress: Progress,
 ) -> ForwardDone:
     """The pass over the request's text, from the cache or run now (reporting progress)."""
-    result, cached, reservation = reserved_forward(
-        loaded, cache, budget, req.text, req.text_pair, should_stop, False, progress
-    )
-    reservation.release()  # the cache keeps it (within its bound); windows reserve their own
+    held = passes.reserve(loaded, req.text, req.text_pair, should_stop, False, progress)
+    held.release()  # the cache keeps it (within its bound); windows reserve their own
+    result = held.result
     return ForwardDone(
         event="done",
         model=loaded.id,
@@ -51,7 +46,7 @@ def run_pass(
         num_heads=loaded.arch.num_heads,
         num_kv_heads=loaded.arch.num_kv_heads,
         causal=loaded.causal,
-        cached=cached,
+        cached=held.cached,
         forward_ms=round(result.forward_seconds * 1000, 3),
         full_map_tokens=loaded.full_map_tokens,
     )

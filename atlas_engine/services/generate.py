@@ -3,22 +3,19 @@ token and a last line with the whole text, whose maps every view can then open."
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Iterator
 
 from atlas_engine.errors import InvalidInput
 from atlas_engine.inference.forward import tokenize
 from atlas_engine.inference.generate import continue_text
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.attention import MAX_TEXT_CHARS
 from atlas_engine.schemas.generate import GeneratedToken, GenerateRequest, GenerationDone
+from atlas_engine.services.passes import Passes
 from attention_core import kv_cache_bytes
-
-_keys = itertools.count()
 
 
 def _checked(loaded: LoadedModel, req: GenerateRequest) -> list[int]:
@@ -47,12 +44,10 @@ def _token_ids(loaded: LoadedModel, text: str) -> list[int]:
     return tokenize(loaded, text, None)[0]["input_ids"][0].tolist()
 
 
-def start_generation(
-    manager: ModelManager, budget: AnswerBudget, req: GenerateRequest
-) -> tuple[Iterator[bytes], Reservation]:
+def start_generation(passes: Passes, req: GenerateRequest) -> tuple[Iterator[bytes], Reservation]:
     """Checks and sizes the request, reserves its key/value cache, and returns the stream's
     lines (NDJSON) with the reservation to release when the stream ends."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     prompt = _checked(loaded, req)
     arch = loaded.arch
     cache_bytes = kv_cache_bytes(
@@ -60,7 +55,7 @@ def start_generation(
         head_dim=arch.head_dim,
         bytes_per_value=next(loaded.model.parameters()).element_size(),
     )  # fmt: skip
-    reservation = budget.reserve(("generate", next(_keys)), cache_bytes)
+    reservation = passes.reserve_bytes("generate", cache_bytes)
     return _lines(loaded, req, prompt), reservation
 
 

@@ -10,11 +10,8 @@ from contextlib import contextmanager
 import torch
 
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult, count_tokens
-from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.attention import TextRequest
 from atlas_engine.schemas.follow import FollowRequest, FollowResponse
 from atlas_engine.schemas.heads import (
@@ -34,8 +31,9 @@ from atlas_engine.schemas.search import (
     SearchRequest,
     SearchResponse,
 )
-from atlas_engine.services.attention import ShouldStop, answer_key, held_forward, indices
+from atlas_engine.services.attention import indices
 from atlas_engine.services.head_statistics import pair_weights, statistics_of, working_bytes
+from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core.aggregate import follow_token
 from attention_core.head_stats import ROLES, STATISTICS, ClearestHead
 
@@ -61,9 +59,8 @@ DESCRIPTIONS = {
 
 @contextmanager
 def held_for_statistics(
+    passes: Passes,
     loaded: LoadedModel,
-    cache: ForwardCache,
-    budget: AnswerBudget,
     req: TextRequest,
     should_stop: ShouldStop = None,
 ) -> Iterator[ForwardResult]:
@@ -71,13 +68,13 @@ def held_for_statistics(
     model's full_map_tokens (as every whole-maps reader); with maps replayed, to the model's
     whole limit, reserving what the block-by-block statistics hold besides the pass."""
     if not loaded.maps_replayed:
-        with held_forward(loaded, cache, budget, req, should_stop) as result:
+        with passes.held(loaded, req, should_stop) as result:
             yield result
         return
     seq = count_tokens(loaded, req.text, req.text_pair)
-    working = budget.reserve(answer_key("statistics"), working_bytes(loaded.arch, seq))
+    working = passes.reserve_bytes("statistics", working_bytes(loaded.arch, seq))
     try:
-        with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
+        with passes.held(loaded, req, should_stop, whole_maps=False) as result:
             yield result
     finally:
         working.release()
@@ -88,13 +85,11 @@ def _grid(values: torch.Tensor) -> list[list[float | None]]:
 
 
 def describe_heads(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: HeadsRequest,
     should_stop: ShouldStop = None,
 ) -> HeadsResponse:
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     layers = indices(req.layers, loaded.arch.num_layers, "layers")
     heads = loaded.arch.num_heads
     marked = readers = None
@@ -104,7 +99,7 @@ def describe_heads(
         seq = count_tokens(loaded, req.text, req.text_pair)
         marked = positions_mask(req.marked, seq, "marked token")
         readers = positions_mask(req.read_from, seq, "read_from row")
-    with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
+    with held_for_statistics(passes, loaded, req, should_stop) as result:
         start = time.perf_counter()
         stats = statistics_of(loaded, result, layers, should_stop, marked, readers)
         seconds = time.perf_counter() - start
@@ -163,15 +158,13 @@ def positions_mask(positions: list[int] | None, seq: int, what: str) -> torch.Te
 
 
 def follow(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: FollowRequest,
     should_stop: ShouldStop = None,
 ) -> FollowResponse:
     """One token through every layer and head, from the cached forward pass."""
-    loaded = manager.get(req.model)
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
+    loaded = passes.model(req.model)
+    with passes.held(loaded, req, should_stop) as result:
         if req.token >= result.seq_len:
             raise InvalidInput(
                 f"token {req.token} out of range: the text has {result.seq_len} tokens"
@@ -192,16 +185,14 @@ def follow(
 
 
 def search_heads(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: SearchRequest,
     should_stop: ShouldStop = None,
 ) -> SearchResponse:
     """Heads found by a weight between two tokens, by role, or ranked by a statistic."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     query = req.query
-    with held_for_statistics(loaded, cache, budget, req, should_stop) as result:
+    with held_for_statistics(passes, loaded, req, should_stop) as result:
         seq = result.seq_len
         if isinstance(query, PairQuery):
             outside = [i for i in (query.source, query.target) if i >= seq]

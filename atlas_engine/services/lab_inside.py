@@ -12,14 +12,11 @@ import torch.nn.functional as F
 
 import attention_core as ac
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.cache import ForwardCache
-from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.inference.probes import layer_attention, probe_bytes, stream_norms
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.families import output_projection_weights
 from atlas_engine.models.lm_head import head_kind, head_logits, no_head_reason
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.placement import model_device
 from atlas_engine.models.registry import REPLAY_FAMILIES
 from atlas_engine.schemas.lab_inside import (
@@ -33,8 +30,9 @@ from atlas_engine.schemas.lab_inside import (
     HeadAnatomyResponse,
 )
 from atlas_engine.serialize import to_lists
-from atlas_engine.services.attention import answer_key, check_layer_head, held_forward
+from atlas_engine.services.attention import check_layer_head
 from atlas_engine.services.lab_models import lab_model, one_text, real_layer
+from atlas_engine.services.passes import Passes
 
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -61,27 +59,25 @@ def _narrow_enough(loaded: LoadedModel) -> None:
 
 
 @contextmanager
-def _probe_room(budget: AnswerBudget, loaded: LoadedModel, seq: int) -> Iterator[None]:
+def _probe_room(passes: Passes, loaded: LoadedModel, seq: int) -> Iterator[None]:
     """The probe pass's bytes, reserved in the in-flight budget before it runs."""
-    reservation = budget.reserve(answer_key("probe"), probe_bytes(loaded, seq))
+    reservation = passes.reserve_bytes("probe", probe_bytes(loaded, seq))
     try:
         yield
     finally:
         reservation.release()
 
 
-def head_anatomy(
-    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: HeadAnatomyRequest
-) -> HeadAnatomyResponse:
+def head_anatomy(passes: Passes, req: HeadAnatomyRequest) -> HeadAnatomyResponse:
     """One real layer, head by head: X, each head's Q, K, V and A V, the heads' outputs joined
     and mixed by W_O, checked against the model's own weights and output on a real pass."""
-    loaded = lab_model(manager, req.model, [req.text], req.layer)
+    loaded = lab_model(passes, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
     _known_family(loaded, "each head's weights and the layer's output projection")
     _narrow_enough(loaded)
     with (
-        real_layer(loaded, cache, budget, req.text, req.layer) as lay,
-        _probe_room(budget, loaded, lay.result.seq_len),
+        real_layer(passes, loaded, req.text, req.layer) as lay,
+        _probe_room(passes, loaded, lay.result.seq_len),
         torch.inference_mode(),
     ):
         p = lay.proj
@@ -138,20 +134,18 @@ def _guesses(tokenizer, ids: list[int], probs: list[float], logits=None) -> list
     ]
 
 
-def forward_pass(
-    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: ForwardPassRequest
-) -> ForwardPassResponse:
+def forward_pass(passes: Passes, req: ForwardPassRequest) -> ForwardPassResponse:
     """Tokens, their embedding rows, the residual stream's size through every block with what
     attention and the MLP add, then (for a model with an LM head) the final norm and the next
     token's probabilities. The text's cached pass gives the tokens, the last hidden state and
     every position's top guess; a probe pass the norms the cache does not keep."""
-    loaded = lab_model(manager, req.model, [req.text], 0)
+    loaded = lab_model(passes, req.model, [req.text], 0)
     _known_family(loaded, "each block's attention and MLP")
     next_token = loaded.predictor is not None and loaded.predicts == "next_token"
     text = one_text(loaded, req.text)
-    with held_forward(loaded, cache, budget, text, whole_maps=False) as result:  # reads no map
+    with passes.held(loaded, text, whole_maps=False) as result:  # reads no map
         seq = result.seq_len
-        with _probe_room(budget, loaded, seq):
+        with _probe_room(passes, loaded, seq):
             norms = stream_norms(loaded, req.text)
         embedding = loaded.model.get_input_embeddings().weight  # (vocab, D)
         with torch.inference_mode():

@@ -12,12 +12,9 @@ from torch import Tensor
 import attention_core as ac
 from atlas_engine.errors import InvalidInput
 from atlas_engine.inference.batch import run_padded_batch
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult, count_tokens
-from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.inference.weight_replay import layer_inputs
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.registry import Family
 from atlas_engine.schemas.attention import TextRequest
 from atlas_engine.schemas.lab_models import (
@@ -36,7 +33,8 @@ from atlas_engine.schemas.lab_models import (
     SparseResponse,
 )
 from atlas_engine.serialize import to_bool_lists, to_lists
-from atlas_engine.services.attention import check_layer_head, held_forward, indices
+from atlas_engine.services.attention import check_layer_head, indices
+from atlas_engine.services.passes import Passes
 from attention_core.analysis import total_variation
 from attention_core.cost import sharing_options
 from attention_core.replay import QKProjection, Rope, project_qk, project_v
@@ -58,9 +56,9 @@ class Layer:
         return self.result.layer_maps(layer).to(self.hidden.device)
 
 
-def lab_model(manager: ModelManager, model: str, texts: list[str], layer: int) -> LoadedModel:
+def lab_model(passes: Passes, model: str, texts: list[str], layer: int) -> LoadedModel:
     """The model, with the layer and every text's token count checked before any forward."""
-    loaded = manager.get(model)
+    loaded = passes.model(model)
     indices([layer], loaded.arch.num_layers, "layer")
     for text in texts:
         n = count_tokens(loaded, text, None)
@@ -78,12 +76,10 @@ def one_text(loaded: LoadedModel, text: str) -> TextRequest:
 
 
 @contextmanager
-def real_layer(
-    loaded: LoadedModel, cache: ForwardCache, budget: AnswerBudget, text: str, layer: int
-) -> Iterator[Layer]:
+def real_layer(passes: Passes, loaded: LoadedModel, text: str, layer: int) -> Iterator[Layer]:
     """`with real_layer(...) as lay:` one layer's replay inputs from the text's cached forward
     pass, which stays reserved in the in-flight budget while the block runs."""
-    with held_forward(loaded, cache, budget, one_text(loaded, text)) as result:
+    with passes.held(loaded, one_text(loaded, text)) as result:
         inputs = layer_inputs(
             loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer
         )
@@ -94,11 +90,9 @@ def _pool(t: Tensor | None, n_kv: int, to: int) -> Tensor | None:
     return None if t is None else ac.pool_kv_heads(t, n_kv, to)
 
 
-def kv_sharing(
-    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: KvSharingRequest
-) -> KvSharingResponse:
+def kv_sharing(passes: Passes, req: KvSharingRequest) -> KvSharingResponse:
     """One layer with its own K/V heads, and with them mean-pooled into fewer (GQA / MQA)."""
-    loaded = lab_model(manager, req.model, [req.text], req.layer)
+    loaded = lab_model(passes, req.model, [req.text], req.layer)
     own_kv = loaded.arch.num_kv_heads
     options = list(sharing_options(own_kv))
     if req.kv_heads not in options:
@@ -106,7 +100,7 @@ def kv_sharing(
             f"{req.kv_heads} K/V heads cannot be pooled from this model's {own_kv}: pooling "
             f"averages whole groups, so pick one of {options}"
         )
-    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+    with real_layer(passes, loaded, req.text, req.layer) as lay, torch.inference_mode():
         p = lay.proj
         pooled = replace(
             p,
@@ -143,20 +137,18 @@ def _encoder_only(loaded: LoadedModel, why: str) -> None:
         raise InvalidInput(f"'{loaded.id}' is a causal decoder; {why} Pick an encoder (MiniLM).")
 
 
-def cross_attention(
-    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: CrossRequest
-) -> CrossResponse:
+def cross_attention(passes: Passes, req: CrossRequest) -> CrossResponse:
     """Queries from sentence A, keys and values from sentence B, through one layer's own
     projections: (heads, len_a, len_b) maps."""
-    loaded = lab_model(manager, req.model, [req.text_a, req.text_b], req.layer)
+    loaded = lab_model(passes, req.model, [req.text_a, req.text_b], req.layer)
     _encoder_only(
         loaded,
         "its layers mask the future and rotate by position, which has no meaning across two "
         "sentences.",
     )
     with (
-        real_layer(loaded, cache, budget, req.text_a, req.layer) as a,
-        real_layer(loaded, cache, budget, req.text_b, req.layer) as b,
+        real_layer(passes, loaded, req.text_a, req.layer) as a,
+        real_layer(passes, loaded, req.text_b, req.layer) as b,
         torch.inference_mode(),
     ):
         q, _ = project_qk(a.hidden, a.proj)  # (1, H, Ta, hd): sentence A's queries
@@ -199,14 +191,12 @@ def _sparse_patterns(
     ]
 
 
-def sparse_weights(
-    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: SparseRequest
-) -> SparseResponse:
+def sparse_weights(passes: Passes, req: SparseRequest) -> SparseResponse:
     """A real head's q, k, v under each sparse pattern: renormalised weights, the mass each
     pattern drops against full attention, the pairs scored and how far the output moves."""
-    loaded = lab_model(manager, req.model, [req.text], req.layer)
+    loaded = lab_model(passes, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
-    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+    with real_layer(passes, loaded, req.text, req.layer) as lay, torch.inference_mode():
         replay = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=[req.head])
         kv_head = req.head // (lay.proj.n_heads // lay.proj.n_kv_heads)
         q, k, v = replay.q[0, req.head], replay.k[0, kv_head], replay.v[0, kv_head]  # (T, hd)
@@ -251,18 +241,16 @@ def _shares(w: Tensor) -> tuple[float, float]:
     return float(previous), float(w[:, 0].mean())
 
 
-def rope_head(
-    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: RopeHeadRequest
-) -> RopeHeadResponse:
+def rope_head(passes: Passes, req: RopeHeadRequest) -> RopeHeadResponse:
     """A Llama-family head replayed with its rotary embedding and with it switched off."""
-    loaded = lab_model(manager, req.model, [req.text], req.layer)
+    loaded = lab_model(passes, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
     if loaded.family is not Family.LLAMA:
         raise InvalidInput(
             f"'{loaded.id}' has no rotary embedding: its positions are learned vectors added "
             "to the input. Pick a Llama-family model (SmolLM2)."
         )
-    with real_layer(loaded, cache, budget, req.text, req.layer) as lay, torch.inference_mode():
+    with real_layer(passes, loaded, req.text, req.layer) as lay, torch.inference_mode():
         heads = [req.head]
         with_rope = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=heads)
         without = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=None, heads=heads)
@@ -283,12 +271,10 @@ def rope_head(
     )
 
 
-def padding(
-    manager: ModelManager, cache: ForwardCache, budget: AnswerBudget, req: PaddingRequest
-) -> PaddingResponse:
+def padding(passes: Passes, req: PaddingRequest) -> PaddingResponse:
     """Sentences of different lengths in one padded batch: padded keys get weight 0, and each
     sentence's real rows equal a run of that sentence alone."""
-    loaded = lab_model(manager, req.model, req.sentences, req.layer)
+    loaded = lab_model(passes, req.model, req.sentences, req.layer)
     check_layer_head(loaded, req.layer, req.head)
     _encoder_only(loaded, "this page pads a batch for an encoder's key-padding mask.")
     batch = run_padded_batch(loaded, req.sentences, req.layer)
@@ -297,7 +283,7 @@ def padding(
     for i, text in enumerate(req.sentences):
         real = int(batch.attention_mask[i].sum())
         w = maps[i]
-        with held_forward(loaded, cache, budget, one_text(loaded, text)) as alone:
+        with passes.held(loaded, one_text(loaded, text)) as alone:
             own = alone.head_map(req.layer, req.head)  # (real, real)
             diff = float((w[:real, :real] - own).abs().max())
         sentences.append(

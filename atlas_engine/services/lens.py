@@ -7,16 +7,15 @@ from dataclasses import dataclass
 
 from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.forward import count_tokens, tokenize_once
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.lens import logit_lens
 from atlas_engine.inference.predictions import top_predictions
 from atlas_engine.inference.residual import layout_of, run_stream
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.writes import MAX_LENS_CELLS, MAX_WRITES_TOKENS, LensRequest, LensResponse
 from atlas_engine.serialize import in_order, json_bytes_bound
-from atlas_engine.services.attention import ShouldStop
+from atlas_engine.services.passes import Passes, ShouldStop
 from atlas_engine.services.predictions import prediction_rows
 from atlas_engine.services.writes import (
     answered,
@@ -112,12 +111,12 @@ def lens_fields(
 
 
 def lens(
-    manager: ModelManager, budget: AnswerBudget, req: LensRequest, should_stop: ShouldStop = None
+    passes: Passes, req: LensRequest, should_stop: ShouldStop = None
 ) -> tuple[bytes, Reservation]:
     """A LensResponse as JSON and its bytes' reservation (released once they are sent)."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     plan = plan_lens(loaded, req)
     return answered(
-        budget, plan.answer_bytes, stream_bytes(loaded.arch, plan.seq),
+        passes, plan.answer_bytes, stream_bytes(loaded.arch, plan.seq),
         lambda: lens_fields(loaded, plan, req.top_k, should_stop),
     )  # fmt: skip

@@ -13,7 +13,7 @@ import torch
 
 from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.forward import count_tokens, tokenize_once
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.patching import (
     Metric,
     Patched,
@@ -26,10 +26,9 @@ from atlas_engine.inference.predictions import top_predictions
 from atlas_engine.inference.residual import Stream, run_stream
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.writes import MAX_PATCH_TOKENS, PatchingRequest, PatchingResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import ShouldStop, answer_key, reserved_answer
+from atlas_engine.services.passes import Passes, ShouldStop
 from atlas_engine.services.writes import check_direct, chosen, stream_bytes, token_id
 
 
@@ -70,9 +69,9 @@ def batch_bytes(loaded: LoadedModel, seq: int, batch: int) -> int:
     return 4 * batch * seq * (8 * arch.d_model + 2 * arch.num_heads * seq)
 
 
-def check_request(manager: ModelManager, req: PatchingRequest) -> tuple[LoadedModel, int]:
+def check_request(passes: Passes, req: PatchingRequest) -> tuple[LoadedModel, int]:
     """The model and the texts' token count, every rule checked before any pass."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     check_direct(loaded, "patching")
     if req.text_pair is not None:
         raise InvalidInput("patching reads two texts, `text` and `corrupted`: leave out text_pair")
@@ -163,13 +162,13 @@ def _bound(loaded: LoadedModel, seq: int) -> int:
 
 
 def attribution(
-    manager: ModelManager, budget: AnswerBudget, req: PatchingRequest, should_stop: ShouldStop
+    passes: Passes, req: PatchingRequest, should_stop: ShouldStop
 ) -> tuple[bytes, Reservation]:
     """Attribution patching: a PatchingResponse as JSON and its bytes' reservation."""
-    loaded, seq = check_request(manager, req)
-    with reserved_answer(budget, _bound(loaded, seq)) as answer, ExitStack() as held:
+    loaded, seq = check_request(passes, req)
+    with passes.answer(_bound(loaded, seq)) as answer, ExitStack() as held:
         size = stream_bytes(loaded.arch, seq) + stream_bytes(loaded.arch, seq, grad=True)
-        held.callback(budget.reserve(answer_key("stream"), size).release)
+        held.callback(passes.reserve_bytes("stream", size).release)
         prepared = _prepare(loaded, req, seq, grad=True)
         if should_stop is not None and should_stop():
             raise RequestCancelled()
@@ -188,8 +187,8 @@ class PatchingDone(PatchingResponse):
 
 
 def exact(
+    passes: Passes,
     loaded: LoadedModel,
-    budget: AnswerBudget,
     req: PatchingRequest,
     seq: int,
     should_stop: Callable[[], bool],
@@ -203,7 +202,7 @@ def exact(
             + recorded_bytes(loaded, seq)
             + batch_bytes(loaded, seq, batch)
         )
-        held.callback(budget.reserve(answer_key("stream"), size).release)
+        held.callback(passes.reserve_bytes("stream", size).release)
         prepared = _prepare(loaded, req, seq, grad=False)
         args = (loaded, prepared.corrupted_inputs, prepared.clean, prepared.metric, should_stop)
         n = loaded.arch.num_layers

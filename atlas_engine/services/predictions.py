@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult
-from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.lm_head import head_kind, no_head_reason
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.predictions import (
     Candidate,
     PositionPrediction,
     PredictionsRequest,
     PredictionsResponse,
 )
-from atlas_engine.services.attention import ShouldStop, held_forward
+from atlas_engine.services.passes import Passes, ShouldStop
 
 
 def check_predicts(loaded: LoadedModel) -> None:
@@ -65,15 +62,13 @@ def predicted_positions(
 
 
 def predictions(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: PredictionsRequest,
     should_stop: ShouldStop = None,
 ) -> PredictionsResponse:
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     check_predicts(loaded)
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
+    with passes.held(loaded, req, should_stop) as result:
         positions = predicted_positions(loaded, result, req.top_k)
         tokens = result.tokens
     masked = loaded.predicts == "masked"

@@ -6,15 +6,13 @@ from __future__ import annotations
 import torch
 
 from atlas_engine.errors import InvalidInput, RequestCancelled
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import ForwardResult
-from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.inference.replay import layer_capture, refused
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.schemas.qkspace import HeadSpace, QKSpaceRequest, QKSpaceResponse
 from atlas_engine.serialize import to_lists
-from atlas_engine.services.attention import ShouldStop, check_layer_head, held_forward
+from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core import qk_space
 from attention_core.qkspace import umap_available
 
@@ -33,18 +31,16 @@ def check_method(method: str) -> None:
 
 
 def query_key_space(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: QKSpaceRequest,
     should_stop: ShouldStop = None,
 ) -> QKSpaceResponse:
     """One head, or every head of the layer: queries and keys in one plane, with each query's
     strongest keys read from the model's own attention output."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     check_layer_head(loaded, req.layer, req.head or 0)
     check_method(req.method)
-    with held_forward(loaded, cache, budget, req, should_stop) as result:
+    with passes.held(loaded, req, should_stop) as result:
         return qkspace_of(loaded, result, req, should_stop)
 
 

@@ -10,21 +10,14 @@ import torch
 
 from atlas_engine import compute
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import count_tokens
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.replay import refused, replayed_qk
-from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
 from atlas_engine.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import (
-    ShouldStop,
-    check_layer_head,
-    held_forward,
-    indices,
-    reserved_answer,
-)
+from atlas_engine.services.attention import check_layer_head, indices
+from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core.tiles import overview, weight_tile, window_logsumexp
 
 
@@ -38,9 +31,7 @@ def _window(span: list[int] | None, seq: int, name: str) -> tuple[int, int]:
 
 
 def tiles(
-    manager: ModelManager,
-    cache: ForwardCache,
-    budget: AnswerBudget,
+    passes: Passes,
     req: TilesRequest,
     should_stop: ShouldStop = None,
 ) -> tuple[bytes, Reservation]:
@@ -49,7 +40,7 @@ def tiles(
     once they are sent. Sized from the request first: the window against the token count, the
     answer's cells against MAX_TILE_CELLS, its bytes against the in-flight budget; then one
     replay of the layer's q and k."""
-    loaded = manager.get(req.model)
+    loaded = passes.model(req.model)
     if not loaded.maps_replayed:
         raise refused(
             loaded.id, loaded.replay_refusal or "it keeps its maps whole (half precision)"
@@ -68,8 +59,8 @@ def tiles(
             "window or a larger cell."
         )
     bound = json_bytes_bound(cells, out_rows + out_cols)
-    with reserved_answer(budget, bound) as reservation:
-        with held_forward(loaded, cache, budget, req, should_stop, whole_maps=False) as result:
+    with passes.answer(bound) as reservation:
+        with passes.held(loaded, req, should_stop, whole_maps=False) as result:
             pair = replayed_qk(loaded.id, result.calls, result.hidden_inputs, req.layer, heads)
             q, k, factor = pair.q, pair.k, pair.factor  # (h, T, hd) each
             how = {"causal": loaded.causal, "factor": factor, "extras": pair.extras}
@@ -101,7 +92,7 @@ def tiles(
                 "row_tokens": tokens[rows[0] : rows[1] : req.cell],
                 "col_tokens": tokens[cols[0] : cols[1] : req.cell],
                 "values": values,  # (heads, row blocks, col blocks)
-                "error_bound": REPLAY_MAX_ABS_DIFF[manager.placement.dtype_name],
+                "error_bound": REPLAY_MAX_ABS_DIFF[passes.manager.placement.dtype_name],
             },
             TilesResponse,
         )

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.inflight import AnswerBudget, Reservation
+from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.residual import layout_of
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.families import Architecture
@@ -16,7 +16,7 @@ from atlas_engine.models.lm_head import head_kind, no_head_reason
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.schemas.writes import ChosenToken, TokenById, TokenChoice
 from atlas_engine.serialize import json_with_float32
-from atlas_engine.services.attention import answer_key, reserved_answer
+from atlas_engine.services.passes import Passes
 
 GRAD_FACTOR = 16
 """What a pass with autograd holds, in streams taken apart: the graph keeps every layer's
@@ -84,13 +84,13 @@ def candidate_fields(tokenizer, ids: list[int], probs) -> list[dict]:
 
 
 def answered(
-    budget: AnswerBudget, answer_bytes: int, stream: int, build: Callable[[], dict]
+    passes: Passes, answer_bytes: int, stream: int, build: Callable[[], dict]
 ) -> tuple[bytes, Reservation]:
     """build()'s fields as JSON (json_with_float32), with the answer's bytes reserved before
     it runs and `stream` bytes (what its passes hold) reserved while it runs; the answer's
     reservation is returned for the caller to release once the bytes are sent."""
-    with reserved_answer(budget, answer_bytes) as answer:
-        held = budget.reserve(answer_key("stream"), stream)
+    with passes.answer(answer_bytes) as answer:
+        held = passes.reserve_bytes("stream", stream)
         try:
             fields = build()
         finally:

@@ -191,7 +191,7 @@ def test_sentence_pairs_refused_for_decoders(client):
 @pytest.fixture
 def forward_calls(monkeypatch):
     """A list that grows by one for every forward pass the service runs."""
-    import atlas_engine.services.attention as service
+    import atlas_engine.services.passes as service
 
     calls = []
     real = service.run_forward

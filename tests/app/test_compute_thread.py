@@ -38,6 +38,7 @@ from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID, build_registry
 from atlas_engine.schemas.attention import AttentionRequest
 from atlas_engine.schemas.compare import CompareRequest
+from atlas_engine.services.passes import Passes
 from tests.support.ndjson import checked_lines
 
 TEXT = "Every tensor of this request is computed on the one compute thread. " * 14
@@ -279,22 +280,22 @@ def test_a_reservation_waits_for_room_off_the_lanes_and_then_runs_again():
 
 
 def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client):
-    manager, cache = app.state.manager, app.state.forward_cache
+    passes = app.state.passes
     text = "Which lane does a request on this sentence take?"
     body = AttentionRequest(model=MINILM_ID, text=text)
     client.post("/api/attention", json={"model": MINILM_ID, "text": "load the model first"})
     # A new sentence (at most QUICK_NEW_TOKENS): its pass runs on the quick lane, beside
     # whatever the heavy lane runs; a longer new text goes to the heavy lane.
-    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0, None, None, None)
+    assert where_to_run(passes, body) == (Lane.QUICK, 0.0, None, None, None)
     longer_body = AttentionRequest(model=MINILM_ID, text=text * 3)  # over 64 tokens
-    lane, seconds, model, _, text_key = where_to_run(manager, cache, longer_body)
+    lane, seconds, model, _, text_key = where_to_run(passes, longer_body)
     assert text_key == (MINILM_ID, text * 3, None)  # never run inside the pass of its own text
     assert lane is Lane.HEAVY and 0 < seconds < 1  # a new pass: ordered by its estimate
     assert model == MINILM_ID  # and said to run that model alone (run_beside)
-    longest = where_to_run(manager, cache, AttentionRequest(model=MINILM_ID, text=text * 20))
+    longest = where_to_run(passes, AttentionRequest(model=MINILM_ID, text=text * 20))
     assert longest[1] > 5 * seconds  # a longer text is estimated to cost more
     assert client.post("/api/attention", json={"model": MINILM_ID, "text": text}).is_success
-    assert where_to_run(manager, cache, body) == (Lane.QUICK, 0.0, None, None, None)
+    assert where_to_run(passes, body) == (Lane.QUICK, 0.0, None, None, None)
     other = CompareRequest(
         model=MINILM_ID,
         text=text,
@@ -302,16 +303,17 @@ def test_a_request_reading_a_cached_short_pass_takes_the_quick_lane(app, client)
         head=0,
         other={"text": "another", "layer": 0, "head": 0},
     )
-    assert where_to_run(manager, cache, other)[0] is Lane.HEAVY  # the other text may be new
-    assert where_to_run(manager, cache, other).model == MINILM_ID
+    assert where_to_run(passes, other)[0] is Lane.HEAVY  # the other text may be new
+    assert where_to_run(passes, other).model == MINILM_ID
     two_models = other.model_copy(
         update={"other": other.other.model_copy(update={"model": SMOLLM2_ID})}
     )
-    assert where_to_run(manager, cache, two_models).model is None  # two models: none said
+    assert where_to_run(passes, two_models).model is None  # two models: none said
     nothing_loaded = ModelManager(
         build_registry([], None), cache_dir=Path("var/cache"), token_limit=512, max_loaded=1
     )
-    first_use = where_to_run(nothing_loaded, ForwardCache(8, 2**20), body)
+    fresh = Passes(nothing_loaded, ForwardCache(8, 2**20), AnswerBudget(2**20, 1.0))
+    first_use = where_to_run(fresh, body)
     assert first_use[:4] == (Lane.HEAVY, FIRST_LOAD_SECONDS, MINILM_ID, 0.0)  # loading first
     assert first_use.counted == 0.0  # paid once: the queue's bound does not count it
 

@@ -172,7 +172,7 @@ def test_bad_layers_and_marks_are_refused_before_any_work(client, monkeypatch):
     def never(*_args, **_kwargs):
         raise AssertionError("a forward pass ran for a bad request")
 
-    monkeypatch.setattr("atlas_engine.services.attention.run_forward", never)
+    monkeypatch.setattr("atlas_engine.services.passes.run_forward", never)
     text = "A sentence nobody has sent, so that only a forward pass could answer it."
     for layers, words in [([6], "out of range"), ([], "at least 1"), ([1, 1], "repeats")]:
         body = {"model": MINILM_ID, "text": text, "layers": layers}

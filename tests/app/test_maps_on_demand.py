@@ -252,7 +252,7 @@ def test_a_layer_too_large_to_compute_is_refused_before_the_forward_pass(client,
     def never(*_args, **_kwargs):
         raise AssertionError("sized after the forward pass")
 
-    monkeypatch.setattr("atlas_engine.services.attention.run_forward", never)
+    monkeypatch.setattr("atlas_engine.services.passes.run_forward", never)
     text = prose(app.state.manager.get(SMOLLM2_ID).tokenizer, 2400)
     body = {"model": SMOLLM2_ID, "text": text, "layers": [0], "format": "u8"}
     response = client.post("/api/attention", json=body)

@@ -74,11 +74,10 @@ def test_a_512_token_layer_zoomed_out(client, app, monkeypatch):
         return len(checks) > 2
 
     request = TilesRequest.model_validate(body)
-    manager, cache, budget = app.state.manager, app.state.forward_cache, app.state.answer_budget
     with pytest.raises(RequestCancelled, match="the window's tiles"):
-        tiles(manager, cache, budget, request, gone_after_two)
+        tiles(app.state.passes, request, gone_after_two)
     assert len(checks) == 3  # it stopped at the first check after its client left
-    assert budget.held_bytes == 0  # its reservation released
+    assert app.state.answer_budget.held_bytes == 0  # its reservation released
 
 
 def test_refusals_come_before_any_work_and_say_why(client, app):

@@ -16,7 +16,7 @@ from app.api.running import (
     where_to_run,
 )
 from app.api.strict_json import StrictJSONRoute
-from app.deps import BudgetDep, CacheDep, ManagerDep, SettingsDep
+from app.deps import PassesDep, SettingsDep
 from atlas_engine.compute import iterate_on_compute, run_on_compute
 from atlas_engine.schemas.ablation import AblationRequest, AblationResponse
 from atlas_engine.schemas.aggregate import (
@@ -115,16 +115,14 @@ fit). Answers are streamed as they are produced; binary answers carry Content-Le
 )
 async def post_attention(
     body: AttentionRequest,
-    manager: ManagerDep,
-    cache: CacheDep,
-    budget: BudgetDep,
+    passes: PassesDep,
     settings: SettingsDep,
     request: Request,
 ) -> Response:
     return await stream_maps(
         request,
-        lambda stop: attention_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
-        where_to_run(manager, cache, body),
+        lambda stop: attention_maps(passes, body, settings.max_answer_bytes, stop),
+        where_to_run(passes, body),
     )
 
 
@@ -138,12 +136,8 @@ async def post_attention(
     "weights, and the same head at another scale or temperature.",
     responses=ERRORS,
 )
-async def post_detail(
-    body: DetailRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> Response:
-    return reserved_json(
-        await answer_from_pass(request, attention_detail, manager, cache, budget, body)
-    )
+async def post_detail(body: DetailRequest, passes: PassesDep, request: Request) -> Response:
+    return reserved_json(await answer_from_pass(request, attention_detail, passes, body))
 
 
 @router.post(
@@ -168,11 +162,9 @@ async def post_detail(
     "attention.",
     responses=ERRORS,
 )
-async def post_heads(
-    body: HeadsRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> HeadsResponse:
-    passes = statistics_passes(manager, body)
-    return await answer_from_pass(request, describe_heads, manager, cache, budget, body, passes)
+async def post_heads(body: HeadsRequest, passes: PassesDep, request: Request) -> HeadsResponse:
+    pass_count = statistics_passes(passes, body)
+    return await answer_from_pass(request, describe_heads, passes, body, pass_count)
 
 
 @router.post(
@@ -184,10 +176,8 @@ async def post_heads(
     "heads. 'What does *it* attend to in each layer?' in one request.",
     responses=ERRORS,
 )
-async def post_token(
-    body: FollowRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> FollowResponse:
-    return await answer_from_pass(request, follow, manager, cache, budget, body)
+async def post_token(body: FollowRequest, passes: PassesDep, request: Request) -> FollowResponse:
+    return await answer_from_pass(request, follow, passes, body)
 
 
 @router.post(
@@ -202,12 +192,10 @@ async def post_token(
 )
 async def post_predictions(
     body: PredictionsRequest,
-    manager: ManagerDep,
-    cache: CacheDep,
-    budget: BudgetDep,
+    passes: PassesDep,
     request: Request,
 ) -> PredictionsResponse:
-    return await answer_from_pass(request, predictions, manager, cache, budget, body)
+    return await answer_from_pass(request, predictions, passes, body)
 
 
 @router.post(
@@ -223,14 +211,12 @@ async def post_predictions(
 )
 async def post_ablate(
     body: AblationRequest,
-    manager: ManagerDep,
-    cache: CacheDep,
-    budget: BudgetDep,
+    passes: PassesDep,
     request: Request,
 ) -> Response:
     return reserved_json(
         await until_disconnect(
-            request, lambda stop: ablate(manager, cache, budget, body, stop), heavy(manager, body)
+            request, lambda stop: ablate(passes, body, stop), heavy(passes, body)
         )
     )
 
@@ -259,10 +245,10 @@ async def post_ablate(
     },
 )
 async def post_generate(
-    body: GenerateRequest, manager: ManagerDep, budget: BudgetDep, request: Request
+    body: GenerateRequest, passes: PassesDep, request: Request
 ) -> ReservedStream:
     lines, reservation = await until_disconnect(
-        request, lambda stop: start_generation(manager, budget, body), heavy(manager, body)
+        request, lambda stop: start_generation(passes, body), heavy(passes, body)
     )
     return ReservedStream(iterate_on_compute(lines), "application/x-ndjson", reservation)
 
@@ -281,12 +267,10 @@ async def post_generate(
 )
 async def post_compare(
     body: CompareRequest,
-    manager: ManagerDep,
-    cache: CacheDep,
-    budget: BudgetDep,
+    passes: PassesDep,
     request: Request,
 ) -> Response:
-    return reserved_json(await answer_from_pass(request, compare, manager, cache, budget, body))
+    return reserved_json(await answer_from_pass(request, compare, passes, body))
 
 
 @router.post(
@@ -304,12 +288,10 @@ async def post_compare(
 )
 async def post_qkspace(
     body: QKSpaceRequest,
-    manager: ManagerDep,
-    cache: CacheDep,
-    budget: BudgetDep,
+    passes: PassesDep,
     request: Request,
 ) -> QKSpaceResponse:
-    return await answer_from_pass(request, query_key_space, manager, cache, budget, body)
+    return await answer_from_pass(request, query_key_space, passes, body)
 
 
 @router.post(
@@ -335,15 +317,13 @@ async def post_qkspace(
         ),
     },
 )
-async def post_forward(
-    body: TextRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> StreamingResponse:
-    cost = heavy(manager, body)  # it loads the model if it must
-    loaded = await run_on_compute(checked_model, manager, body, **cost._asdict())
+async def post_forward(body: TextRequest, passes: PassesDep, request: Request) -> StreamingResponse:
+    cost = heavy(passes, body)  # it loads the model if it must
+    loaded = await run_on_compute(checked_model, passes, body, **cost._asdict())
     return StreamingResponse(
         progress_lines(
-            lambda stop, progress: run_pass(loaded, cache, budget, body, stop, progress),
-            where_to_run(manager, cache, body),
+            lambda stop, progress: run_pass(loaded, passes, body, stop, progress),
+            where_to_run(passes, body),
         ),
         media_type="application/x-ndjson",
     )
@@ -361,10 +341,8 @@ async def post_forward(
     "an answer (checked first). BERT, GPT-2 and Llama-family models.",
     responses=ERRORS,
 )
-async def post_tiles(
-    body: TilesRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> Response:
-    return reserved_json(await answer_from_pass(request, tiles, manager, cache, budget, body))
+async def post_tiles(body: TilesRequest, passes: PassesDep, request: Request) -> Response:
+    return reserved_json(await answer_from_pass(request, tiles, passes, body))
 
 
 @router.post(
@@ -378,11 +356,9 @@ async def post_tiles(
     "/api/attention/heads takes.",
     responses=ERRORS,
 )
-async def post_search(
-    body: SearchRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep, request: Request
-) -> SearchResponse:
-    passes = statistics_passes(manager, body)  # ranks and roles read every layer
-    return await answer_from_pass(request, search_heads, manager, cache, budget, body, passes)
+async def post_search(body: SearchRequest, passes: PassesDep, request: Request) -> SearchResponse:
+    pass_count = statistics_passes(passes, body)  # ranks and roles read every layer
+    return await answer_from_pass(request, search_heads, passes, body, pass_count)
 
 
 @router.post(
@@ -400,16 +376,14 @@ async def post_search(
 )
 async def post_aggregate(
     body: AggregateRequest,
-    manager: ManagerDep,
-    cache: CacheDep,
-    budget: BudgetDep,
+    passes: PassesDep,
     settings: SettingsDep,
     request: Request,
 ) -> Response:
     return await stream_maps(
         request,
-        lambda stop: aggregate_maps(manager, cache, budget, body, settings.max_answer_bytes, stop),
-        where_to_run(manager, cache, body),
+        lambda stop: aggregate_maps(passes, body, settings.max_answer_bytes, stop),
+        where_to_run(passes, body),
     )
 
 
@@ -425,9 +399,7 @@ async def post_aggregate(
 )
 async def post_similarity(
     body: SimilarityRequest,
-    manager: ManagerDep,
-    cache: CacheDep,
-    budget: BudgetDep,
+    passes: PassesDep,
     request: Request,
 ) -> SimilarityResponse:
-    return await answer_from_pass(request, similarity, manager, cache, budget, body)
+    return await answer_from_pass(request, similarity, passes, body)

@@ -3,7 +3,7 @@ from fastapi import APIRouter
 from app.api.responses import BODY_ROUTE, errors
 from app.api.running import run_with_room
 from app.api.strict_json import StrictJSONRoute
-from app.deps import BudgetDep, CacheDep, ManagerDep
+from app.deps import PassesDep
 from atlas_engine.compute import Lane, run_on_compute
 from atlas_engine.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
 from atlas_engine.schemas.lab_inside import (
@@ -138,13 +138,11 @@ async def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
     responses=MODEL_ERRORS,
     summary="What a head is: one real layer, head by head",
 )
-async def what_a_head_is(
-    body: HeadAnatomyRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
-) -> HeadAnatomyResponse:
+async def what_a_head_is(body: HeadAnatomyRequest, passes: PassesDep) -> HeadAnatomyResponse:
     """A real layer recomputed from its weights: its input X, each head's own Q, K, V and
     weights, the heads' outputs joined and mixed by W_O, and max |Δ| of every step against the
     model's own on a real pass. Texts of at most 64 tokens."""
-    return await run_with_room(lab_inside.head_anatomy, manager, cache, budget, body)
+    return await run_with_room(lab_inside.head_anatomy, passes, body)
 
 
 @router.post(
@@ -153,13 +151,11 @@ async def what_a_head_is(
     responses=MODEL_ERRORS,
     summary="One forward pass: tokens to the next token",
 )
-async def forward_pass(
-    body: ForwardPassRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
-) -> ForwardPassResponse:
+async def forward_pass(body: ForwardPassRequest, passes: PassesDep) -> ForwardPassResponse:
     """Tokens and their embeddings, the residual stream's size through every block with what
     attention and the MLP add, and (with an LM head) the next token's probabilities in float64
     and the likeliest next token at every position. Texts of at most 64 tokens."""
-    return await run_with_room(lab_inside.forward_pass, manager, cache, budget, body)
+    return await run_with_room(lab_inside.forward_pass, passes, body)
 
 
 @router.post(
@@ -168,24 +164,20 @@ async def forward_pass(
     responses=MODEL_ERRORS,
     summary="Multi-head vs GQA vs MQA on a real layer",
 )
-async def kv_sharing(
-    body: KvSharingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
-) -> KvSharingResponse:
+async def kv_sharing(body: KvSharingRequest, passes: PassesDep) -> KvSharingResponse:
     """A real layer with its own K/V heads and with them mean-pooled into fewer (as GQA
     checkpoints are converted): which query head reads which K/V head, and how far maps move.
     Texts of at most 64 tokens."""
-    return await run_with_room(lab_models.kv_sharing, manager, cache, budget, body)
+    return await run_with_room(lab_models.kv_sharing, passes, body)
 
 
 @router.post(
     "/cross", response_model=CrossResponse, responses=MODEL_ERRORS, summary="Cross-attention"
 )
-async def cross(
-    body: CrossRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
-) -> CrossResponse:
+async def cross(body: CrossRequest, passes: PassesDep) -> CrossResponse:
     """Queries from sentence A, keys and values from sentence B, through one encoder layer's
     own projections. Texts of at most 64 tokens; decoders are refused with the reason."""
-    return await run_with_room(lab_models.cross_attention, manager, cache, budget, body)
+    return await run_with_room(lab_models.cross_attention, passes, body)
 
 
 @router.post(
@@ -194,12 +186,10 @@ async def cross(
     responses=MODEL_ERRORS,
     summary="Sparse patterns on a real head",
 )
-async def sparse(
-    body: SparseRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
-) -> SparseResponse:
+async def sparse(body: SparseRequest, passes: PassesDep) -> SparseResponse:
     """A real head's q, k, v under seven sparse patterns: weights renormalised over the allowed
     keys, the attention mass each drops, the pairs scored and the change in output."""
-    return await run_with_room(lab_models.sparse_weights, manager, cache, budget, body)
+    return await run_with_room(lab_models.sparse_weights, passes, body)
 
 
 @router.post(
@@ -208,11 +198,9 @@ async def sparse(
     responses=MODEL_ERRORS,
     summary="A head with and without RoPE",
 )
-async def rope_head(
-    body: RopeHeadRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
-) -> RopeHeadResponse:
+async def rope_head(body: RopeHeadRequest, passes: PassesDep) -> RopeHeadResponse:
     """A Llama-family head replayed with its rotary embedding and with it switched off."""
-    return await run_with_room(lab_models.rope_head, manager, cache, budget, body)
+    return await run_with_room(lab_models.rope_head, passes, body)
 
 
 @router.post(
@@ -221,9 +209,7 @@ async def rope_head(
     responses=MODEL_ERRORS,
     summary="Padding: a batch of sentences and its key-padding mask",
 )
-async def padding(
-    body: PaddingRequest, manager: ManagerDep, cache: CacheDep, budget: BudgetDep
-) -> PaddingResponse:
+async def padding(body: PaddingRequest, passes: PassesDep) -> PaddingResponse:
     """Two to four sentences as one padded batch through an encoder: the key-padding mask, the
     zero weight on padded keys, and each sentence against a run of it alone."""
-    return await run_with_room(lab_models.padding, manager, cache, budget, body)
+    return await run_with_room(lab_models.padding, passes, body)

@@ -2,12 +2,13 @@ from fastapi import APIRouter, Path, Query
 
 from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
-from app.deps import ManagerDep
+from app.deps import PassesDep
 from atlas_engine.compute import run_on_compute
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from atlas_engine.schemas.models import InductionText, LoadStatus, ModelList
 from atlas_engine.services.induction import induction_text
 from atlas_engine.services.models import describe
+from atlas_engine.services.passes import Passes
 from atlas_engine.services.qkspace import projection_methods
 
 router = APIRouter(prefix="/api/models", tags=["models"], route_class=StrictJSONRoute)
@@ -18,8 +19,9 @@ ModelIdPath = Path(description="A model id from GET /api/models.", max_length=30
 @router.get(
     "", response_model=ModelList, summary="Models this server knows", responses=errors(413, 429)
 )
-def list_models(manager: ManagerDep) -> ModelList:
+def list_models(passes: PassesDep) -> ModelList:
     """Every model on the operator's allow-list, whether it can be loaded here and why not."""
+    manager = passes.manager
     return ModelList(
         models=[describe(manager, model_id) for model_id in manager.registry],
         default_encoder=MINILM_ID,
@@ -30,8 +32,8 @@ def list_models(manager: ManagerDep) -> ModelList:
     )
 
 
-def _status(manager: ManagerDep, model_id: str) -> LoadStatus:
-    state = manager.state(model_id)
+def _status(passes: Passes, model_id: str) -> LoadStatus:
+    state = passes.manager.state(model_id)
     return LoadStatus(
         id=model_id,
         state=state.state,
@@ -53,9 +55,9 @@ NOT_FOUND = errors(
     summary="How far a model's loading has come",
     responses=NOT_FOUND,
 )
-def load_status(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
+def load_status(passes: PassesDep, model_id: str = ModelIdPath) -> LoadStatus:
     """Loading progress of one model (poll it after POST .../load)."""
-    return _status(manager, model_id)
+    return _status(passes, model_id)
 
 
 @router.post(
@@ -65,10 +67,10 @@ def load_status(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
     summary="Start loading a model",
     responses=NOT_FOUND,
 )
-def start_load(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
+def start_load(passes: PassesDep, model_id: str = ModelIdPath) -> LoadStatus:
     """Start loading a model in the background; returns at once."""
-    manager.start_loading(model_id)
-    return _status(manager, model_id)
+    passes.manager.start_loading(model_id)
+    return _status(passes, model_id)
 
 
 @router.get(
@@ -78,7 +80,7 @@ def start_load(manager: ManagerDep, model_id: str = ModelIdPath) -> LoadStatus:
     summary="The standard test input for induction heads",
 )
 async def get_induction_text(
-    manager: ManagerDep,
+    passes: PassesDep,
     model_id: str = ModelIdPath,
     length: int = Query(
         40, ge=4, le=2000, description="Random tokens before the repeat (twice as many in all)."
@@ -90,7 +92,7 @@ async def get_induction_text(
     one; POST the text to /api/attention/heads and look at the 'induction' statistic."""
 
     def draw() -> InductionText:  # a first use loads the model, on the heavy lane
-        loaded = manager.get(model_id)
+        loaded = passes.model(model_id)
         text = induction_text(loaded, length, seed)
         return InductionText(model=loaded.id, length=length, seed=seed, text=text)
 

@@ -6,7 +6,7 @@ from starlette.responses import StreamingResponse
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
 from app.api.running import heavy, progress_lines, reserved_json, until_disconnect
 from app.api.strict_json import StrictJSONRoute
-from app.deps import BudgetDep, ManagerDep
+from app.deps import PassesDep
 from atlas_engine.compute import run_on_compute
 from atlas_engine.schemas.forward import ForwardFailed, ForwardProgress
 from atlas_engine.schemas.writes import (
@@ -42,12 +42,10 @@ NEEDS = (
     f"own predictions. One forward pass; at most {MAX_WRITES_TOKENS} tokens.",
     responses=ERRORS,
 )
-async def post_lens(
-    body: LensRequest, manager: ManagerDep, budget: BudgetDep, request: Request
-) -> Response:
+async def post_lens(body: LensRequest, passes: PassesDep, request: Request) -> Response:
     return reserved_json(
         await until_disconnect(
-            request, lambda stop: lens(manager, budget, body, stop), heavy(manager, body, 3.0)
+            request, lambda stop: lens(passes, body, stop), heavy(passes, body, 3.0)
         )
     )
 
@@ -65,13 +63,13 @@ async def post_lens(
     responses=ERRORS,
 )
 async def post_attribution(
-    body: AttributionRequest, manager: ManagerDep, budget: BudgetDep, request: Request
+    body: AttributionRequest, passes: PassesDep, request: Request
 ) -> Response:
     return reserved_json(
         await until_disconnect(
             request,
-            lambda stop: attribution(manager, budget, body, stop),
-            heavy(manager, body, 1.5),
+            lambda stop: attribution(passes, body, stop),
+            heavy(passes, body, 1.5),
         )
     )
 
@@ -88,14 +86,12 @@ async def post_attribution(
     f"same grids exactly. At most {MAX_PATCH_TOKENS} tokens a text." + NEEDS,
     responses=ERRORS,
 )
-async def post_patching(
-    body: PatchingRequest, manager: ManagerDep, budget: BudgetDep, request: Request
-) -> Response:
+async def post_patching(body: PatchingRequest, passes: PassesDep, request: Request) -> Response:
     return reserved_json(
         await until_disconnect(
             request,
-            lambda stop: patching.attribution(manager, budget, body, stop),
-            heavy(manager, body, 6.0),
+            lambda stop: patching.attribution(passes, body, stop),
+            heavy(passes, body, 6.0),
         )
     )
 
@@ -120,16 +116,14 @@ async def post_patching(
         ),
     },
 )
-async def post_patching_exact(
-    body: PatchingRequest, manager: ManagerDep, budget: BudgetDep
-) -> StreamingResponse:
-    cost = heavy(manager, body)
-    loaded, seq = await run_on_compute(patching.check_request, manager, body, **cost._asdict())
+async def post_patching_exact(body: PatchingRequest, passes: PassesDep) -> StreamingResponse:
+    cost = heavy(passes, body)
+    loaded, seq = await run_on_compute(patching.check_request, passes, body, **cost._asdict())
     sequences, _ = patching.patching_passes(loaded, seq, body.components)
     return StreamingResponse(
         progress_lines(
-            lambda stop, progress: patching.exact(loaded, budget, body, seq, stop, progress),
-            heavy(manager, body, 2.0 + sequences),
+            lambda stop, progress: patching.exact(passes, loaded, body, seq, stop, progress),
+            heavy(passes, body, 2.0 + sequences),
         ),
         media_type="application/x-ndjson",
     )
