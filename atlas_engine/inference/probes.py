@@ -1,5 +1,5 @@
-"""Passes over a text with hooks that keep what the forward cache does not: one layer's
-attention output as the model computed it, and the size of the residual stream block by block.
+"""A pass over a text with hooks that keep what the forward cache does not: the size of the
+residual stream block by block (the lab's forward-pass page).
 
 The cached pass (atlas_engine.inference.forward) keeps each attention block's input and, for a model
 with an LM head, its last hidden state; what a block's attention and MLP add to the stream,
@@ -19,7 +19,6 @@ from torch import Tensor, nn
 from atlas_engine import compute
 from atlas_engine.inference.forward import ForwardResult, tokenize
 from atlas_engine.models.families import (
-    attention_modules,
     blocks,
     final_norm,
     hidden_input,
@@ -74,46 +73,6 @@ def _run(loaded: LoadedModel, text: str, hooks: list[tuple[nn.Module, str, objec
         finally:
             for handle in handles:
                 handle.remove()
-
-
-@dataclass(frozen=True)
-class LayerAttention:
-    """One layer's attention as the model computed it on a real pass, float32 on the host."""
-
-    weights: Tensor  # (heads, seq, seq): the softmax the model used
-    heads_joined: Tensor  # (seq, heads * head_dim): what entered the output projection
-    output: Tensor  # (seq, d_model): the output projection's result, the layer's attention output
-
-
-def layer_attention(loaded: LoadedModel, text: str, layer: int) -> LayerAttention:
-    """The model's own weights, joined head outputs and attention output of `layer` over
-    `text`; the pass stops once that layer's block is done. Needs eager attention (the
-    loader's), which returns the weights from each attention module."""
-    kept: dict[str, Tensor] = {}
-
-    def weights(_module, _args, output):
-        found = output[1] if isinstance(output, tuple) and len(output) > 1 else None
-        if found is None:
-            raise RuntimeError(f"'{loaded.id}' returned no attention weights: run it eager")
-        kept["weights"] = found[0].detach().to("cpu", torch.float32)  # (H, T, T)
-
-    def projection(_module, args, output):
-        kept["joined"] = args[0][0].detach().to("cpu", torch.float32)  # (T, H * hd)
-        kept["output"] = _tensor(output)[0].detach().to("cpu", torch.float32)  # (T, D)
-
-    def done(*_):
-        raise _Enough
-
-    _run(
-        loaded,
-        text,
-        [
-            (attention_modules(loaded.model, loaded.family)[layer], "post", weights),
-            (output_projections(loaded.model, loaded.family)[layer], "post", projection),
-            (blocks(loaded.model, loaded.family)[layer], "post", done),
-        ],
-    )
-    return LayerAttention(kept["weights"], kept["joined"], kept["output"])
 
 
 @dataclass(frozen=True)

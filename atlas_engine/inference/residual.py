@@ -88,7 +88,7 @@ def first_tensor(args: tuple, kwargs: dict | None = None) -> Tensor | None:
     return None
 
 
-def _same(a: Tensor | None, b: Tensor | None) -> bool:
+def same_tensor(a: Tensor | None, b: Tensor | None) -> bool:
     return a is not None and b is not None and a.shape == b.shape and torch.equal(a, b)
 
 
@@ -127,7 +127,7 @@ def _fits(norm: AffineNorm | None, x: Tensor, y: Tensor) -> bool:
     return bool((again - y.double()).abs().max() <= 1e-4 * float(y.abs().max().clamp_min(1e-12)))
 
 
-class _HeadOutputs(capture.Recorder):
+class HeadOutputs(capture.Recorder):
     """Every layer's heads' outputs as the model computes them (its own eager attention),
     optionally changed by `patch`; the attention row and values of one layer on request."""
 
@@ -208,7 +208,7 @@ def run_stream(
     projected: list = [None] * n
     written: list = [None] * n
     layer_of = {id(m): i for i, m in enumerate(loaded.attention_layers)}
-    recorder = _HeadOutputs(layer_of, patch_heads, weights_of, keep)
+    recorder = HeadOutputs(layer_of, patch_heads, weights_of, keep)
     device = model_device(loaded.model)
     context = torch.enable_grad() if grad else torch.inference_mode()
     # Hooks act on the modules, for every pass: they are put on and taken off while this pass
@@ -356,7 +356,7 @@ def _probe(loaded: LoadedModel) -> Layout:
         io[id(module)] = (first_tensor(args, kwargs), first_tensor((output,)))
 
     layer_of = {id(m): i for i, m in enumerate(loaded.attention_layers)}
-    recorder = _HeadOutputs(layer_of)
+    recorder = HeadOutputs(layer_of)
     device = model_device(model)
     with loaded.lock:  # the hooks are on only while this pass holds the model
         handles = []
@@ -372,12 +372,12 @@ def _probe(loaded: LoadedModel) -> Layout:
     xs = [io[id(b)][0] for b in blocks]
     ys = [io[id(b)][1] for b in blocks]
     for layer in range(1, len(blocks)):
-        if not _same(xs[layer], ys[layer - 1]):
+        if not same_tensor(xs[layer], ys[layer - 1]):
             return _refused(blocks, f"layer {layer} does not read layer {layer - 1}'s output")
     final_norm = None
-    if not _same(ys[-1], last):
-        found = [m for m in model.children() if _same(io.get(id(m), (None,))[0], ys[-1])
-                 and _same(io[id(m)][1], last)]  # fmt: skip
+    if not same_tensor(ys[-1], last):
+        found = [m for m in model.children() if same_tensor(io.get(id(m), (None,))[0], ys[-1])
+                 and same_tensor(io[id(m)][1], last)]  # fmt: skip
         if len(found) != 1:
             why = "the last layer's output reaches the model's output through more than one module"
             return _refused(blocks, why)
@@ -417,7 +417,9 @@ def _direct_layout(loaded, blocks, outs, io, xs, ys, final_norm):
         flat = out.reshape(*out.shape[:2], -1)
         inside = [m for m in block.modules() if m is not block]
         found = [
-            m for m in inside if _same(io.get(id(m), (None,))[0], flat) and hasattr(m, "weight")
+            m
+            for m in inside
+            if same_tensor(io.get(id(m), (None,))[0], flat) and hasattr(m, "weight")
         ]
         if len(found) != 1:
             why = f"layer {layer}'s heads' outputs do not enter one linear map"
@@ -425,8 +427,8 @@ def _direct_layout(loaded, blocks, outs, io, xs, ys, final_norm):
         projections[layer] = found[0]
         a = io[id(found[0])][1]
         write = a
-        changed = [m for m in inside if _same(io.get(id(m), (None,))[0], a)
-                   and not _same(io[id(m)][1], a) and io[id(m)][1] is not None]  # fmt: skip
+        changed = [m for m in inside if same_tensor(io.get(id(m), (None,))[0], a)
+                   and not same_tensor(io[id(m)][1], a) and io[id(m)][1] is not None]  # fmt: skip
         if changed:
             norm_module = changed[0]
             fitted = fit_norm(norm_module, a.shape[-1], a.dtype, a.device)

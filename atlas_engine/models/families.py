@@ -1,8 +1,9 @@
-"""Where each architecture keeps its attention weights, so attention_core can replay them.
+"""Facts about a model read from its config (Architecture), and where the three families
+whose blocks the lab's forward-pass page reads (BERT, GPT-2, Llama) keep their blocks,
+attention output projections, MLPs and final norm (atlas_engine.inference.probes).
 
-Each adapter works on the base model transformers' AutoModel returns (BertModel,
-DistilBertModel, RobertaModel, GPT2Model, LlamaModel) and reads only the checkpoint's own
-weights and config; the arithmetic of the replay lives in attention_core.replay.
+Nothing here replays a head: every view that does reads the layer's own call through the
+capture path (atlas_engine.models.capture), with no code per family.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from torch import Tensor, nn
 from transformers import AutoConfig, PretrainedConfig
 
 from atlas_engine.models.registry import Family
-from attention_core.replay import QKProjection, Rope
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class Architecture:
     max_positions: int
     d_model: int  # width of the hidden states entering each attention block
     position_bias: bool = False  # a bias added to every head's scores (T5's relative positions)
+    rotary: bool = False  # q and k rotated by position (the config has rope_parameters)
 
 
 UNBOUNDED_POSITIONS = 2**31 - 1
@@ -77,7 +78,8 @@ def architecture(c: PretrainedConfig) -> Architecture:
     if positions < 2:
         raise ValueError(f"{names[4]} = {positions} leaves no room for a sentence")
     bias = bool(getattr(c, "relative_attention_num_buckets", None))
-    return Architecture(layers, heads, kv_heads, head_dim, positions, width, bias)
+    rotary = getattr(c, "rope_parameters", None) is not None
+    return Architecture(layers, heads, kv_heads, head_dim, positions, width, bias, rotary)
 
 
 def architecture_from_dict(config: dict) -> Architecture:
@@ -116,18 +118,6 @@ def output_projections(model: nn.Module, family: Family) -> list[nn.Module]:
     return [layer.attention.output.dense for layer in model.encoder.layer]
 
 
-def output_projection_weights(
-    model: nn.Module, family: Family, layer: int
-) -> tuple[Tensor, Tensor | None]:
-    """(W_O (d_model, n_heads * head_dim), b_O (d_model,) or None): one layer's output
-    projection in nn.Linear's layout, float32 on the model's device. GPT-2's Conv1D stores its
-    weight transposed (in, out), so it is turned back here."""
-    module = output_projections(model, family)[layer]
-    weight = module.weight.T if family is Family.GPT2 else module.weight
-    bias = None if module.bias is None else module.bias.detach().float()
-    return weight.detach().float(), bias
-
-
 def blocks(model: nn.Module, family: Family) -> list[nn.Module]:
     """Every transformer block (layer) in order: its input and output are the residual stream."""
     if family is Family.GPT2:
@@ -159,61 +149,6 @@ def final_norm(model: nn.Module, family: Family) -> nn.Module | None:
     if family is Family.LLAMA:
         return model.norm
     return None
-
-
-def _linear_weights(model: nn.Module, family: Family, module: nn.Module, width: int) -> list:
-    """[w_q, b_q, w_k, b_k, w_v, b_v] in nn.Linear layout (biases may be None)."""
-    if family is Family.GPT2:
-        # Conv1D stores (in, out) and computes x @ W + b; q, k, v are consecutive column blocks.
-        weight, bias = module.c_attn.weight, module.c_attn.bias  # (d_model, 3*width), (3*width,)
-        out = []
-        for i in range(3):
-            out += [weight[:, i * width : (i + 1) * width].T, bias[i * width : (i + 1) * width]]
-        return out
-    if family is Family.LLAMA:
-        linears = (module.q_proj, module.k_proj, module.v_proj)
-    elif model.config.model_type == "distilbert":
-        linears = (module.q_lin, module.k_lin, module.v_lin)
-    else:
-        linears = (module.query, module.key, module.value)
-    return [t for lin in linears for t in (lin.weight, lin.bias)]
-
-
-def qk_projection(model: nn.Module, family: Family, layer: int) -> QKProjection:
-    """One layer's query, key and value weights in nn.Linear layout, with the model's scale:
-    float32 on the model's device (a half-precision model's weights upcast, exactly)."""
-    arch = architecture(model.config)
-    module = attention_modules(model, family)[layer]
-    scale = arch.head_dim**-0.5
-    if family is Family.GPT2:
-        if not model.config.scale_attn_weights:
-            scale = 1.0
-        if model.config.scale_attn_by_inverse_layer_idx:
-            scale /= float(layer + 1)
-    tensors = _linear_weights(model, family, module, arch.num_heads * arch.head_dim)
-    w_q, b_q, w_k, b_k, w_v, b_v = (None if t is None else t.detach().float() for t in tensors)
-    return QKProjection(
-        w_q=w_q,
-        w_k=w_k,
-        b_q=b_q,
-        b_k=b_k,
-        w_v=w_v,
-        b_v=b_v,
-        n_heads=arch.num_heads,
-        n_kv_heads=arch.num_kv_heads,
-        head_dim=arch.head_dim,
-        scale=scale,
-    )
-
-
-def rope(model: nn.Module, family: Family, seq_len: int) -> Rope | None:
-    """RoPE tables for Llama-family models (from the model's own inverse frequencies)."""
-    if family is not Family.LLAMA:
-        return None
-    rotary = model.rotary_emb
-    return Rope.from_inv_freq(
-        rotary.inv_freq, seq_len, float(getattr(rotary, "attention_scaling", 1.0))
-    )
 
 
 def hidden_input(args: tuple, kwargs: dict) -> Tensor:

@@ -11,8 +11,9 @@ class ModelInfo(BaseModel):
     id: str = Field(examples=["sentence-transformers/all-MiniLM-L6-v2"])
     family: Literal["bert", "gpt2", "llama", "other"] | None = Field(
         description="null when the architecture is not known until the model is downloaded; "
-        "'other': an architecture outside the three whose weights the lab's weight pages read "
-        "(its heads replay through the capture path like any other's: see `replay`)"
+        "'other': an architecture outside BERT, GPT-2 and Llama, whose blocks the lab's "
+        "forward-pass page reads (its heads replay, and the lab's head pages work, through the "
+        "capture path like any other's: see `replay`)"
     )
     causal: bool | None = Field(
         description="null until an 'other' model is loaded and its own maps tell"
@@ -33,6 +34,9 @@ class ModelInfo(BaseModel):
     num_heads: int | None
     num_kv_heads: int | None = Field(description="< num_heads for grouped-query attention")
     head_dim: int | None = Field(None, description="width of one query/key/value head")
+    rotary: bool | None = Field(
+        None, description="q and k are rotated by position (RoPE); null until the config is known"
+    )
     predicts: Literal["next_token", "masked", "none"] | None = Field(
         description="what POST /api/attention/predictions gives: next_token (causal LM head), "
         "masked (masked-LM head), none (the checkpoint has no LM head); null until loaded"

@@ -8,13 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 
-import attention_core as ac
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.probes import layer_attention, probe_bytes, stream_norms
+from atlas_engine.inference.layer_lab import head_outputs, own_attention, projected
+from atlas_engine.inference.probes import probe_bytes, stream_norms
 from atlas_engine.inference.tokens import display_tokens
-from atlas_engine.models.families import output_projection_weights
 from atlas_engine.models.lm_head import head_kind, head_logits, no_head_reason
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.placement import model_device
@@ -70,55 +68,53 @@ def _probe_room(passes: Passes, loaded: LoadedModel, seq: int) -> Iterator[None]
 
 def head_anatomy(passes: Passes, req: HeadAnatomyRequest) -> HeadAnatomyResponse:
     """One real layer, head by head: X, each head's Q, K, V and A V, the heads' outputs joined
-    and mixed by W_O, checked against the model's own weights and output on a real pass."""
+    and mixed by W_O, checked against the model's own output on a probe pass (W_O is found
+    there: atlas_engine.inference.layer_lab.own_attention)."""
     loaded = lab_model(passes, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
-    _known_family(loaded, "each head's weights and the layer's output projection")
     _narrow_enough(loaded)
     with (
         real_layer(passes, loaded, req.text, req.layer) as lay,
         _probe_room(passes, loaded, lay.result.seq_len),
         torch.inference_mode(),
     ):
-        p = lay.proj
-        replay = ac.replay_layer(lay.hidden, p, lay.mask, rope=lay.rope)
-        weights = replay.trace.weights[0]  # (H, T, T)
-        outputs = replay.trace.output  # (1, H, T, hd): each head's A_h V_h
-        joined = ac.merge_heads(outputs)[0]  # (T, H * hd), head h in columns h*hd ... (h+1)*hd
-        w_o, b_o = output_projection_weights(loaded.model, loaded.family, req.layer)
-        output = F.linear(joined, w_o, b_o)  # (T, D): as nn.Linear computes it
-        own = layer_attention(loaded, req.text, req.layer)  # the model's, on a real pass
-        group = p.n_heads // p.n_kv_heads
+        captured = lay.captured
+        weights = lay.weights()  # (H, T, T)
+        outputs = head_outputs(captured, weights)  # (H, T, hd_v): each head's A_h V_h
+        heads, seq, hd = outputs.shape
+        joined = outputs.transpose(0, 1).reshape(seq, heads * hd)  # head h in columns h*hd...
+        own = own_attention(loaded, req.text, req.layer)  # the model's, on a probe pass
+        output = projected(joined, own)  # (T, D): as nn.Linear computes it
+        group = captured.group
         kv_head = req.head // group
-        hd = p.head_dim
-        own_joined = own.heads_joined.to(joined.device)
+        own_joined = own.joined.to(joined.device)
         answer = HeadAnatomyResponse(
             model=loaded.id,
             tokens=lay.result.tokens,
             layer=req.layer,
             head=req.head,
             causal=loaded.causal,
-            rope=lay.rope is not None,
+            rope=lay.rotary,
             d_model=lay.hidden.shape[-1],
-            num_heads=p.n_heads,
-            num_kv_heads=p.n_kv_heads,
+            num_heads=heads,
+            num_kv_heads=heads // group,
             head_dim=hd,
-            scale=p.scale,
-            kv_head_of=[h // group for h in range(p.n_heads)],
-            qkv_bias=p.b_q is not None,
-            output_bias=b_o is not None,
+            scale=captured.scale,
+            kv_head_of=[h // group for h in range(heads)],
+            qkv_bias=own.qkv_bias,
+            output_bias=own.b_o is not None,
             x=to_lists(lay.hidden[0]),
-            q=to_lists(replay.q[0, req.head]),
-            k=to_lists(replay.k[0, kv_head]),
-            v=to_lists(replay.v[0, kv_head]),
-            head_output=to_lists(outputs[0, req.head]),
+            q=to_lists(captured.q[req.head]),
+            k=to_lists(captured.k[kv_head]),
+            v=to_lists(captured.v[kv_head]),
+            head_output=to_lists(outputs[req.head]),
             weights=to_lists(weights),
             joined=to_lists(joined),
             output=to_lists(output),
-            weights_max_abs_diff=[_max_abs(weights[h], own.weights[h]) for h in range(p.n_heads)],
+            weights_max_abs_diff=[_max_abs(weights[h], own.weights[h]) for h in range(heads)],
             head_output_max_abs_diff=[
                 _max_abs(joined[:, h * hd : (h + 1) * hd], own_joined[:, h * hd : (h + 1) * hd])
-                for h in range(p.n_heads)
+                for h in range(heads)
             ],
             output_max_abs_diff=_max_abs(output, own.output),
         )
@@ -139,7 +135,7 @@ def forward_pass(passes: Passes, req: ForwardPassRequest) -> ForwardPassResponse
     attention and the MLP add, then (for a model with an LM head) the final norm and the next
     token's probabilities. The text's cached pass gives the tokens, the last hidden state and
     every position's top guess; a probe pass the norms the cache does not keep."""
-    loaded = lab_model(passes, req.model, [req.text], 0)
+    loaded = lab_model(passes, req.model, [req.text], 0, heads=False)
     _known_family(loaded, "each block's attention and MLP")
     next_token = loaded.predictor is not None and loaded.predicts == "next_token"
     text = one_text(loaded, req.text)

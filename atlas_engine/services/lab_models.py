@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
@@ -12,10 +11,10 @@ from torch import Tensor
 import attention_core as ac
 from atlas_engine.errors import InvalidInput
 from atlas_engine.inference.batch import run_padded_batch
-from atlas_engine.inference.forward import ForwardResult, count_tokens
-from atlas_engine.inference.weight_replay import layer_inputs
+from atlas_engine.inference.forward import count_tokens
+from atlas_engine.inference.layer_lab import LabLayer, cross, lab_layer, pooled, unrotated
+from atlas_engine.inference.replay import layer_weights, refused
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.models.registry import Family
 from atlas_engine.schemas.attention import TextRequest
 from atlas_engine.schemas.lab_models import (
     MAX_LAB_REAL_TOKENS,
@@ -37,28 +36,17 @@ from atlas_engine.services.attention import check_layer_head, indices
 from atlas_engine.services.passes import Passes
 from attention_core.analysis import total_variation
 from attention_core.cost import sharing_options
-from attention_core.replay import QKProjection, Rope, project_qk, project_v
 
 
-@dataclass(frozen=True)
-class Layer:
-    """What a replay of one layer needs, from the cached forward pass over a text: the pass
-    (on the host) and the replay's inputs (on the model's device, float32)."""
-
-    result: ForwardResult
-    hidden: Tensor  # (1, seq, d_model), entering the layer's attention
-    proj: QKProjection
-    rope: Rope | None
-    mask: Tensor | None  # (seq, seq) causal for decoders, None for encoders
-
-    def model_maps(self, layer: int) -> Tensor:
-        """The model's own maps of `layer` (H, T, T), on the replay's device to compare."""
-        return self.result.layer_maps(layer).to(self.hidden.device)
-
-
-def lab_model(passes: Passes, model: str, texts: list[str], layer: int) -> LoadedModel:
-    """The model, with the layer and every text's token count checked before any forward."""
+def lab_model(
+    passes: Passes, model: str, texts: list[str], layer: int, heads: bool = True
+) -> LoadedModel:
+    """The model, with the layer and every text's token count checked before any forward;
+    `heads`: the page replays the layer's heads, so a model whose heads do not replay is
+    refused by name first."""
     loaded = passes.model(model)
+    if heads and not loaded.replayable:
+        raise refused(loaded.id, loaded.replay_refusal)
     indices([layer], loaded.arch.num_layers, "layer")
     for text in texts:
         n = count_tokens(loaded, text, None)
@@ -76,18 +64,12 @@ def one_text(loaded: LoadedModel, text: str) -> TextRequest:
 
 
 @contextmanager
-def real_layer(passes: Passes, loaded: LoadedModel, text: str, layer: int) -> Iterator[Layer]:
-    """`with real_layer(...) as lay:` one layer's replay inputs from the text's cached forward
-    pass, which stays reserved in the in-flight budget while the block runs."""
+def real_layer(passes: Passes, loaded: LoadedModel, text: str, layer: int) -> Iterator[LabLayer]:
+    """`with real_layer(...) as lay:` one layer of the text's cached forward pass as its
+    attention function received it (atlas_engine.inference.layer_lab); the pass stays reserved
+    in the in-flight budget while the block runs (the model checked by lab_model)."""
     with passes.held(loaded, one_text(loaded, text)) as result:
-        inputs = layer_inputs(
-            loaded.model, loaded.family, loaded.causal, result.hidden_inputs, layer
-        )
-        yield Layer(result, inputs.hidden, inputs.proj, inputs.rope, inputs.mask)
-
-
-def _pool(t: Tensor | None, n_kv: int, to: int) -> Tensor | None:
-    return None if t is None else ac.pool_kv_heads(t, n_kv, to)
+        yield lab_layer(loaded, result, layer)
 
 
 def kv_sharing(passes: Passes, req: KvSharingRequest) -> KvSharingResponse:
@@ -101,20 +83,11 @@ def kv_sharing(passes: Passes, req: KvSharingRequest) -> KvSharingResponse:
             f"averages whole groups, so pick one of {options}"
         )
     with real_layer(passes, loaded, req.text, req.layer) as lay, torch.inference_mode():
-        p = lay.proj
-        pooled = replace(
-            p,
-            w_k=_pool(p.w_k, own_kv, req.kv_heads),
-            b_k=_pool(p.b_k, own_kv, req.kv_heads),
-            w_v=_pool(p.w_v, own_kv, req.kv_heads),
-            b_v=_pool(p.b_v, own_kv, req.kv_heads),
-            n_kv_heads=req.kv_heads,
-        )
-        own = ac.replay_layer(lay.hidden, p, lay.mask, rope=lay.rope).trace.weights[0]  # (H,T,T)
-        shared = ac.replay_layer(lay.hidden, pooled, lay.mask, rope=lay.rope).trace.weights[0]
-        model_maps = lay.model_maps(req.layer)
+        own = lay.weights()  # (H, T, T)
+        shared = layer_weights(pooled(lay.captured, req.kv_heads))
+        model_maps = lay.model_maps()
         tokens = lay.result.tokens
-    heads = p.n_heads
+    heads = loaded.arch.num_heads
     return KvSharingResponse(
         model=loaded.id,
         tokens=tokens,
@@ -151,18 +124,15 @@ def cross_attention(passes: Passes, req: CrossRequest) -> CrossResponse:
         real_layer(passes, loaded, req.text_b, req.layer) as b,
         torch.inference_mode(),
     ):
-        q, _ = project_qk(a.hidden, a.proj)  # (1, H, Ta, hd): sentence A's queries
-        _, k = project_qk(b.hidden, a.proj)  # (1, H, Tb, hd): sentence B's keys
-        v = project_v(b.hidden, a.proj)  # (1, H, Tb, hd)
-        trace = ac.scaled_dot_product_attention(q, k, v, scale=a.proj.scale)
+        weights, norms = cross(a.captured, b.captured)  # A's queries, B's keys and values
         tokens_a, tokens_b = a.result.tokens, b.result.tokens
     return CrossResponse(
         model=loaded.id,
         layer=req.layer,
         tokens_a=tokens_a,
         tokens_b=tokens_b,
-        weights=to_lists(trace.weights[0]),
-        output_norms=to_lists(trace.output[0].norm(dim=-1)),
+        weights=to_lists(weights),
+        output_norms=to_lists(norms),
     )
 
 
@@ -197,17 +167,25 @@ def sparse_weights(passes: Passes, req: SparseRequest) -> SparseResponse:
     loaded = lab_model(passes, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
     with real_layer(passes, loaded, req.text, req.layer) as lay, torch.inference_mode():
-        replay = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=[req.head])
-        kv_head = req.head // (lay.proj.n_heads // lay.proj.n_kv_heads)
-        q, k, v = replay.q[0, req.head], replay.k[0, kv_head], replay.v[0, kv_head]  # (T, hd)
-        full_w, full_out = replay.trace.weights[0, 0], replay.trace.output[0, 0]
+        captured = lay.captured
+        if not captured.plain:
+            raise InvalidInput(
+                f"layer {req.layer} caps its scores, adds a position bias or has sink logits: "
+                "this page renormalises a plain softmax under each pattern. Pick another model."
+            )
+        kv_head = req.head // captured.group
+        q, k, v = captured.q[req.head], captured.k[kv_head], captured.v[kv_head]  # (T, hd)
+        full_w = lay.weights([req.head])[0]  # (T, T), under the layer's own mask
+        full_out = full_w @ v
         n = q.shape[0]
+        own_mask = captured.allowed()  # the layer's own (causal, sliding) or None
+        own_mask = None if own_mask is None else own_mask.to(q.device)
         causal = loaded.causal
-        full_pairs = n * (n + 1) // 2 if causal else n * n
+        full_pairs = n * n if own_mask is None else int(own_mask.sum())
         patterns = []
         for kind, label, mask in _sparse_patterns(req, n, q.device):
-            allowed = mask & ac.causal_mask(n, device=q.device) if causal else mask
-            trace = ac.sparse_attention(q, k, v, allowed, scale=lay.proj.scale)
+            allowed = mask if own_mask is None else mask & own_mask
+            trace = ac.sparse_attention(q, k, v, allowed, scale=captured.scale)
             dropped = 1 - (full_w * allowed).sum(dim=-1)  # (T,)
             change = (trace.output - full_out).abs().mean() / full_out.abs().mean()
             patterns.append(
@@ -242,20 +220,19 @@ def _shares(w: Tensor) -> tuple[float, float]:
 
 
 def rope_head(passes: Passes, req: RopeHeadRequest) -> RopeHeadResponse:
-    """A Llama-family head replayed with its rotary embedding and with it switched off."""
+    """A head replayed as it ran and again with its rotary embedding switched off (the layer's
+    own module called with position embeddings that rotate by nothing)."""
     loaded = lab_model(passes, req.model, [req.text], req.layer)
     check_layer_head(loaded, req.layer, req.head)
-    if loaded.family is not Family.LLAMA:
+    if not loaded.arch.rotary:
         raise InvalidInput(
             f"'{loaded.id}' has no rotary embedding: its positions are learned vectors added "
-            "to the input. Pick a Llama-family model (SmolLM2)."
+            "to the input (or a bias on the scores). Pick a model with RoPE (SmolLM2)."
         )
     with real_layer(passes, loaded, req.text, req.layer) as lay, torch.inference_mode():
-        heads = [req.head]
-        with_rope = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=lay.rope, heads=heads)
-        without = ac.replay_layer(lay.hidden, lay.proj, lay.mask, rope=None, heads=heads)
-        on, off = with_rope.trace.weights[0, 0], without.trace.weights[0, 0]
-        diff = float((on - lay.model_maps(req.layer)[req.head]).abs().max())
+        on = lay.weights([req.head])[0]
+        off = layer_weights(unrotated(lay), [req.head])[0]
+        diff = float((on - lay.model_maps()[req.head]).abs().max())
         tokens = lay.result.tokens
     (prev_on, first_on), (prev_off, first_off) = _shares(on), _shares(off)
     return RopeHeadResponse(
@@ -274,7 +251,7 @@ def rope_head(passes: Passes, req: RopeHeadRequest) -> RopeHeadResponse:
 def padding(passes: Passes, req: PaddingRequest) -> PaddingResponse:
     """Sentences of different lengths in one padded batch: padded keys get weight 0, and each
     sentence's real rows equal a run of that sentence alone."""
-    loaded = lab_model(passes, req.model, req.sentences, req.layer)
+    loaded = lab_model(passes, req.model, req.sentences, req.layer, heads=False)
     check_layer_head(loaded, req.layer, req.head)
     _encoder_only(loaded, "this page pads a batch for an encoder's key-padding mask.")
     batch = run_padded_batch(loaded, req.sentences, req.layer)

@@ -49,6 +49,7 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
         num_heads=arch.num_heads if arch else None,
         num_kv_heads=arch.num_kv_heads if arch else None,
         head_dim=arch.head_dim if arch else None,
+        rotary=arch.rotary if arch else None,
         max_tokens=limit,
         full_map_tokens=None if limit is None else min(limit, FULL_MAPS_MAX_TOKENS),
         available=reason is None,

@@ -6,11 +6,12 @@ bound stated for other hardware and half precision)."""
 import pytest
 import torch
 
-from atlas_engine.inference.weight_replay import layer_inputs
+from atlas_engine.inference.forward import run_forward
+from atlas_engine.inference.layer_lab import lab_layer
 from atlas_engine.models import families
 from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
-from attention_core import causal_mask, replay_layer
+from attention_core import causal_mask
 from bench.compression import prose
 
 TEXT = "The quick brown fox jumps over the lazy dog because it wants to play."
@@ -70,8 +71,6 @@ def test_replay_equals_transformers_for_every_layer_and_head(client, app, model_
     512), and so within REPLAY_MAX_ABS_DIFF["float32"], the bound stated for any machine.
     (Projecting with `hidden @ w.T + b` instead of F.linear put MiniLM 1.5e-6 away.)"""
     loaded = app.state.manager.get(model_id)
-    from atlas_engine.inference.forward import run_forward
-
     limit = loaded.full_map_tokens
     text = TEXT if length == "sentence" else prose(loaded.tokenizer, limit - 4)
     result = run_forward(loaded, text)
@@ -86,28 +85,27 @@ def test_replay_equals_transformers_for_every_layer_and_head(client, app, model_
         assert torch.equal(result.head_map(layer, head), result.layer_maps(layer)[head])
     if model_id == SMOLLM2_ID:  # a Llama-family replay is bit-exact (measured)
         assert torch.equal(result.all_maps(), expected)
-    if loaded.family.replayable:  # the lab's replay from the weights (weight_replay) too
-        lab = layer_inputs(loaded.model, loaded.family, loaded.causal, result.hidden_inputs, 0)
-        traced = replay_layer(lab.hidden.cpu(), lab.proj, lab.mask, rope=lab.rope)
-        assert torch.equal(traced.trace.weights[0], result.layer_maps(0))
+    lab = lab_layer(loaded, result, 0)  # the lab's pages read the same capture, in float32
+    assert torch.equal(lab.weights().cpu(), result.layer_maps(0))
 
 
 def test_replay_scale_matches_the_models_own_modules(app):
     for model_id in REPLAYED:
         loaded = app.state.manager.get(model_id)
-        if not loaded.family.replayable:
-            continue  # no weight adapter (the lab's); the capture path reads `scaling` itself
-        modules = families.attention_modules(loaded.model, loaded.family)
-        assert modules == loaded.attention_layers  # what the capture path found, in order
-        for layer, module in enumerate(modules):
-            proj = families.qk_projection(loaded.model, loaded.family, layer)
-            assert proj.scale == pytest.approx(module.scaling), (model_id, layer)
+        if loaded.family.replayable:  # named by hand for the three families: the same modules
+            modules = families.attention_modules(loaded.model, loaded.family)
+            assert modules == loaded.attention_layers  # what the capture path found, in order
+        result = run_forward(loaded, TEXT)
+        for layer, module in enumerate(loaded.attention_layers):
+            own = getattr(module, "scaling", None)  # T5 keeps none: its scale is 1
+            own = 1.0 if own is None and model_id == "local/t5-tiny" else own
+            assert lab_layer(loaded, result, layer).captured.scale == pytest.approx(own)
 
 
 def test_gpt2_inverse_layer_scale_is_replayed(app):
     loaded = app.state.manager.get("local/gpt2-inverse-layer")
-    first = families.qk_projection(loaded.model, loaded.family, 0).scale
-    second = families.qk_projection(loaded.model, loaded.family, 1).scale
+    result = run_forward(loaded, TEXT)
+    first, second = (lab_layer(loaded, result, i).captured.scale for i in (0, 1))
     assert second == pytest.approx(first / 2)
 
 

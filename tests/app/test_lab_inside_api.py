@@ -199,6 +199,15 @@ def test_both_lessons_work_on_every_family_atlas_replays(client, model):
 
 
 @pytest.mark.parametrize("model", ["local/neox-tiny", "local/t5-tiny"])
-def test_an_architecture_without_an_adapter_is_refused_saying_why(client, model):
-    for path in ("what-a-head-is", "forward-pass"):
-        assert REPLAY_FAMILIES in post(client, path, {"model": model, "text": TEXT}, 422)["detail"]
+def test_any_replayed_architecture_shows_its_heads_and_the_block_page_says_why_not(client, model):
+    head = post(client, "what-a-head-is", {"model": model, "text": TEXT, "layer": 1, "head": 3})
+    assert head["output_max_abs_diff"] < FLOAT32 and max(head["weights_max_abs_diff"]) == 0.0
+    refused = post(client, "forward-pass", {"model": model, "text": TEXT}, 422)["detail"]
+    assert REPLAY_FAMILIES in refused
+
+
+def test_a_model_outside_the_interface_is_refused_by_name_on_the_head_pages(client):
+    for path in ("what-a-head-is", "heads", "sparse", "rope-head"):
+        body = {"model": "local/gptneo-tiny", "text": TEXT}
+        detail = post(client, path, body, 422)["detail"]
+        assert "cannot replay a head" in detail and "GPTNeoModel" in detail, path

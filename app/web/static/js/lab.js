@@ -52,11 +52,14 @@ export function read(fields) {
   return out;
 }
 
-/** Fill a <select> with the server's available models (encoders only if asked), keeping a
- * current choice that is still there. */
-export async function fillModels(select, { encodersOnly = false, llamaOnly = false } = {}) {
+/** Fill a <select> with the server's available models (encoders only, or models with RoPE
+ * only, if asked: a model whose config is not known yet is offered, and the page says why if it
+ * cannot run it), keeping a current choice that is still there. */
+export async function fillModels(select, { encodersOnly = false, rotaryOnly = false } = {}) {
   const { models } = await api.models();
-  const usable = models.filter((m) => m.available && (!encodersOnly || !m.causal) && (!llamaOnly || m.family === "llama"));
+  const usable = models.filter(
+    (m) => m.available && (!encodersOnly || !m.causal) && (!rotaryOnly || m.rotary !== false),
+  );
   const current = select.value;
   select.replaceChildren(...usable.map((m) => el("option", { text: m.id, attrs: { value: m.id } })));
   if (usable.some((m) => m.id === current)) select.value = current;

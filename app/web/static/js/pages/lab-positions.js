@@ -42,9 +42,9 @@ async function replay(signal) {
 
 async function start() {
   labForm({ form: $("#positions-form"), error: $("#positions-error"), fields, run: encodings })();
-  const models = await fillModels(ropeFields.model, { llamaOnly: true });
+  const models = await fillModels(ropeFields.model, { rotaryOnly: true });
   if (!models.length) {
-    $("#rope-error").textContent = "No Llama-family model is available on this server.";
+    $("#rope-error").textContent = "No model with a rotary embedding (RoPE) is available on this server.";
     $("#rope-error").hidden = false;
     return;
   }
