@@ -38,6 +38,9 @@ VIEWS: dict[str, View] = {
         "Heatmap", "look", "queries down, keys across, each weight a cell", ("what-a-head-is",)
     ),
     "lines": View("Token to token", "look", "lines from each token to those it attends to"),
+    "decoder": View(
+        "Decoder & cross", "look", "an encoder-decoder's decoder, and its attention to the input"
+    ),
     "qkspace": View("Q-K space", "look", "queries and keys in one plane: near means attended"),
     "grid": View("All heads", "find", "every layer and head as small maps", ("heads",)),
     "heads": View("Head roles", "find", "each head's statistics and the roles they imply"),

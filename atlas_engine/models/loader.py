@@ -80,6 +80,8 @@ class LoadedModel:
     # self-attention module, in order, found by a pass under atlas_engine.inference.capture
     replay_refusal: str | None = "it was loaded without the capture path"  # why its heads
     # cannot be replayed; None where they can
+    seq2seq: nn.Module | None = field(default=None, repr=False)  # an encoder-decoder whole
+    # (`model` is its encoder): what its decoder and cross-attention maps come from
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
@@ -173,9 +175,10 @@ def load_model(
         raise ModelUnavailable(
             f"'{spec.id}': model type {model.config.model_type!r} is not supported"
         )
+    seq2seq = None
     if family is Family.OTHER and model.config.is_encoder_decoder:
-        model = model.get_encoder()  # its self-attention; cross-attention: attention_atlas.run
-    whole = predictor if predictor is not None else model  # the head's model holds the base
+        seq2seq, model = model, model.get_encoder()  # the explorer's maps: its encoder's
+    whole = next(m for m in (predictor, seq2seq, model) if m is not None)  # holds `model`
     whole.to(placement.device).eval().requires_grad_(False)
     try:
         arch = architecture(model.config)
@@ -199,6 +202,7 @@ def load_model(
         placement=placement,
         attention_layers=layers,
         replay_refusal=refusal,
+        seq2seq=seq2seq,
     )
 
 

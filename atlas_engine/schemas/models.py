@@ -34,6 +34,12 @@ class ModelInfo(BaseModel):
     num_heads: int | None
     num_kv_heads: int | None = Field(description="< num_heads for grouped-query attention")
     head_dim: int | None = Field(None, description="width of one query/key/value head")
+    encoder_decoder: bool | None = Field(
+        None,
+        description="an encoder-decoder (T5): the maps of every view are its encoder's, and "
+        "POST /api/attention/decoder gives its decoder's and cross-attention's; null until the "
+        "config is known",
+    )
     rotary: bool | None = Field(
         None, description="q and k are rotated by position (RoPE); null until the config is known"
     )

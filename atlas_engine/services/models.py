@@ -22,11 +22,14 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
     if reason is None and state.state == "failed":
         reason = state.error
     loaded = manager.loaded_or_none(model_id)
-    arch, refusal, known = None, None, False
+    arch, refusal, known, seq2seq = None, None, False, None
     if loaded is not None:
         family, arch, refusal, known = loaded.family, loaded.arch, loaded.replay_refusal, True
+        seq2seq = loaded.seq2seq is not None
     else:
         config, family = manager.peek_config(model_id)
+        if config:
+            seq2seq = bool(config.get("is_encoder_decoder", False))
         if config and family:
             try:
                 arch = architecture_from_dict(config)
@@ -49,6 +52,7 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
         num_heads=arch.num_heads if arch else None,
         num_kv_heads=arch.num_kv_heads if arch else None,
         head_dim=arch.head_dim if arch else None,
+        encoder_decoder=seq2seq,
         rotary=arch.rotary if arch else None,
         max_tokens=limit,
         full_map_tokens=None if limit is None else min(limit, FULL_MAPS_MAX_TOKENS),

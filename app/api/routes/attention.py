@@ -40,6 +40,7 @@ from atlas_engine.schemas.heads import HeadsRequest, HeadsResponse
 from atlas_engine.schemas.predictions import PredictionsRequest, PredictionsResponse
 from atlas_engine.schemas.qkspace import QKSpaceRequest, QKSpaceResponse
 from atlas_engine.schemas.search import SearchRequest, SearchResponse
+from atlas_engine.schemas.seq2seq import DecoderRequest, DecoderResponse
 from atlas_engine.schemas.tiles import TilesRequest, TilesResponse
 from atlas_engine.serialize import BINARY_MEDIA_TYPE, STANDARD_MEDIA_TYPES
 from atlas_engine.services.ablation import ablate
@@ -51,6 +52,7 @@ from atlas_engine.services.generate import start_generation
 from atlas_engine.services.heads import describe_heads, follow, search_heads
 from atlas_engine.services.predictions import predictions
 from atlas_engine.services.qkspace import query_key_space
+from atlas_engine.services.seq2seq import decoder_attention
 from atlas_engine.services.tiles import tiles
 
 log = logging.getLogger("attention_atlas")
@@ -251,6 +253,28 @@ async def post_generate(
         request, lambda stop: start_generation(passes, body), heavy(passes, body)
     )
     return ReservedStream(iterate_on_compute(lines), "application/x-ndjson", reservation)
+
+
+@router.post(
+    "/decoder",
+    response_model=DecoderResponse,
+    summary="An encoder-decoder's decoder self-attention and cross-attention",
+    description="For an encoder-decoder (T5 and the like; `encoder_decoder` in /api/models), "
+    "whose other routes show its encoder: one decoder layer's self-attention over the `target` "
+    "(what the decoder reads, teacher-forced, tokenised as the tokenizer writes targets) and "
+    "its cross-attention from each target token over the input's tokens. transformers' own "
+    "weights from one run of the whole model. Both texts are held to the model's "
+    "`full_map_tokens`, and the answer to 4,000,000 weights; any other model gets 422.",
+    responses=ERRORS,
+)
+async def post_decoder(body: DecoderRequest, passes: PassesDep, request: Request) -> Response:
+    return reserved_json(
+        await until_disconnect(
+            request,
+            lambda stop: decoder_attention(passes, body, stop),
+            heavy(passes, body, 2.0),  # the encoder and the decoder
+        )
+    )
 
 
 @router.post(

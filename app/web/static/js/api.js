@@ -123,6 +123,7 @@ export const api = {
   tiles: (body, opts) => request("POST", "/api/attention/tiles", body, opts),
   predictions: (body, opts) => request("POST", "/api/attention/predictions", body, opts),
   lens: (body, opts) => request("POST", "/api/attention/lens", body, opts),
+  decoder: (body, opts) => request("POST", "/api/attention/decoder", body, opts),
   attribution: (body, opts) => request("POST", "/api/attention/attribution", body, opts),
   patching: (body, opts) => request("POST", "/api/attention/patching", body, opts),
   /** Exact patching: onLine gets each progress line; resolves with the last line. */

@@ -141,6 +141,13 @@ export class AttentionSession {
       api.lens(this.body({ top_k: 5, ...extra }), { signal: this.controller.signal }));
   }
 
+  /** An encoder-decoder's decoder self-attention and cross-attention over `target`, one
+   * decoder layer (POST /api/attention/decoder). */
+  decoder(target, layer) {
+    return this.remember(this.answers, `decoder:${JSON.stringify([target, layer])}`, 1, () =>
+      api.decoder({ model: this.model, text: this.text, target, layer }, { signal: this.controller.signal }));
+  }
+
   /** Direct logit attribution (POST /api/attention/attribution): {position, target, contrast, source}. */
   attribution(extra) {
     return this.remember(this.answers, `attribution:${JSON.stringify(extra)}`, 1, () =>

@@ -57,6 +57,8 @@ const FIELDS = {
   patchTarget: ["pt", text], // Patching: the metric's first token ("" = the clean top guess)
   patchContrast: ["pk", text], // Patching: its second token ("" = the corrupted top guess)
   patchExact: ["px", flag], // Patching: run exact patching too
+  target: ["tg", text], // Decoder & cross: what an encoder-decoder's decoder reads
+  decoderLayer: ["dl", int], // Decoder & cross: the decoder layer shown
 };
 
 

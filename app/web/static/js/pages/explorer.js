@@ -24,6 +24,7 @@ import * as similarity from "../views/similarity.js";
 import * as steps from "../views/stages.js";
 import * as whatif from "../views/whatif.js";
 import * as lens from "../views/lens.js";
+import * as decoder from "../views/decoder.js";
 import * as attribution from "../views/attribution.js";
 import * as patching from "../views/patching.js";
 
@@ -38,7 +39,7 @@ const state = createState({
   stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster", ablate: "", ablation: "zero",
   compare: "", compareText: "", compareModel: "", qkScope: "head", qkMethod: "pca", generated: null,
   lensToken: "", lensShade: "token", lensCell: "", dlaPosition: null, dlaTarget: "", dlaContrast: "", dlaSource: "",
-  patchText: "", patchTarget: "", patchContrast: "", patchExact: false,
+  patchText: "", patchTarget: "", patchContrast: "", patchExact: false, target: "", decoderLayer: 0,
 }, VIEWS);
 
 // The page's own controls; each view gets only the [data-part] elements of its own panel.
@@ -61,7 +62,7 @@ const BUSY_AFTER_MS = 300; // a view that takes longer says so
  *   controls back from the state, and returns what the export buttons save (export.js).
  * scene = {state, session, info, parts, set, open(layer, head), isStale()}.
  */
-const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, qk, mask, whatif, value, ablation, compare, qkspace, steps, lens, attribution, patching };
+const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, decoder, qk, mask, whatif, value, ablation, compare, qkspace, steps, lens, attribution, patching };
 
 function partsOf(panel) {
   return Object.fromEntries([...panel.querySelectorAll("[data-part]")].map((node) => [node.dataset.part, node]));

@@ -1,0 +1,72 @@
+// Decoder & cross: an encoder-decoder's (T5's) decoder self-attention over a target text and
+// its cross-attention from each target token over the input's tokens, one decoder layer and
+// head at a time (POST /api/attention/decoder). Every other view shows the encoder's maps.
+
+import { linearBar, viridis } from "../colors.js";
+import { el, metricCard } from "../dom.js";
+import { drawHeatmap } from "./plot.js";
+
+export function bind(parts, set) {
+  parts.target.addEventListener("change", () => set({ target: parts.target.value.trim() ? parts.target.value : "" }));
+  parts.layer.addEventListener("change", () => set({ decoderLayer: Math.max(0, Math.floor(Number(parts.layer.value)) || 0) }));
+}
+
+/** Whether the open model has a decoder to show; where it has not, the panel says why and
+ * offers one that has. */
+function ready({ session, models, parts, set }) {
+  const model = (models || []).find((m) => m.id === session.model);
+  const has = !model || model.encoder_decoder !== false; // null: not known until its config is read
+  parts.results.hidden = !has;
+  parts.controls.hidden = !has;
+  if (has) return true;
+  const said = [`${model.id} is not an encoder–decoder: it has one stack of layers, and every other view shows it. This view is for models such as T5 (open one with atlas serve --model <folder>).`];
+  const other = models.find((m) => m.available && m.encoder_decoder);
+  if (other) {
+    const button = el("button", { text: `Switch to ${other.id}`, attrs: { type: "button" } });
+    button.addEventListener("click", () => set({ model: other.id }));
+    said.push(" ", button);
+  }
+  parts.summary.replaceChildren(...said);
+  return false;
+}
+
+/** The input token a row of cross-attention weights reads most, with its weight. */
+function strongest(row, tokens) {
+  let best = 0;
+  row.forEach((w, i) => { if (w > row[best]) best = i; });
+  return `${tokens[best]} (${row[best].toFixed(2)})`;
+}
+
+export async function render(scene) {
+  const { session, state, parts, isStale } = scene;
+  parts.target.value = state.target || "";
+  parts.target.placeholder = state.text;
+  parts.layer.value = String(state.decoderLayer ?? 0);
+  if (!ready(scene)) return null;
+  const target = state.target || state.text;
+  const layer = state.decoderLayer ?? 0;
+  const answer = await session.decoder(target, layer);
+  if (isStale()) return null;
+  parts.layer.max = String(answer.num_layers - 1);
+  const head = Math.min(state.head ?? 0, answer.num_heads - 1);
+  const rows = answer.target_tokens;
+  const cross = answer.cross[head];
+  parts.summary.textContent = `Decoder layer ${layer} of ${answer.num_layers}, head ${head}. ${
+    state.target ? "" : "The decoder reads the input itself until you type a target above. "
+  }Rows are the target's tokens; the left map's columns are the target's too (each token reads the ones before it), the right map's are the input's.`;
+  parts.metrics.replaceChildren(
+    metricCard("target tokens · input tokens", `${rows.length} · ${answer.tokens.length}`),
+    metricCard("the last target token reads most", strongest(cross[cross.length - 1], answer.tokens)),
+  );
+  const common = { zmin: 0, zmax: 1, hoverName: "weight", yTitle: "query (target)", height: Math.min(900, Math.max(360, 18 * rows.length + 160)) };
+  await drawHeatmap(parts.decoder, answer.decoder[head], rows, rows, { ...common, xTitle: "key (target)", title: `Decoder self-attention · layer ${layer} · head ${head}` });
+  if (isStale()) return null;
+  await drawHeatmap(parts.cross, cross, rows, answer.tokens, { ...common, xTitle: "key (input)", title: `Cross-attention · layer ${layer} · head ${head}: target → input` });
+  return {
+    kind: "head", element: parts.cross, layer, head, where: `decoder-L${layer}-H${head}-cross`,
+    tokens: answer.tokens, rowTokens: rows, matrix: cross, corner: "target \\ input",
+    title: `Cross-attention, decoder layer ${layer}, head ${head}`, subtitle: "rows: target tokens (queries), columns: input tokens (keys)",
+    colour: (v) => viridis(v), colourBar: linearBar(1, "weight"),
+    payload: { what: "an encoder-decoder's cross-attention: each target token's weights over the input", target, decoder_self_attention: answer.decoder[head] },
+  };
+}

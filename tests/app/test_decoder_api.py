@@ -1,0 +1,76 @@
+"""POST /api/attention/decoder: an encoder-decoder's decoder self-attention and cross-attention
+(T5 here, a tiny random checkpoint of the suite's), equal to transformers' own, with its
+refusals made before the model runs."""
+
+import pytest
+import torch
+
+from atlas_engine.schemas.attention import MAX_JSON_WEIGHTS
+
+T5 = "local/t5-tiny"
+TEXT = "translate English to German: the house is wonderful"
+TARGET = "das Haus ist wunderbar"
+ROUTE = "/api/attention/decoder"
+
+
+def post(client, status=200, **body):
+    response = client.post(ROUTE, json={"model": T5, "text": TEXT, "target": TARGET, **body})
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def test_the_decoders_and_cross_maps_are_the_models_own(client, app):
+    loaded = app.state.manager.get(T5)
+    whole = loaded.seq2seq
+    enc = loaded.tokenizer(TEXT, return_tensors="pt")
+    target = loaded.tokenizer(text_target=TARGET, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        out = whole(input_ids=enc["input_ids"], decoder_input_ids=target, output_attentions=True)
+    for layer in range(whole.config.num_decoder_layers):
+        body = post(client, layer=layer)
+        assert torch.equal(torch.tensor(body["decoder"]), out.decoder_attentions[layer][0])
+        assert torch.equal(torch.tensor(body["cross"]), out.cross_attentions[layer][0])
+    s, t = target.shape[1], enc["input_ids"].shape[1]
+    assert (len(body["target_tokens"]), len(body["tokens"])) == (s, t)
+    assert torch.tensor(body["cross"]).shape == (body["num_heads"], s, t)
+    decoder = torch.tensor(body["decoder"])
+    assert torch.equal(decoder.triu(1), torch.zeros_like(decoder))  # the future is masked
+    # The explorer's other maps of the model are its encoder's, as the whole model ran it.
+    maps = client.post("/api/attention", json={"model": T5, "text": TEXT}).json()
+    assert torch.equal(torch.tensor(maps["attentions"]), torch.stack(
+        [a[0] for a in out.encoder_attentions]))  # fmt: skip
+
+
+def test_the_model_list_says_which_models_have_a_decoder(client):
+    client.post(ROUTE, json={"model": T5, "text": TEXT, "target": TARGET})
+    models = {m["id"]: m for m in client.get("/api/models").json()["models"]}
+    assert models[T5]["encoder_decoder"] is True
+    assert models["local/gpt2-tiny"]["encoder_decoder"] is False
+    assert models["sentence-transformers/all-MiniLM-L6-v2"]["encoder_decoder"] is False
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ({"model": "local/gpt2-tiny"}, "not an encoder-decoder"),
+        ({"layer": 9}, "decoder layer"),
+        ({"target": "word " * 600}, "tokens"),
+        ({"text_pair": "a second sentence"}, "text_pair"),
+        ({"target": "   "}, "target"),
+    ],
+)
+def test_what_cannot_be_shown_is_refused_before_the_model_runs(
+    client, app, monkeypatch, body, says
+):
+    def never(*_args, **_kwargs):
+        raise AssertionError("ran before the request was checked")
+
+    monkeypatch.setattr("atlas_engine.services.seq2seq.decoder_maps", never)
+    assert says in post(client, 422, **body)["detail"]
+
+
+def test_an_answer_too_large_for_json_is_refused_with_its_size(client, monkeypatch):
+    monkeypatch.setattr("atlas_engine.services.seq2seq.MAX_JSON_WEIGHTS", 100)
+    detail = post(client, 422)["detail"]
+    assert "weights" in detail and "at most 100" in detail
+    assert MAX_JSON_WEIGHTS == 4_000_000
