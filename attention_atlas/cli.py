@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 
 
@@ -46,11 +47,13 @@ def serve(args: argparse.Namespace) -> None:
         os.environ["ATLAS_HUB_DOWNLOADS"] = "1"
     else:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from app.__main__ import main as serve_app  # reads the settings set above
-
     for model_id, _ in entries:
         print(f"Attention Atlas: {model_id} at http://{args.host}:{args.port}/?model={model_id}")
-    serve_app(["--host", args.host, "--port", str(args.port), "--log-level", args.log_level])
+    sys.stdout.flush()
+    # The server as `make run` starts it, in this process (its settings are the environment
+    # set above): the library imports none of the server's code.
+    command = ["-m", "app", "--host", args.host, "--port", str(args.port)]
+    os.execv(sys.executable, [sys.executable, *command, "--log-level", args.log_level])
 
 
 def corpus(args: argparse.Namespace) -> None:

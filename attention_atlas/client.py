@@ -410,6 +410,14 @@ class AtlasClient:
             _with_arrays(space, "queries", "keys")
         return answer
 
+    def decoder(self, model: str, text: str, target: str, layer: int = 0) -> dict:
+        """POST /api/attention/decoder: an encoder-decoder's (T5's) decoder layer `layer` over
+        `target` (teacher-forced): decoder[head, S, S], its self-attention, and cross[head, S, T],
+        each target token's weights over the input's tokens (arrays), with target_tokens and
+        tokens."""
+        body = _body(model=model, text=text, target=target, layer=layer)
+        return _with_arrays(self.post_json("/api/attention/decoder", body), "decoder", "cross")
+
     def tiles(self, model: str, text: str, layer: int, **options) -> dict:
         """POST /api/attention/tiles: a window of one layer's maps (deep zoom). options:
         heads, rows and cols ([start, stop)), cell, reduce. values[head, row, col] (array),

@@ -142,6 +142,9 @@ def test_refusals_say_why_with_the_servers_code(atlas):
     with pytest.raises(AtlasError) as encoder:  # refused when asked, not when first read
         atlas.generate(MINILM_ID, TEXT, max_new_tokens=2)
     assert encoder.value.status == 422 and "not a causal decoder" in encoder.value.detail
+    with pytest.raises(AtlasError) as one_stack:
+        atlas.decoder(MINILM_ID, TEXT, target="a target")
+    assert one_stack.value.status == 422 and "not an encoder-decoder" in one_stack.value.detail
 
 
 def test_a_server_out_of_reach_is_an_atlas_error_naming_its_url():
