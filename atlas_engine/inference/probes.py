@@ -1,42 +1,45 @@
 """A pass over a text with hooks that keep what the forward cache does not: the size of the
-residual stream block by block (the lab's forward-pass page).
+residual stream block by block, and of what each block's attention and MLP add to it (the
+lab's forward-pass page), with no code per architecture.
 
-The cached pass (atlas_engine.inference.forward) keeps each attention block's input and, for a model
-with an LM head, its last hidden state; what a block's attention and MLP add to the stream,
-and the stream itself in a pre-norm decoder (whose attention reads a normalised copy), are
-gone once it ends. A probe runs the model once more under its lock, hooks the modules that
-compute them, keeps only those tensors (or their norms) and lets go of the rest.
+The cached pass (atlas_engine.inference.forward) keeps each attention block's input and, for a
+model with an LM head, its last hidden state; what a block's attention and MLP add to the
+stream, and the stream itself in a pre-norm decoder (whose attention reads a normalised copy),
+are gone once it ends. A probe runs the model once more under its lock and reads each block as
+it finishes, by which tensors are equal (as atlas_engine.inference.residual reads a layout):
+
+- the attention's write is the output of the one module with a weight whose input is the
+  heads' outputs side by side (W_O), or of the norm the block applies to it (Gemma, OLMo 2);
+- in a pre-norm block the stream leaving it is x + attention + m, and m (the MLP's write) is
+  the output of a module inside the block that closes that sum;
+- in a post-norm block (BERT) a norm reads x + W_O's output, and the block's last norm reads
+  that norm's output + m.
+
+Only the current block's tensors are held, and only norms are kept after it.
 """
 
 from __future__ import annotations
 
-from contextlib import suppress
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from atlas_engine import compute
+from atlas_engine.errors import InvalidInput
 from atlas_engine.inference.forward import ForwardResult, tokenize
-from atlas_engine.models.families import (
-    blocks,
-    final_norm,
-    hidden_input,
-    mlp_outputs,
-    output_projections,
+from atlas_engine.inference.residual import (
+    HeadOutputs,
+    first_tensor,
+    layout_of,
+    same_tensor,
 )
+from atlas_engine.models import capture
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.placement import model_device
 
-
-class _Enough(Exception):
-    """Raised from a hook once everything the probe wants is captured: the rest of the pass
-    is skipped."""
-
-
-def _tensor(output: object) -> Tensor:
-    """A module's main output, whether it returns a tensor or a tuple starting with one."""
-    return output[0] if isinstance(output, tuple) else output
+SUM_TOLERANCE = 1e-5
+"""How close (relative to the largest value) a sum of two tensors must come to a third to be
+read as that sum: float32 rounding of one addition is ~6e-8."""
 
 
 def _norms(x: Tensor) -> Tensor:
@@ -44,35 +47,11 @@ def _norms(x: Tensor) -> Tensor:
     return x[0].detach().float().norm(dim=-1).cpu()
 
 
-def _run(loaded: LoadedModel, text: str, hooks: list[tuple[nn.Module, str, object]]) -> None:
-    """The model once over `text` with hooks [(module, "pre" | "post", fn)] in place, under its
-    lock (hooks are per call). A hook acts only at the pass's own compute depth (a pass run
-    inside another on the same model is not this one: atlas_engine.compute.run_beside)."""
-    inputs, _ = tokenize(loaded, text, None)
-    device = model_device(loaded.model)
-    depth = compute.depth()
-
-    def own(fn):
-        def hook(*args):
-            if compute.depth() == depth:
-                return fn(*args)
-            return None
-
-        return hook
-
-    with loaded.lock:
-        handles = []
-        try:
-            for module, when, fn in hooks:
-                if when == "pre":
-                    handles.append(module.register_forward_pre_hook(own(fn), with_kwargs=True))
-                else:
-                    handles.append(module.register_forward_hook(own(fn)))
-            with torch.inference_mode(), suppress(_Enough):
-                loaded.model(**{k: v.to(device) for k, v in inputs.items()})
-        finally:
-            for handle in handles:
-                handle.remove()
+def _close(total: Tensor, target: Tensor | None) -> bool:
+    if target is None or total.shape != target.shape:
+        return False
+    scale = float(target.abs().max().clamp_min(1e-12))
+    return float((total - target).abs().max()) <= SUM_TOLERANCE * scale
 
 
 @dataclass(frozen=True)
@@ -82,47 +61,109 @@ class StreamNorms:
     entering: Tensor  # (seq,): what enters the first block (the embeddings, plus positions
     # and a LayerNorm in BERT-style models)
     after_block: Tensor  # (layers, seq): the residual stream leaving each block
-    attention_added: Tensor  # (layers, seq): each block's attention output
-    mlp_added: Tensor  # (layers, seq): each block's MLP output
+    attention_added: Tensor  # (layers, seq): what each block's attention adds
+    mlp_added: Tensor  # (layers, seq): what each block's MLP adds
     final: Tensor | None  # (seq,): after the final norm; None where the model has none
+
+
+class _Block:
+    """One block's tensors while it runs: its input and every inner module's (input, output)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.x: Tensor | None = None
+        self.io: list[tuple[Tensor | None, Tensor | None]] = []
+        self.weighted: list[tuple[Tensor | None, Tensor | None]] = []
+
+
+def _writes(layer: int, block: _Block, y: Tensor, heads: Tensor) -> tuple[Tensor, Tensor]:
+    """(attention's write, MLP's write), each (1, T, d), read off one finished block."""
+    joined = heads.reshape(*heads.shape[:2], -1)
+    into_w_o = [out for inp, out in block.weighted if same_tensor(inp, joined)]
+    if len(into_w_o) != 1:
+        raise InvalidInput(f"layer {layer}'s heads' outputs do not enter one linear map")
+    a = into_w_o[0]
+    normed = [out for inp, out in block.io if same_tensor(inp, a) and out is not None
+              and out.shape == a.shape and not torch.equal(out, a)]  # fmt: skip
+    write = normed[0] if normed else a
+    x = block.x
+    outputs = [out for _, out in block.io if out is not None]
+    for m in outputs:  # pre-norm: y = x + write + m
+        if m.shape == y.shape and _close(x + write + m, y):
+            return write, m
+    after_attention = [out for inp, out in block.io if _close(x + a, inp)]  # post-norm
+    for h in after_attention:
+        for m in outputs:
+            if m.shape == h.shape and any(_close(h + m, inp) for inp, _ in block.io):
+                return a, m
+    raise InvalidInput(
+        f"layer {layer} does not add its attention and its MLP to the stream in a way Atlas "
+        "can read (neither x + attention + MLP nor a norm after each)"
+    )
 
 
 def stream_norms(loaded: LoadedModel, text: str) -> StreamNorms:
     """The lengths of the residual stream and of what each block's attention and MLP add to
-    it, over `text` (one whole pass)."""
-    model, family = loaded.model, loaded.family
-    layers = len(blocks(model, family))
+    it, over `text` (one whole pass); InvalidInput, saying why, where the blocks cannot be
+    read."""
+    layout = layout_of(loaded)
+    if not layout.blocks:
+        raise InvalidInput(f"'{loaded.id}': {layout.lens_refusal}")
+    model = loaded.model
+    layer_of = {id(m): i for i, m in enumerate(loaded.attention_layers)}
+    recorder = HeadOutputs(layer_of)
+    index = {id(b): i for i, b in enumerate(layout.blocks)}
+    current = _Block()
+    rows: dict[str, list[Tensor | None]] = {n: [None] * len(index) for n in ("after", "a", "m")}
     kept: dict[str, Tensor] = {}
-    rows = {name: [None] * layers for name in ("after", "attention", "mlp")}
 
-    def entering(_module, args, kwargs):
-        kept["entering"] = _norms(hidden_input(args, kwargs))
+    def enter(block, args, kwargs):
+        current.reset()
+        current.x = first_tensor(args, kwargs)
+        if index[id(block)] == 0:
+            kept["entering"] = _norms(current.x)
 
-    def into(name: str, layer: int):
-        def hook(_module, _args, output):
-            rows[name][layer] = _norms(_tensor(output))
+    def watch(module, args, kwargs, output):
+        pair = (first_tensor(args, kwargs), first_tensor((output,)))
+        current.io.append(pair)
+        if hasattr(module, "weight"):
+            current.weighted.append(pair)
 
-        return hook
+    def leave(block, _args, _kwargs, output):
+        layer = index[id(block)]
+        y = first_tensor((output,))
+        attention, mlp = _writes(layer, current, y, recorder.outs.pop(layer))
+        rows["after"][layer], rows["a"][layer], rows["m"][layer] = (
+            _norms(y), _norms(attention), _norms(mlp))  # fmt: skip
+        current.reset()
 
     def final(_module, _args, output):
-        kept["final"] = _norms(_tensor(output))
+        kept["final"] = _norms(first_tensor((output,)))
 
-    hooks = [(blocks(model, family)[0], "pre", entering)]
-    for name, modules in (
-        ("after", blocks(model, family)),
-        ("attention", output_projections(model, family)),
-        ("mlp", mlp_outputs(model, family)),
-    ):
-        hooks += [(module, "post", into(name, i)) for i, module in enumerate(modules)]
-    norm = final_norm(model, family)
-    if norm is not None:
-        hooks.append((norm, "post", final))
-    _run(loaded, text, hooks)
+    inputs, _ = tokenize(loaded, text, None)
+    device = model_device(model)
+    with loaded.lock:  # the hooks are on only while this pass holds the model
+        handles = []
+        try:
+            for block in layout.blocks:
+                handles.append(block.register_forward_pre_hook(enter, with_kwargs=True))
+                handles.append(block.register_forward_hook(leave, with_kwargs=True))
+                handles += [m.register_forward_hook(watch, with_kwargs=True)
+                            for m in block.modules() if m is not block]  # fmt: skip
+            if layout.final_norm is not None:
+                handles.append(layout.final_norm.register_forward_hook(final))
+            with torch.inference_mode(), capture.recording(recorder):
+                model(**{k: v.to(device) for k, v in inputs.items()})
+        finally:
+            for handle in handles:
+                handle.remove()
     return StreamNorms(
         entering=kept["entering"],
         after_block=torch.stack(rows["after"]),
-        attention_added=torch.stack(rows["attention"]),
-        mlp_added=torch.stack(rows["mlp"]),
+        attention_added=torch.stack(rows["a"]),
+        mlp_added=torch.stack(rows["m"]),
         final=kept.get("final"),
     )
 

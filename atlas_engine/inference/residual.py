@@ -69,14 +69,16 @@ def layout_of(loaded: LoadedModel) -> Layout:
 
 
 def block_of(parents: dict[int, nn.Module], module: nn.Module) -> nn.Module | None:
-    """The ancestor of `module` that is an element of a ModuleList (its layer's block);
-    parents: id(module) -> its parent, for every module of the model."""
-    child = module
+    """The outermost ancestor of `module` that is an element of a ModuleList: its layer's
+    block (T5's block holds a list of its own sublayers, so the first such ancestor up from
+    the attention is only its attention sublayer); parents: id(module) -> its parent, for
+    every module of the model."""
+    child, found = module, None
     while (parent := parents.get(id(child))) is not None:
         if isinstance(parent, nn.ModuleList):
-            return child
+            found = child
         child = parent
-    return None
+    return found
 
 
 def first_tensor(args: tuple, kwargs: dict | None = None) -> Tensor | None:

@@ -1,20 +1,16 @@
-"""Facts about a model read from its config (Architecture), and where the three families
-whose blocks the lab's forward-pass page reads (BERT, GPT-2, Llama) keep their blocks,
-attention output projections, MLPs and final norm (atlas_engine.inference.probes).
+"""Facts about a model read from its config (Architecture), with no code per family: the names
+are transformers' common ones, through each config's attribute_map.
 
-Nothing here replays a head: every view that does reads the layer's own call through the
-capture path (atlas_engine.models.capture), with no code per family.
+Nothing here finds a module: every view that replays a head reads the layer's own call through
+the capture path (atlas_engine.models.capture), and the residual stream's pieces are read off a
+probe pass (atlas_engine.inference.residual, probes, layer_lab).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-from torch import Tensor, nn
 from transformers import AutoConfig, PretrainedConfig
-
-from atlas_engine.models.registry import Family
 
 
 @dataclass(frozen=True)
@@ -92,72 +88,3 @@ def architecture_from_dict(config: dict) -> Architecture:
     except Exception as err:  # transformers validates configs in many ways
         raise ValueError(f"config.json cannot be read: {str(err).splitlines()[0][:200]}") from None
     return architecture(parsed)
-
-
-def attention_modules(model: nn.Module, family: Family) -> list[nn.Module]:
-    """The self-attention module of every layer, in order; its input is the hidden state."""
-    if family is Family.GPT2:
-        return [block.attn for block in model.h]
-    if family is Family.LLAMA:
-        return [layer.self_attn for layer in model.layers]
-    if model.config.model_type == "distilbert":
-        return [layer.attention for layer in model.transformer.layer]
-    return [layer.attention.self for layer in model.encoder.layer]
-
-
-def output_projections(model: nn.Module, family: Family) -> list[nn.Module]:
-    """Each layer's output projection, whose input is the heads' outputs side by side:
-    (batch, seq, n_heads * head_dim), head h in columns h * head_dim ... (h + 1) * head_dim."""
-    modules = attention_modules(model, family)
-    if family is Family.GPT2:
-        return [m.c_proj for m in modules]
-    if family is Family.LLAMA:
-        return [m.o_proj for m in modules]
-    if model.config.model_type == "distilbert":
-        return [m.out_lin for m in modules]
-    return [layer.attention.output.dense for layer in model.encoder.layer]
-
-
-def blocks(model: nn.Module, family: Family) -> list[nn.Module]:
-    """Every transformer block (layer) in order: its input and output are the residual stream."""
-    if family is Family.GPT2:
-        return list(model.h)
-    if family is Family.LLAMA:
-        return list(model.layers)
-    if model.config.model_type == "distilbert":
-        return list(model.transformer.layer)
-    return list(model.encoder.layer)
-
-
-def mlp_outputs(model: nn.Module, family: Family) -> list[nn.Module]:
-    """The module whose output is each block's MLP (feed-forward) contribution: what it adds
-    to the residual stream (before a BERT-style block's LayerNorm)."""
-    if family is Family.GPT2:
-        return [block.mlp for block in model.h]
-    if family is Family.LLAMA:
-        return [layer.mlp for layer in model.layers]
-    if model.config.model_type == "distilbert":
-        return [layer.ffn for layer in model.transformer.layer]
-    return [layer.output.dense for layer in model.encoder.layer]
-
-
-def final_norm(model: nn.Module, family: Family) -> nn.Module | None:
-    """The norm after the last block that decoders apply before their LM head (None for
-    BERT-style encoders, whose blocks end in a LayerNorm of their own)."""
-    if family is Family.GPT2:
-        return model.ln_f
-    if family is Family.LLAMA:
-        return model.norm
-    return None
-
-
-def hidden_input(args: tuple, kwargs: dict) -> Tensor:
-    """The hidden state passed to an attention module's forward, however it was passed."""
-    if args and isinstance(args[0], torch.Tensor):
-        return args[0]
-    for name in ("hidden_states", "query", "x"):
-        if isinstance(kwargs.get(name), torch.Tensor):
-            return kwargs[name]
-    raise RuntimeError(
-        f"cannot find the hidden state among the attention module's inputs: {list(kwargs)}"
-    )

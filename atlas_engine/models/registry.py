@@ -11,17 +11,12 @@ class Family(str, Enum):
     BERT = "bert"  # bidirectional encoders: BERT, DistilBERT, RoBERTa, MiniLM
     GPT2 = "gpt2"  # causal decoders with fused Conv1D attention: gpt2, distilgpt2
     LLAMA = "llama"  # causal decoders with RoPE and grouped-query attention (Mistral, Qwen2)
-    OTHER = "other"  # any other architecture transformers gives attention output for: maps only
+    OTHER = "other"  # any other architecture: replayed through the capture path where it can be
 
     @property
     def causal(self) -> bool | None:
         """None for OTHER: a loaded model tells from its own maps (loader.probe_causal)."""
         return None if self is Family.OTHER else self is not Family.BERT
-
-    @property
-    def replayable(self) -> bool:
-        """Whether Atlas knows where this family keeps its q, k and v weights (replay)."""
-        return self is not Family.OTHER
 
 
 class Source(str, Enum):
@@ -42,7 +37,6 @@ MODEL_TYPE_FAMILIES = {
     "mistral": Family.LLAMA,  # Llama's layout; its sliding window is in its mask (capture)
     "qwen2": Family.LLAMA,  # Llama's layout with q, k, v biases
 }
-REPLAY_FAMILIES = "BERT, DistilBERT, RoBERTa, GPT-2 or Llama-family (Llama, Mistral, Qwen2)"
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,6 @@ from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.lm_head import head_kind, head_logits, no_head_reason
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.placement import model_device
-from atlas_engine.models.registry import REPLAY_FAMILIES
 from atlas_engine.schemas.lab_inside import (
     MAX_LAB_WIDTH,
     NEXT_TOKEN_TOP,
@@ -35,15 +34,6 @@ from atlas_engine.services.passes import Passes
 
 def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b.to(a.device)).abs().max())
-
-
-def _known_family(loaded: LoadedModel, what: str) -> None:
-    """Refused before any forward pass: a model whose modules Atlas cannot find."""
-    if not loaded.family.replayable:
-        raise InvalidInput(
-            f"'{loaded.id}' is a {loaded.model.config.model_type} model: this lab page reads "
-            f"{what}, which Atlas finds only in a {REPLAY_FAMILIES} model."
-        )
 
 
 def _narrow_enough(loaded: LoadedModel) -> None:
@@ -135,8 +125,7 @@ def forward_pass(passes: Passes, req: ForwardPassRequest) -> ForwardPassResponse
     attention and the MLP add, then (for a model with an LM head) the final norm and the next
     token's probabilities. The text's cached pass gives the tokens, the last hidden state and
     every position's top guess; a probe pass the norms the cache does not keep."""
-    loaded = lab_model(passes, req.model, [req.text], 0, heads=False)
-    _known_family(loaded, "each block's attention and MLP")
+    loaded = lab_model(passes, req.model, [req.text], 0)  # its blocks are read by the heads
     next_token = loaded.predictor is not None and loaded.predicts == "next_token"
     text = one_text(loaded, req.text)
     with passes.held(loaded, text, whole_maps=False) as result:  # reads no map

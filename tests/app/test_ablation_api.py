@@ -7,9 +7,9 @@ import copy
 import pytest
 import torch
 
-from atlas_engine.models import families
 from atlas_engine.models.registry import MINILM_ID, Family
 from atlas_engine.schemas.ablation import AblationResponse
+from tests.support import family_modules as families
 from tests.support.float32_json import assert_answer_is, assert_float32_numbers
 
 TEXT = "One, two, three, four, five, six, seven"

@@ -16,7 +16,7 @@ from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.registry import build_registry
-from atlas_engine.schemas.lab_inside import HeadAnatomyRequest
+from atlas_engine.schemas.lab_inside import ForwardPassRequest, HeadAnatomyRequest
 from atlas_engine.schemas.lab_models import (
     CrossRequest,
     KvSharingRequest,
@@ -291,3 +291,22 @@ def test_sparse_patterns_keep_within_the_layers_own_mask(passes, name):
 def test_sparse_patterns_are_refused_where_the_softmax_is_not_plain(passes, name):
     with pytest.raises(InvalidInput, match="plain softmax"):
         lab_models.sparse_weights(passes, SparseRequest(model=f"local/{name}", text=TEXT))
+
+
+@pytest.mark.parametrize("name", [*DECODERS, *ENCODERS])
+def test_the_forward_pass_page_reads_every_architectures_blocks(passes, name):
+    """The residual stream entering and leaving the first block is the model's own hidden
+    state; where a block adds its attention and MLP to the stream (pre-norm), the stream it
+    hands on is what came in plus the two (in norms: within the triangle inequality)."""
+    loaded = passes.model(f"local/{name}")
+    body = lab_inside.forward_pass(passes, ForwardPassRequest(model=loaded.id, text=TEXT))
+    enc = loaded.tokenizer(TEXT, return_tensors="pt")
+    with torch.no_grad():
+        out = loaded.model(input_ids=enc["input_ids"], output_hidden_states=True)
+    norms = torch.stack([h[0] for h in out.hidden_states]).norm(dim=-1)
+    assert torch.allclose(t(body.entering_norms), norms[0], rtol=1e-5)
+    assert torch.allclose(t(body.residual_norms)[0], norms[1], rtol=1e-5)
+    before = t([body.entering_norms, *body.residual_norms[:-1]])
+    added = t(body.attention_norms) + t(body.mlp_norms)
+    if name not in ("bert", "distilbert"):  # post-norm blocks renormalise the sum
+        assert (t(body.residual_norms) <= before + added + 1e-4).all()

@@ -4,7 +4,6 @@ number checked against transformers itself, hooked here without any app code in 
 import pytest
 import torch
 
-from atlas_engine.models.registry import REPLAY_FAMILIES
 from atlas_engine.schemas.lab_models import MINILM, SMOLLM2
 
 TEXT = "The animal didn't cross the street because it was too tired."
@@ -198,12 +197,34 @@ def test_both_lessons_work_on_every_family_atlas_replays(client, model):
     assert (passed["next_token"] is None) == (passed["no_head"] is not None)
 
 
-@pytest.mark.parametrize("model", ["local/neox-tiny", "local/t5-tiny"])
-def test_any_replayed_architecture_shows_its_heads_and_the_block_page_says_why_not(client, model):
+@pytest.mark.parametrize(
+    ("model", "projection", "mlp"),
+    [
+        ("local/neox-tiny", lambda m, i: m.layers[i].attention.dense, lambda m, i: m.layers[i].mlp),
+        ("local/t5-tiny", lambda m, i: m.block[i].layer[0].SelfAttention.o,
+         lambda m, i: m.block[i].layer[1].DenseReluDense),
+    ],
+)  # fmt: skip
+def test_any_replayed_architecture_shows_its_heads_and_its_blocks(
+    client, app, model, projection, mlp
+):
+    """GPT-NeoX (attention and MLP side by side) and T5's encoder, by nobody's names but the
+    test's: what each block's attention and MLP add, against the modules hooked here."""
     head = post(client, "what-a-head-is", {"model": model, "text": TEXT, "layer": 1, "head": 3})
     assert head["output_max_abs_diff"] < FLOAT32 and max(head["weights_max_abs_diff"]) == 0.0
-    refused = post(client, "forward-pass", {"model": model, "text": TEXT}, 422)["detail"]
-    assert REPLAY_FAMILIES in refused
+    body = post(client, "forward-pass", {"model": model, "text": TEXT})
+    loaded = app.state.manager.get(model)
+    modules = {f"attn{i}": projection(loaded.model, i) for i in range(2)}
+    modules |= {f"mlp{i}": mlp(loaded.model, i) for i in range(2)}
+    kept, out, _ = run_hooked(loaded, TEXT, modules, output_hidden_states=True)
+    norms = torch.stack([h[0] for h in out.hidden_states]).norm(dim=-1)  # (3, T)
+    assert torch.allclose(t(body["entering_norms"]), norms[0], rtol=1e-5)
+    assert torch.allclose(t(body["residual_norms"])[0], norms[1], rtol=1e-5)
+    for name in ("attn", "mlp"):
+        want = torch.stack([kept[f"{name}{i}"][1].norm(dim=-1) for i in range(2)])
+        got = t(body["attention_norms" if name == "attn" else "mlp_norms"])
+        assert torch.allclose(got, want, rtol=1e-5), name
+    assert torch.allclose(t(body["final_norms"]), norms[-1], rtol=1e-5)  # after the final norm
 
 
 def test_a_model_outside_the_interface_is_refused_by_name_on_the_head_pages(client):
