@@ -11,9 +11,8 @@ class ModelInfo(BaseModel):
     id: str = Field(examples=["sentence-transformers/all-MiniLM-L6-v2"])
     family: Literal["bert", "gpt2", "llama", "other"] | None = Field(
         description="null when the architecture is not known until the model is downloaded; "
-        "'other': an architecture outside BERT, GPT-2 and Llama, whose blocks the lab's "
-        "forward-pass page reads (its heads replay, and the lab's head pages work, through the "
-        "capture path like any other's: see `replay`)"
+        "'other': any other architecture; every family's heads replay (and the lab's pages "
+        "work) through the same capture path where they can: see `replay`"
     )
     causal: bool | None = Field(
         description="null until an 'other' model is loaded and its own maps tell"
