@@ -64,6 +64,7 @@ class StreamNorms:
     attention_added: Tensor  # (layers, seq): what each block's attention adds
     mlp_added: Tensor  # (layers, seq): what each block's MLP adds
     final: Tensor | None  # (seq,): after the final norm; None where the model has none
+    renormalised: bool  # the blocks normalise the stream after adding to it (post-norm)
 
 
 class _Block:
@@ -78,8 +79,9 @@ class _Block:
         self.weighted: list[tuple[Tensor | None, Tensor | None]] = []
 
 
-def _writes(layer: int, block: _Block, y: Tensor, heads: Tensor) -> tuple[Tensor, Tensor]:
-    """(attention's write, MLP's write), each (1, T, d), read off one finished block."""
+def _writes(layer: int, block: _Block, y: Tensor, heads: Tensor) -> tuple[Tensor, Tensor, bool]:
+    """(attention's write, MLP's write, whether the block renormalises the stream), the writes
+    (1, T, d) each, read off one finished block."""
     joined = heads.reshape(*heads.shape[:2], -1)
     into_w_o = [out for inp, out in block.weighted if same_tensor(inp, joined)]
     if len(into_w_o) != 1:
@@ -92,12 +94,12 @@ def _writes(layer: int, block: _Block, y: Tensor, heads: Tensor) -> tuple[Tensor
     outputs = [out for _, out in block.io if out is not None]
     for m in outputs:  # pre-norm: y = x + write + m
         if m.shape == y.shape and _close(x + write + m, y):
-            return write, m
+            return write, m, False
     after_attention = [out for inp, out in block.io if _close(x + a, inp)]  # post-norm
     for h in after_attention:
         for m in outputs:
             if m.shape == h.shape and any(_close(h + m, inp) for inp, _ in block.io):
-                return a, m
+                return a, m, True
     raise InvalidInput(
         f"layer {layer} does not add its attention and its MLP to the stream in a way Atlas "
         "can read (neither x + attention + MLP nor a norm after each)"
@@ -118,6 +120,7 @@ def stream_norms(loaded: LoadedModel, text: str) -> StreamNorms:
     current = _Block()
     rows: dict[str, list[Tensor | None]] = {n: [None] * len(index) for n in ("after", "a", "m")}
     kept: dict[str, Tensor] = {}
+    renormalised: set[bool] = set()
 
     def enter(block, args, kwargs):
         current.reset()
@@ -134,7 +137,8 @@ def stream_norms(loaded: LoadedModel, text: str) -> StreamNorms:
     def leave(block, _args, _kwargs, output):
         layer = index[id(block)]
         y = first_tensor((output,))
-        attention, mlp = _writes(layer, current, y, recorder.outs.pop(layer))
+        attention, mlp, post = _writes(layer, current, y, recorder.outs.pop(layer))
+        renormalised.add(post)
         rows["after"][layer], rows["a"][layer], rows["m"][layer] = (
             _norms(y), _norms(attention), _norms(mlp))  # fmt: skip
         current.reset()
@@ -165,6 +169,7 @@ def stream_norms(loaded: LoadedModel, text: str) -> StreamNorms:
         attention_added=torch.stack(rows["a"]),
         mlp_added=torch.stack(rows["m"]),
         final=kept.get("final"),
+        renormalised=renormalised == {True},
     )
 
 

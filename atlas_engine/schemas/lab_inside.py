@@ -115,6 +115,11 @@ class ForwardPassResponse(BaseModel):
     num_layers: int
     d_model: int
     causal: bool
+    rotary: bool = Field(description="q and k are rotated by position (RoPE) inside attention")
+    renormalised: bool = Field(
+        description="each block normalises the stream after adding to it (post-norm, BERT); "
+        "false where blocks only add to it (pre-norm) and the norms inside read a copy"
+    )
     shown_dims: int = Field(description="embedding dimensions sent of each token")
     embeddings: Grid = Field(
         description="(seq, shown_dims): each token's row of the embedding matrix, cut to the "
@@ -122,7 +127,8 @@ class ForwardPassResponse(BaseModel):
     )
     embedding_norms: list[float] = Field(description="(seq,): each row's length, all dims")
     entering_norms: list[float] = Field(
-        description="(seq,): what enters block 0 (BERT adds positions and normalises)"
+        description="(seq,): what enters block 0: the embedding rows, scaled (Gemma), or with "
+        "positions added and normalised (BERT, GPT-2)"
     )
     residual_norms: Grid = Field(description="(layers, seq): the stream leaving each block")
     attention_norms: Grid = Field(description="(layers, seq): what each block's attention adds")

@@ -157,6 +157,8 @@ def forward_pass(passes: Passes, req: ForwardPassRequest) -> ForwardPassResponse
         num_layers=loaded.arch.num_layers,
         d_model=loaded.arch.d_model,
         causal=loaded.causal,
+        rotary=loaded.arch.rotary,
+        renormalised=norms.renormalised,
         shown_dims=min(SHOWN_DIMS, rows.shape[1]),
         embeddings=to_lists(rows[:, :SHOWN_DIMS]),
         embedding_norms=to_lists(rows.norm(dim=-1)),

@@ -308,5 +308,7 @@ def test_the_forward_pass_page_reads_every_architectures_blocks(passes, name):
     assert torch.allclose(t(body.residual_norms)[0], norms[1], rtol=1e-5)
     before = t([body.entering_norms, *body.residual_norms[:-1]])
     added = t(body.attention_norms) + t(body.mlp_norms)
-    if name not in ("bert", "distilbert"):  # post-norm blocks renormalise the sum
+    post_norm = name in ("bert", "distilbert")  # their blocks renormalise the sum
+    assert body.renormalised is post_norm and body.rotary is (name in ROTARY)
+    if not post_norm:
         assert (t(body.residual_norms) <= before + added + 1e-4).all()

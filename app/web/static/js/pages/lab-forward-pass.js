@@ -28,13 +28,25 @@ function tokenList(r) {
   );
 }
 
+/** What happens to the embedding rows before the first block, read off the numbers: the
+ * stream's first row is the rows themselves, the rows times one factor (Gemma's √d), or
+ * something else (positions added, a norm). */
+function entering(r, v) {
+  const ratios = r.entering_norms.map((n, i) => n / r.embedding_norms[i]);
+  const same = (a, b) => Math.abs(a - b) <= 1e-4 * Math.max(Math.abs(a), Math.abs(b));
+  const positions = r.rotary
+    ? "Nothing is added for position: this model rotates queries and keys by position inside attention (RoPE)."
+    : "Nothing is added for position: this model adds a bias for each distance to the attention scores.";
+  if (ratios.every((x) => same(x, 1))) return `The first block reads these rows as they are. ${positions}`;
+  if (ratios.every((x) => same(x, ratios[0]))) {
+    return `${v.model} multiplies every row by ${ratios[0].toFixed(2)} before the first block (√${r.d_model} = ${Math.sqrt(r.d_model).toFixed(2)}): the stream's first row below is that. ${positions}`;
+  }
+  return `${v.model} changes each row before the first block (GPT-2 and BERT add a position vector, BERT a segment vector too, and BERT-style encoders normalise the sum): the stream's first row below is that.`;
+}
+
 async function drawEmbeddings(r, v) {
-  const bert = !r.causal;
   $("#pass-embed-note").textContent =
-    `Each token's row of the embedding matrix, ${r.d_model} numbers; the first ${r.shown_dims} are drawn, the norms use all ${r.d_model}. ` +
-    (bert
-      ? `${v.model} then adds a position vector and a segment vector and normalises the sum (LayerNorm) before the first block: the stream's first row below is that.`
-      : "Nothing is added for position here: this model rotates queries and keys by position inside attention (RoPE).");
+    `Each token's row of the embedding matrix, ${r.d_model} numbers; the first ${r.shown_dims} are drawn, the norms use all ${r.d_model}. ${entering(r, v)}`;
   await drawHeatmap($("#pass-embed"), r.embeddings, r.tokens, labels("d", r.shown_dims), {
     zmid: 0, colorscale: "RdBu", xTitle: "dimension", yTitle: "token", hoverName: "value",
     title: `embedding rows (${r.tokens.length} × ${r.d_model}, first ${r.shown_dims} dimensions)`,
@@ -52,9 +64,9 @@ async function drawEmbeddings(r, v) {
 async function drawStream(r) {
   $("#pass-stream-note").textContent =
     "How long each token's vector is after each block (its norm), and how much each block's attention and MLP add, on average over the tokens. " +
-    (r.causal
-      ? "Each block adds to the stream and nothing else touches it: the norms inside a block read a normalised copy."
-      : "In this BERT-style model each addition is followed by a LayerNorm, so the stream is rescaled after every block.") +
+    (r.renormalised
+      ? "In this model each addition is followed by a LayerNorm (post-norm, as BERT), so the stream is rescaled after every block."
+      : "Each block adds to the stream and nothing else touches it: the norms inside a block read a normalised copy.") +
     " Click a block to open its attention below.";
   const rows = [r.entering_norms, ...r.residual_norms, ...(r.final_norms ? [r.final_norms] : [])];
   const names = ["embedding", ...labels("after block ", r.num_layers), ...(r.final_norms ? ["final norm"] : [])];
