@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.forward import check_token_count, tokenize
+from atlas_engine.inference.forward import tokenize
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.placement import model_device
@@ -39,7 +39,13 @@ def target_ids(loaded: LoadedModel, target: str, limit: int) -> list[int]:
     """The decoder's input: the target's token ids as the tokenizer writes them (with its end
     token), refused over `limit` tokens."""
     ids = loaded.tokenizer(text_target=target)["input_ids"]
-    check_token_count(loaded, len(ids), limit)
+    if not ids:
+        raise InvalidInput("the target produced no tokens; type the text the decoder reads")
+    if len(ids) > limit:
+        raise InvalidInput(
+            f"the target is {len(ids)} tokens long; the decoder's maps are read whole, at most "
+            f"{limit} tokens here. Shorten the target."
+        )
     return ids
 
 

@@ -54,7 +54,7 @@ def test_the_model_list_says_which_models_have_a_decoder(client):
     [
         ({"model": "local/gpt2-tiny"}, "not an encoder-decoder"),
         ({"layer": 9}, "decoder layer"),
-        ({"target": "word " * 600}, "tokens"),
+        ({"target": "word " * 600}, "the target is 6"),
         ({"text_pair": "a second sentence"}, "text_pair"),
         ({"target": "   "}, "target"),
     ],
