@@ -52,8 +52,17 @@ def serve(args: argparse.Namespace) -> None:
     sys.stdout.flush()
     # The server as `make run` starts it, in this process (its settings are the environment
     # set above): the library imports none of the server's code.
-    command = ["-m", "app", "--host", args.host, "--port", str(args.port)]
-    os.execv(sys.executable, [sys.executable, *command, "--log-level", args.log_level])
+    options = ["--host", args.host, "--port", str(args.port), "--log-level", args.log_level]
+    os.execv(sys.executable, [sys.executable, *SERVER_MODULE, *options])
+
+
+SERVER_MODULE = (
+    ["-P", "-m", "app"]
+    if sys.version_info >= (3, 11)
+    else ["-c", "import runpy, sys; sys.path.pop(0); runpy.run_module('app', run_name='__main__')"]
+)
+"""`python -m app`, without the working directory at the front of sys.path (-P): a project of
+the user's own with an `app` package or app.py must not be what `atlas serve` starts."""
 
 
 def corpus(args: argparse.Namespace) -> None:

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from atlas_engine.config import get_settings
+from atlas_engine.inference.seq2seq import teacher_forced
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models import capture
 from atlas_engine.models.lm_head import auto_class, head_kind, split_head
@@ -130,8 +131,9 @@ def run_model(
 ) -> AttentionRun:
     """Run `model` (a transformers model object, or a Hub id or folder to load) on `text`.
 
-    text_pair makes a sentence pair (encoders); target is the decoder's text for an
-    encoder-decoder such as T5 (the decoder and cross-attention maps come back too). dtype and
+    text_pair makes a sentence pair (encoders); target is the text an encoder-decoder such as
+    T5 writes: its decoder reads it teacher-forced (its start token, then the target's tokens
+    but the last; `target_tokens`), and the decoder and cross-attention maps come back too. dtype and
     device apply when the model is loaded here; a model object stays where it is.
     """
     name = None  # a model object is named by its config
@@ -197,8 +199,9 @@ def run_model(
 def _run_encoder_decoder(
     model, tokenizer, inputs: dict, target: str, name: str | None
 ) -> AttentionRun:
-    decoder_ids = tokenizer(text_target=target, return_tensors="pt")["input_ids"]
-    decoder_ids = decoder_ids.to(inputs["input_ids"].device)
+    labels = tokenizer(text_target=target)["input_ids"]
+    forced = teacher_forced(model.config, labels, name or model.config.model_type)
+    decoder_ids = torch.tensor([forced], device=inputs["input_ids"].device)
     with torch.inference_mode():
         output = model(**inputs, decoder_input_ids=decoder_ids, output_attentions=True)
     target_ids = decoder_ids[0].tolist()

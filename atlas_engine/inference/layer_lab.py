@@ -13,7 +13,8 @@ there:
   this is exactly the GQA paper's pooling of W_K and W_V (and their biases); with a k norm
   (Qwen3, Gemma 3, OLMo 2) it pools the normalised keys, which no weight pooling gives.
 - RoPE off calls the layer's own attention module again with position embeddings that rotate
-  by nothing (cos 1, sin 0): its q norm, k norm and everything else as it ran.
+  by nothing (sin 0, cos the tables' own scale: 1, or YaRN's attention factor): its q norm, k
+  norm and everything else as it ran.
 - the output projection W_O is found, not named: in one probe pass it is the module with a
   weight, inside the layer's block, whose input equals the heads' outputs side by side.
 
@@ -32,7 +33,13 @@ from transformers.pytorch_utils import Conv1D
 from atlas_engine.errors import InvalidInput
 from atlas_engine.inference.forward import ForwardResult, tokenize
 from atlas_engine.inference.replay import layer_capture, layer_weights
-from atlas_engine.inference.residual import HeadOutputs, block_of, first_tensor, same_tensor
+from atlas_engine.inference.residual import (
+    HeadOutputs,
+    block_of,
+    first_tensor,
+    on_this_thread,
+    same_tensor,
+)
 from atlas_engine.models import capture
 from atlas_engine.models.capture import LayerCall, LayerCapture, Refused
 from atlas_engine.models.loader import LoadedModel
@@ -102,7 +109,11 @@ def unrotated(lay: LabLayer) -> LayerCapture:
             "with RoPE (SmolLM2, Gemma 3)"
         )
     cos, sin = tables
-    still = (torch.ones_like(cos), torch.zeros_like(sin))
+    # A rotation by nothing with the tables' own scale (YaRN and longrope multiply cos and sin
+    # by an attention factor; default RoPE's is 1, kept exact).
+    scale = (cos.double() ** 2 + sin.double() ** 2).sqrt()
+    unit = bool(((scale - 1).abs() <= 1e-6).all())
+    still = (torch.ones_like(cos) if unit else scale.to(cos.dtype), torch.zeros_like(sin))
     plain = LayerCall(call.module, call.args, {**call.kwargs, "position_embeddings": still})
     weight = next(call.module.parameters())
     hidden = lay.result.hidden_inputs[lay.layer].unsqueeze(0).to(weight.device, weight.dtype)
@@ -130,11 +141,18 @@ def head_outputs(captured: LayerCapture, weights: Tensor) -> Tensor:
     return head_output(weights, values)
 
 
-def cross(a: LayerCapture, b: LayerCapture) -> tuple[Tensor, Tensor]:
+def cross(a: LayerCapture, b: LayerCapture, rotary: bool) -> tuple[Tensor, Tensor]:
     """A's queries over B's keys and values, through the same layer: ((H, T_a, T_b) weights,
     (H, T_a) lengths of what each head writes). Every key is visible (encoders), with the
-    layer's scale and softcap; a layer that adds a position bias or sinks, or reads a sliding
-    window, is refused (a bias or a window between two texts' positions means nothing)."""
+    layer's scale and softcap; a layer that rotates q and k by position (`rotary`), adds a
+    position bias or sinks, or reads a sliding window is refused: a rotation, a bias or a window
+    between two texts' positions means nothing."""
+    if rotary:
+        raise InvalidInput(
+            "this layer rotates queries and keys by their positions (RoPE): between two "
+            "sentences the rotation would compare positions that have nothing to do with each "
+            "other. Pick a model without RoPE (MiniLM)."
+        )
     if a.bias is not None or a.sinks is not None:
         raise InvalidInput(
             "this layer adds a position bias or sink logits to its scores, which have no "
@@ -204,9 +222,10 @@ def own_attention(loaded: LoadedModel, text: str, layer: int) -> OwnAttention:
     device = model_device(model)
     weighted = [m for m in block.modules() if hasattr(m, "weight") and m is not module]
     with loaded.lock:  # the hooks are on only while this pass holds the model
-        handles = [module.register_forward_pre_hook(enter, with_kwargs=True)]
-        handles += [m.register_forward_hook(watch, with_kwargs=True) for m in weighted]
-        handles.append(block.register_forward_hook(done))
+        handles = [module.register_forward_pre_hook(on_this_thread(enter), with_kwargs=True)]
+        handles += [m.register_forward_hook(on_this_thread(watch), with_kwargs=True)
+                    for m in weighted]  # fmt: skip
+        handles.append(block.register_forward_hook(on_this_thread(done)))
         try:
             with (
                 torch.inference_mode(),

@@ -15,6 +15,7 @@ direct attribution; the lens needs only the blocks and the final norm.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -79,6 +80,18 @@ def block_of(parents: dict[int, nn.Module], module: nn.Module) -> nn.Module | No
             found = child
         child = parent
     return found
+
+
+def on_this_thread(hook: Callable) -> Callable:
+    """`hook`, acting only on calls made in the thread that wrapped it: a module's hooks see
+    every call of it, and a head replayed on another compute lane may call the same module
+    while a probe pass holds its hooks (a replay takes no lock)."""
+    owner = threading.get_ident()
+
+    def guarded(*args):
+        return hook(*args) if threading.get_ident() == owner else None
+
+    return guarded
 
 
 def first_tensor(args: tuple, kwargs: dict | None = None) -> Tensor | None:
@@ -364,7 +377,9 @@ def _probe(loaded: LoadedModel) -> Layout:
         handles = []
         try:
             for module in [*(m for b in blocks for m in b.modules()), *model.children()]:
-                handles.append(module.register_forward_hook(watch, with_kwargs=True))
+                handles.append(
+                    module.register_forward_hook(on_this_thread(watch), with_kwargs=True)
+                )
             with torch.inference_mode(), capture.recording(recorder):
                 output = model(**{k: v.to(device) for k, v in inputs.items()})
         finally:

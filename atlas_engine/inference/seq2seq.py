@@ -2,10 +2,11 @@
 over the target text and its cross-attention from the target to the input.
 
 The explorer's maps of such a model are its encoder's (atlas_engine.models.loader keeps the
-encoder as `model`). Here the whole model runs once more with the target as the decoder's
-input (the target's tokens as the tokenizer writes them, teacher-forced: what the decoder
-reads while it is trained to write them) and returns transformers' own maps of one decoder
-layer: the weights the model computed, so exact by construction.
+encoder as `model`). Here the whole model runs once more, teacher-forced: the decoder reads
+what it reads while it learns to write the target, its start token and then the target's
+tokens shifted one place right (the target as the tokenizer writes labels, its last token
+left out: the decoder writes it, it never reads it). transformers' own maps of one decoder
+layer come back: the weights the model computed, exact by construction.
 """
 
 from __future__ import annotations
@@ -31,22 +32,48 @@ def decoder_shape(loaded: LoadedModel) -> tuple[int, int]:
             "view shows. This view is for models such as T5."
         )
     config = whole.config
-    layers = getattr(config, "num_decoder_layers", None) or config.num_layers
-    return layers, config.num_heads
-
-
-def target_ids(loaded: LoadedModel, target: str, limit: int) -> list[int]:
-    """The decoder's input: the target's token ids as the tokenizer writes them (with its end
-    token), refused over `limit` tokens."""
-    ids = loaded.tokenizer(text_target=target)["input_ids"]
-    if not ids:
-        raise InvalidInput("the target produced no tokens; type the text the decoder reads")
-    if len(ids) > limit:
+    layers = _first(config, "decoder_layers", "num_decoder_layers", "num_layers")
+    heads = _first(config, "decoder_attention_heads", "num_heads", "num_attention_heads")
+    if layers is None or heads is None:
         raise InvalidInput(
-            f"the target is {len(ids)} tokens long; the decoder's maps are read whole, at most "
-            f"{limit} tokens here. Shorten the target."
+            f"'{loaded.id}''s config does not say how many decoder layers and heads it has"
         )
-    return ids
+    return layers, heads
+
+
+def _first(config, *names: str) -> int | None:
+    """The first of these config fields that is set (T5 names its decoder's layers
+    num_decoder_layers, BART decoder_layers; T5's heads are num_heads in both stacks)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def decoder_input(loaded: LoadedModel, target: str, limit: int) -> list[int]:
+    """What the decoder reads, teacher-forced: its start token, then the target's tokens (as
+    the tokenizer writes labels, with its end token where it adds one) but the last. Refused
+    over `limit` tokens, or where the config names no start token."""
+    labels = loaded.tokenizer(text_target=target)["input_ids"]
+    if not labels:
+        raise InvalidInput("the target produced no tokens; type the text the decoder reads")
+    if len(labels) > limit:
+        raise InvalidInput(
+            f"the target is {len(labels)} tokens long; the decoder's maps are read whole, at "
+            f"most {limit} tokens here. Shorten the target."
+        )
+    return teacher_forced(loaded.seq2seq.config, labels, loaded.id)
+
+
+def teacher_forced(config, labels: list[int], name: str) -> list[int]:
+    """The decoder's input while it learns to write `labels`: its start token (the config's
+    decoder_start_token_id), then the labels but the last (what transformers' own
+    shift-right gives). InvalidInput where the config names no start token."""
+    start = getattr(config, "decoder_start_token_id", None)
+    if not isinstance(start, int) or isinstance(start, bool):
+        raise InvalidInput(f"'{name}''s config names no decoder_start_token_id")
+    return [start, *labels[:-1]]
 
 
 def held_bytes(loaded: LoadedModel, seq: int, target: int) -> int:
@@ -54,8 +81,8 @@ def held_bytes(loaded: LoadedModel, seq: int, target: int) -> int:
     cross maps (transformers returns them all), and hidden states of both stacks (a bound: 8
     tensors of (tokens, d_model) a layer)."""
     layers, heads = decoder_shape(loaded)
-    enc_layers = loaded.arch.num_layers
-    maps = enc_layers * heads * seq * seq + layers * heads * (target * target + target * seq)
+    enc_layers, enc_heads = loaded.arch.num_layers, loaded.arch.num_heads
+    maps = enc_layers * enc_heads * seq * seq + layers * heads * (target * target + target * seq)
     hidden = 8 * (enc_layers * seq + layers * target) * loaded.arch.d_model
     return 4 * (maps + hidden)
 
@@ -65,7 +92,7 @@ class DecoderMaps:
     """One decoder layer's maps, float32 on the host."""
 
     tokens: list[str]  # the input's (the encoder's, the cross-attention's keys)
-    target_tokens: list[str]  # the decoder's
+    target_tokens: list[str]  # what the decoder reads: its start token, then the target's
     target_special: list[bool]
     decoder: Tensor  # (heads, S, S): the decoder's self-attention, causal
     cross: Tensor  # (heads, S, T): each target token's attention over the input
@@ -73,7 +100,8 @@ class DecoderMaps:
 
 def decoder_maps(loaded: LoadedModel, text: str, target: list[int], layer: int) -> DecoderMaps:
     """Decoder layer `layer`'s self- and cross-attention over `text` (encoded as every pass is)
-    and `target` (target_ids), from one run of the whole model with attention output."""
+    with the decoder reading `target` (decoder_input), from one run of the whole model with
+    attention output."""
     inputs, _ = tokenize(loaded, text, None, loaded.full_map_tokens)
     whole = loaded.seq2seq
     device = model_device(whole)

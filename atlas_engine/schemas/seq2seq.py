@@ -26,9 +26,9 @@ class DecoderRequest(TextRequest):
     )
 
     target: str = Field(
-        description="What the decoder reads (teacher-forced): the target text, tokenised as the "
-        f"model's tokenizer writes targets (at most {MAX_TEXT_CHARS} characters, and at most "
-        "the model's full_map_tokens tokens).",
+        description="The text the decoder learns to write. It reads it teacher-forced: its "
+        "start token, then the target's tokens (as the tokenizer writes labels) but the last. "
+        f"At most {MAX_TEXT_CHARS} characters, and the model's full_map_tokens tokens.",
         max_length=MAX_TEXT_CHARS,
         json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
     )
@@ -43,7 +43,10 @@ class DecoderRequest(TextRequest):
 class DecoderResponse(BaseModel):
     model: str
     tokens: list[str] = Field(description="The input's tokens (the encoder's): cross's keys")
-    target_tokens: list[str] = Field(description="The decoder's tokens: every map's queries")
+    target_tokens: list[str] = Field(
+        description="What the decoder reads (its start token, then the target's but the last): "
+        "every map's queries, and the decoder map's keys"
+    )
     target_special: list[bool]
     layer: int
     num_layers: int = Field(description="The decoder's layers")

@@ -1,4 +1,6 @@
-"""The lab pages that replay a real model's heads from its weights (attention_core.replay)."""
+"""The lab pages that take a real model's layer apart (K/V heads pooled, RoPE off, one text's
+queries on another's keys, sparse patterns) and the padded batch, from the layer's captured
+call in the text's pass (atlas_engine.inference.layer_lab)."""
 
 from __future__ import annotations
 
@@ -124,7 +126,7 @@ def cross_attention(passes: Passes, req: CrossRequest) -> CrossResponse:
         real_layer(passes, loaded, req.text_b, req.layer) as b,
         torch.inference_mode(),
     ):
-        weights, norms = cross(a.captured, b.captured)  # A's queries, B's keys and values
+        weights, norms = cross(a.captured, b.captured, a.rotary)  # A's q; B's k and v
         tokens_a, tokens_b = a.result.tokens, b.result.tokens
     return CrossResponse(
         model=loaded.id,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.forward import count_tokens
 from atlas_engine.inference.inflight import Reservation
-from atlas_engine.inference.seq2seq import decoder_maps, decoder_shape, held_bytes, target_ids
+from atlas_engine.inference.seq2seq import decoder_input, decoder_maps, decoder_shape, held_bytes
 from atlas_engine.schemas.attention import MAX_JSON_WEIGHTS
 from atlas_engine.schemas.seq2seq import DecoderRequest, DecoderResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
@@ -27,7 +27,7 @@ def decoder_attention(
         raise InvalidInput("an encoder-decoder reads one input text and a target: no text_pair")
     limit = loaded.full_map_tokens
     seq = count_tokens(loaded, req.text, None, limit)
-    target = target_ids(loaded, req.target, limit)
+    target = decoder_input(loaded, req.target, limit)
     s = len(target)
     weights = heads * (s * s + s * seq)
     if weights > MAX_JSON_WEIGHTS:

@@ -23,7 +23,8 @@ def test_the_decoders_and_cross_maps_are_the_models_own(client, app):
     loaded = app.state.manager.get(T5)
     whole = loaded.seq2seq
     enc = loaded.tokenizer(TEXT, return_tensors="pt")
-    target = loaded.tokenizer(text_target=TARGET, return_tensors="pt")["input_ids"]
+    labels = loaded.tokenizer(text_target=TARGET, return_tensors="pt")["input_ids"]
+    target = whole._shift_right(labels)  # T5's own teacher forcing: start token, labels[:-1]
     with torch.no_grad():
         out = whole(input_ids=enc["input_ids"], decoder_input_ids=target, output_attentions=True)
     for layer in range(whole.config.num_decoder_layers):
@@ -32,6 +33,7 @@ def test_the_decoders_and_cross_maps_are_the_models_own(client, app):
         assert torch.equal(torch.tensor(body["cross"]), out.cross_attentions[layer][0])
     s, t = target.shape[1], enc["input_ids"].shape[1]
     assert (len(body["target_tokens"]), len(body["tokens"])) == (s, t)
+    assert body["target_tokens"][0] == loaded.tokenizer.convert_ids_to_tokens(0)  # the start
     assert torch.tensor(body["cross"]).shape == (body["num_heads"], s, t)
     decoder = torch.tensor(body["decoder"])
     assert torch.equal(decoder.triu(1), torch.zeros_like(decoder))  # the future is masked

@@ -14,8 +14,10 @@ import transformers as tf
 from atlas_engine.errors import InvalidInput
 from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.inflight import AnswerBudget
+from atlas_engine.inference.layer_lab import cross, lab_layer
 from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.registry import build_registry
+from atlas_engine.schemas.attention import TextRequest
 from atlas_engine.schemas.lab_inside import ForwardPassRequest, HeadAnatomyRequest
 from atlas_engine.schemas.lab_models import (
     CrossRequest,
@@ -237,11 +239,10 @@ def test_rope_off_is_refused_where_positions_are_not_rotations(passes, name):
         lab_models.rope_head(passes, RopeHeadRequest(model=loaded.id, text=TEXT))
 
 
-@pytest.mark.parametrize("name", ["bert", "distilbert", "modernbert"])
+@pytest.mark.parametrize("name", ["bert", "distilbert"])
 def test_cross_attention_of_a_sentence_with_itself_is_its_self_attention(passes, name):
-    """ModernBERT's layer 0 is global (its layer 1 slides: refused below)."""
     loaded = passes.model(f"local/{name}")
-    layer = 0 if name == "modernbert" else 1
+    layer = 1
     same = lab_models.cross_attention(
         passes, CrossRequest(model=loaded.id, text_a=TEXT, text_b=TEXT, layer=layer)
     )
@@ -258,13 +259,16 @@ def test_cross_attention_refuses_decoders_a_position_bias_and_a_window(passes):
     refused = {
         "decoder": CrossRequest(model="local/gemma3", text_a=OTHER, text_b=TEXT),
         "position bias": CrossRequest(model="local/t5", text_a=OTHER, text_b=TEXT),
-        "sliding-window": CrossRequest(
-            model="local/modernbert", text_a=OTHER, text_b=TEXT, layer=1
-        ),
+        "RoPE": CrossRequest(model="local/modernbert", text_a=OTHER, text_b=TEXT, layer=0),
     }
     for says, request in refused.items():
         with pytest.raises(InvalidInput, match=says):
             lab_models.cross_attention(passes, request)
+    loaded = passes.model("local/modernbert")  # its layer 1 slides, whatever its positions
+    with passes.held(loaded, TextRequest(model=loaded.id, text=TEXT)) as result:
+        sliding = lab_layer(loaded, result, 1).captured
+        with pytest.raises(InvalidInput, match="sliding-window"):
+            cross(sliding, sliding, rotary=False)
 
 
 @pytest.mark.parametrize("name", ["gemma3", "qwen3", "modernbert", "gpt-neox"])

@@ -260,9 +260,9 @@ async def post_generate(
     response_model=DecoderResponse,
     summary="An encoder-decoder's decoder self-attention and cross-attention",
     description="For an encoder-decoder (T5 and the like; `encoder_decoder` in /api/models), "
-    "whose other routes show its encoder: one decoder layer's self-attention over the `target` "
-    "(what the decoder reads, teacher-forced, tokenised as the tokenizer writes targets) and "
-    "its cross-attention from each target token over the input's tokens. transformers' own "
+    "whose other routes show its encoder: one decoder layer's self-attention as it reads the "
+    "`target` teacher-forced (its start token, then the target's tokens but the last) and its "
+    "cross-attention from each of those over the input's tokens. transformers' own "
     "weights from one run of the whole model. Both texts are held to the model's "
     "`full_map_tokens`, and the answer to 4,000,000 weights; any other model gets 422.",
     responses=ERRORS,

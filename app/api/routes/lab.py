@@ -139,9 +139,10 @@ async def kv_cache(body: KvCacheRequest) -> KvCacheResponse:
     summary="What a head is: one real layer, head by head",
 )
 async def what_a_head_is(body: HeadAnatomyRequest, passes: PassesDep) -> HeadAnatomyResponse:
-    """A real layer recomputed from its weights: its input X, each head's own Q, K, V and
-    weights, the heads' outputs joined and mixed by W_O, and max |Δ| of every step against the
-    model's own on a real pass. Texts of at most 64 tokens."""
+    """A real layer taken apart from its captured call: its input X, each head's own Q, K, V
+    and weights, the heads' outputs joined and mixed by W_O (found on a probe pass), and max |Δ|
+    of every step against the model's own on that pass. Any model whose heads replay; texts
+    of at most 64 tokens."""
     return await run_with_room(lab_inside.head_anatomy, passes, body)
 
 
@@ -176,7 +177,8 @@ async def kv_sharing(body: KvSharingRequest, passes: PassesDep) -> KvSharingResp
 )
 async def cross(body: CrossRequest, passes: PassesDep) -> CrossResponse:
     """Queries from sentence A, keys and values from sentence B, through one encoder layer's
-    own projections. Texts of at most 64 tokens; decoders are refused with the reason."""
+    own projections. Texts of at most 64 tokens; decoders, and layers that rotate by position,
+    add a position bias or read a sliding window, are refused with the reason."""
     return await run_with_room(lab_models.cross_attention, passes, body)
 
 
@@ -199,7 +201,9 @@ async def sparse(body: SparseRequest, passes: PassesDep) -> SparseResponse:
     summary="A head with and without RoPE",
 )
 async def rope_head(body: RopeHeadRequest, passes: PassesDep) -> RopeHeadResponse:
-    """A Llama-family head replayed with its rotary embedding and with it switched off."""
+    """A head replayed as it ran and with its rotary embedding switched off (its layer called
+    again with a rotation by nothing). Any model whose heads replay and whose config has
+    rope_parameters (`rotary` in /api/models)."""
     return await run_with_room(lab_models.rope_head, passes, body)
 
 

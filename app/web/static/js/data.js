@@ -145,7 +145,7 @@ export class AttentionSession {
    * decoder layer (POST /api/attention/decoder). */
   decoder(target, layer) {
     return this.remember(this.answers, `decoder:${JSON.stringify([target, layer])}`, 1, () =>
-      api.decoder({ model: this.model, text: this.text, target, layer }, { signal: this.controller.signal }));
+      api.decoder(this.body({ target, layer }), { signal: this.controller.signal }));
   }
 
   /** Direct logit attribution (POST /api/attention/attribution): {position, target, contrast, source}. */
