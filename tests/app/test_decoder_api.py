@@ -2,10 +2,22 @@
 (T5 here, a tiny random checkpoint of the suite's), equal to transformers' own, with its
 refusals made before the model runs."""
 
+import json
+
 import pytest
 import torch
+import transformers as tf
+from transformers.models.bart.modeling_bart import shift_tokens_right
 
+from atlas_engine.inference.cache import ForwardCache
+from atlas_engine.inference.inflight import AnswerBudget
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.models.registry import build_registry
 from atlas_engine.schemas.attention import MAX_JSON_WEIGHTS
+from atlas_engine.schemas.seq2seq import DecoderRequest
+from atlas_engine.services.passes import Passes
+from atlas_engine.services.seq2seq import decoder_attention
+from tests.conftest import CACHE_DIR, gpt2_tokenizer
 
 T5 = "local/t5-tiny"
 TEXT = "translate English to German: the house is wonderful"
@@ -76,3 +88,33 @@ def test_an_answer_too_large_for_json_is_refused_with_its_size(client, monkeypat
     detail = post(client, 422)["detail"]
     assert "weights" in detail and "at most 100" in detail
     assert MAX_JSON_WEIGHTS == 4_000_000
+
+
+def test_a_bart_with_its_own_names_for_the_decoders_size_is_read_too(tmp_path):
+    """BART names its decoder's layers and heads decoder_layers and decoder_attention_heads
+    (2 heads here, against the encoder's 4), and shifts its labels with its own function."""
+    torch.manual_seed(0)
+    config = tf.BartConfig(
+        vocab_size=50257, d_model=32, encoder_layers=2, decoder_layers=3,
+        encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64,
+    )  # fmt: skip
+    tf.BartModel(config).save_pretrained(tmp_path / "bart")
+    gpt2_tokenizer().save_pretrained(tmp_path / "bart")
+    registry = build_registry([f"local/bart={tmp_path / 'bart'}"], None)
+    manager = ModelManager(registry, cache_dir=CACHE_DIR, token_limit=64, max_loaded=1)
+    passes = Passes(manager, ForwardCache(4, 2**30), AnswerBudget(2**30, 1.0))
+    request = DecoderRequest(model="local/bart", text=TEXT, target=TARGET, layer=2)
+    answer, reservation = decoder_attention(passes, request)
+    reservation.release()
+    body = json.loads(answer)
+    assert (body["num_layers"], body["num_heads"]) == (3, 2)
+    loaded = manager.get("local/bart")
+    labels = torch.tensor([loaded.tokenizer(text_target=TARGET)["input_ids"]])
+    forced = shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
+    source = torch.tensor([loaded.tokenizer(TEXT)["input_ids"]])
+    with torch.no_grad():
+        out = loaded.seq2seq(input_ids=source, decoder_input_ids=forced, output_attentions=True)
+    assert torch.equal(torch.tensor(body["decoder"]), out.decoder_attentions[2][0])
+    assert torch.equal(torch.tensor(body["cross"]), out.cross_attentions[2][0])
+    assert passes.budget.held_bytes == 0
