@@ -241,6 +241,7 @@ def probe_causal(model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> bool:
 UNUSED_HEAD_PREFIXES = (
     "lm_head.", "cls.", "qa_outputs.", "classifier.", "pre_classifier.", "score.",
     "vocab_transform.", "vocab_layer_norm.", "vocab_projector.", "embed_out.",
+    "final_logits_bias",  # the LM head's bias of BART, mBART, Marian, Pegasus
 )  # fmt: skip
 """Task heads a checkpoint may carry that the base model (all attention needs) leaves out."""
 OPTIONAL_MISSING_PREFIXES = ("pooler.",)

@@ -99,7 +99,8 @@ def test_a_bart_with_its_own_names_for_the_decoders_size_is_read_too(tmp_path):
         encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=64,
         decoder_ffn_dim=64, max_position_embeddings=64,
     )  # fmt: skip
-    tf.BartModel(config).save_pretrained(tmp_path / "bart")
+    # Saved with its LM head, as BART checkpoints are: its final_logits_bias is a head's weight.
+    tf.BartForConditionalGeneration(config).save_pretrained(tmp_path / "bart")
     gpt2_tokenizer().save_pretrained(tmp_path / "bart")
     registry = build_registry([f"local/bart={tmp_path / 'bart'}"], None)
     manager = ModelManager(registry, cache_dir=CACHE_DIR, token_limit=64, max_loaded=1)
