@@ -27,38 +27,13 @@ from atlas_engine.schemas.lab_models import (
 )
 from atlas_engine.services import lab_inside, lab_models
 from atlas_engine.services.passes import Passes
-from tests.conftest import CACHE_DIR, gpt2_tokenizer
+from tests.conftest import CACHE_DIR
+from tests.support.tiny import DECODERS, SIZE, save_tiny
 
 pytestmark = pytest.mark.slow
 
 TEXT = " the cat sat on the mat because it was warm and then"
 OTHER = " where is the dog"
-SIZE = {"vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip
-WINDOWED = {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]}
-GQA = {"num_key_value_heads": 2}
-DECODERS = {
-    "gpt2": lambda: tf.GPT2Config(vocab_size=50257, n_embd=32, n_layer=2, n_head=4),
-    "gpt-neox": lambda: tf.GPTNeoXConfig(**SIZE),  # rotates a quarter of each head
-    "llama": lambda: tf.LlamaConfig(**SIZE, **GQA),
-    "qwen3": lambda: tf.Qwen3Config(**SIZE, **GQA, head_dim=8),  # q/k norms
-    "phi3": lambda: tf.Phi3Config(**SIZE, **GQA, pad_token_id=0),
-    "olmo2": lambda: tf.Olmo2Config(**SIZE, **GQA),
-    "gemma2": lambda: tf.Gemma2Config(
-        **SIZE,
-        **GQA,
-        head_dim=8,
-        attn_logit_softcapping=5.0,
-        query_pre_attn_scalar=8,
-        **WINDOWED,
-    ),
-    "gemma3": lambda: tf.Gemma3TextConfig(
-        **SIZE, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8, **WINDOWED
-    ),  # MQA, q/k norms, a sliding layer
-    "gpt-oss": lambda: tf.GptOssConfig(
-        **SIZE, **GQA, head_dim=8, num_local_experts=4, num_experts_per_tok=2, **WINDOWED
-    ),  # sinks
-}
 ENCODERS = {
     "bert": lambda: tf.BertConfig(**SIZE),
     "distilbert": lambda: tf.DistilBertConfig(
@@ -114,12 +89,7 @@ def passes(tmp_path_factory) -> Passes:
             model = tf.T5ForConditionalGeneration(config())
         else:
             model = tf.AutoModel.from_config(config())
-        with torch.no_grad():  # random biases, so every bias term is exercised
-            for module in model.modules():
-                if getattr(module, "bias", None) is not None:
-                    module.bias.normal_(0, 0.1)
-        model.save_pretrained(root / name)
-        gpt2_tokenizer().save_pretrained(root / name)
+        save_tiny(model, root / name)
         extra.append(f"local/{name}={root / name}")
     manager = ModelManager(
         build_registry(extra, None), cache_dir=CACHE_DIR, token_limit=64, max_loaded=16

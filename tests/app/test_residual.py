@@ -16,41 +16,11 @@ from atlas_engine.inference.patching import Metric, exact_heads, exact_stream
 from atlas_engine.inference.residual import layout_of, run_stream
 from atlas_engine.models.loader import load_model
 from atlas_engine.models.registry import parse_extra_model
-from tests.conftest import CACHE_DIR, gpt2_tokenizer
+from tests.conftest import CACHE_DIR
+from tests.support.tiny import DECODERS, save_tiny
 
 pytestmark = pytest.mark.slow
 
-SIZE = {"vocab_size": 50257, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip
-WINDOWED = {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]}
-FAMILIES = {
-    "gpt2": lambda: tf.GPT2Config(vocab_size=50257, n_embd=32, n_layer=2, n_head=4),
-    "gpt-neox": lambda: tf.GPTNeoXConfig(**SIZE),  # parallel attention and MLP
-    "llama": lambda: tf.LlamaConfig(**SIZE, num_key_value_heads=2),
-    "qwen3": lambda: tf.Qwen3Config(**SIZE, num_key_value_heads=2, head_dim=8),
-    "phi3": lambda: tf.Phi3Config(**SIZE, num_key_value_heads=2, pad_token_id=0),
-    "olmo2": lambda: tf.Olmo2Config(**SIZE, num_key_value_heads=2),  # norms after sublayers
-    "gemma2": lambda: tf.Gemma2Config(
-        **SIZE,
-        num_key_value_heads=2,
-        head_dim=8,
-        attn_logit_softcapping=5.0,
-        final_logit_softcapping=30.0,
-        query_pre_attn_scalar=8,
-        **WINDOWED,
-    ),
-    "gemma3": lambda: tf.Gemma3TextConfig(
-        **SIZE, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8, **WINDOWED
-    ),
-    "gpt-oss": lambda: tf.GptOssConfig(
-        **SIZE,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        **WINDOWED,
-    ),
-}
 TEXT = " the cat sat on the mat and then"
 CORRUPTED = " the dog sat on the mat and then"
 
@@ -59,15 +29,9 @@ CORRUPTED = " the dog sat on the mat and then"
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("residual")
     loaded = {}
-    for name, config in FAMILIES.items():
+    for name, config in DECODERS.items():
         torch.manual_seed(0)
-        model = tf.AutoModelForCausalLM.from_config(config())
-        with torch.no_grad():  # random biases, so every bias term is exercised
-            for module in model.modules():
-                if getattr(module, "bias", None) is not None:
-                    module.bias.normal_(0, 0.1)
-        model.save_pretrained(root / name)
-        gpt2_tokenizer().save_pretrained(root / name)
+        save_tiny(tf.AutoModelForCausalLM.from_config(config()), root / name)
         spec = parse_extra_model(f"local/{name}={root / name}")
         loaded[name] = load_model(
             spec, cache_dir=CACHE_DIR, token_limit=64, progress=lambda *a, **k: None
@@ -80,7 +44,7 @@ def top_two(loaded, stream, position):
     return logits.topk(2).indices.tolist()
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", DECODERS)
 def test_direct_attributions_sum_to_the_real_logit(models, name):
     loaded = models[name]
     assert layout_of(loaded).direct_refusal is None
@@ -100,7 +64,7 @@ def test_direct_attributions_sum_to_the_real_logit(models, name):
     assert float(split.sum()) == pytest.approx(float(found.heads[1, 2]), rel=1e-5, abs=1e-7)
 
 
-@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("name", DECODERS)
 def test_the_lens_last_row_is_the_models_own_output(models, name):
     loaded = models[name]
     inputs, _ = tokenize(loaded, TEXT, None)

@@ -3,7 +3,8 @@
 // head at a time (POST /api/attention/decoder). Every other view shows the encoder's maps.
 
 import { linearBar, viridis } from "../colors.js";
-import { el, metricCard } from "../dom.js";
+import { metricCard } from "../dom.js";
+import { modelFits } from "./fits.js";
 import { drawHeatmap } from "./plot.js";
 
 export function bind(parts, set) {
@@ -13,21 +14,9 @@ export function bind(parts, set) {
 
 /** Whether the open model has a decoder to show; where it has not, the panel says why and
  * offers one that has. */
-function ready({ session, models, parts, set }) {
-  const model = (models || []).find((m) => m.id === session.model);
-  const has = !model || model.encoder_decoder !== false; // null: not known until its config is read
-  parts.results.hidden = !has;
-  parts.controls.hidden = !has;
-  if (has) return true;
-  const said = [`${model.id} is not an encoder–decoder: it has one stack of layers, and every other view shows it. This view is for models such as T5 (open one with atlas serve --model <folder>).`];
-  const other = models.find((m) => m.available && m.encoder_decoder);
-  if (other) {
-    const button = el("button", { text: `Switch to ${other.id}`, attrs: { type: "button" } });
-    button.addEventListener("click", () => set({ model: other.id }));
-    said.push(" ", button);
-  }
-  parts.summary.replaceChildren(...said);
-  return false;
+function ready(scene) {
+  const why = (model) => `${model.id} is not an encoder–decoder: it has one stack of layers, and every other view shows it. This view is for models such as T5 (open one with atlas serve --model <folder>).`;
+  return modelFits(scene, (m) => m.encoder_decoder, why, ["results", "controls"]);
 }
 
 /** The input token a row of cross-attention weights reads most, with its weight. */

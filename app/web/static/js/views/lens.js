@@ -5,6 +5,7 @@
 
 import { linearBar, viridis } from "../colors.js";
 import { el, metricCard } from "../dom.js";
+import { modelFits } from "./fits.js";
 import { drawHeatmap, onCellClick } from "./plot.js";
 
 /** A token as the user typed or copied it (␣ for a space, as the page shows tokens) -> its text. */
@@ -21,26 +22,12 @@ function parseCell(text) {
  * for the lens, "next_token" for direct attribution and patching); where it cannot, the panel
  * says why, offers a model that can, and hides its results.
  */
-export function headReady({ session, models, parts, set }, kind) {
-  const model = (models || []).find((m) => m.id === session.model); // the widget lists none
-  const fits = (m) => (kind === "next_token" ? m.predicts === "next_token" : m.predicts && m.predicts !== "none");
-  if (!model || model.predicts == null || fits(model)) { // null: not loaded yet, so not known
-    parts.results.hidden = false;
-    return true;
-  }
-  parts.results.hidden = true;
-  const other = models.find((m) => m.available && fits(m));
-  const why = model.predicts === "masked"
+export function headReady(scene, kind) {
+  const fits = (m) => (m.predicts == null ? null : kind === "next_token" ? m.predicts === "next_token" : m.predicts !== "none");
+  const why = (model) => (model.predicts === "masked"
     ? `${model.id} predicts masked tokens: its head transforms and normalises the stream first, so no piece has a direct effect on a logit.`
-    : `${model.id} has no language-model head (a sentence encoder), so there is no logit to read.`;
-  const said = [why];
-  if (other) {
-    const button = el("button", { text: `Switch to ${other.id}`, attrs: { type: "button" } });
-    button.addEventListener("click", () => set({ model: other.id }));
-    said.push(" ", button);
-  }
-  parts.summary.replaceChildren(...said);
-  return false;
+    : `${model.id} has no language-model head (a sentence encoder), so there is no logit to read.`);
+  return modelFits(scene, fits, why);
 }
 
 export function bind(parts, set) {
