@@ -42,10 +42,10 @@ export async function render(scene) {
   const cross = answer.cross[head];
   parts.summary.textContent = `Decoder layer ${layer} of ${answer.num_layers}, head ${head}. ${
     state.target ? "" : "The decoder reads the input itself until you type a target above. "
-  }Rows are the target's tokens; the left map's columns are the target's too (each token reads the ones before it), the right map's are the input's.`;
+  }Rows are what the decoder reads: its start token, then the target's tokens but the last. The left map's columns are the same (each reads the ones before it), the right map's the input's.`;
   parts.metrics.replaceChildren(
-    metricCard("target tokens · input tokens", `${rows.length} · ${answer.tokens.length}`),
-    metricCard("the last target token reads most", strongest(cross[cross.length - 1], answer.tokens)),
+    metricCard("decoder tokens · input tokens", `${rows.length} · ${answer.tokens.length}`),
+    metricCard("the last decoder token reads most", strongest(cross[cross.length - 1], answer.tokens)),
   );
   const common = { zmin: 0, zmax: 1, hoverName: "weight", yTitle: "query (target)", height: Math.min(900, Math.max(360, 18 * rows.length + 160)) };
   await drawHeatmap(parts.decoder, answer.decoder[head], rows, rows, { ...common, xTitle: "key (target)", title: `Decoder self-attention · layer ${layer} · head ${head}` });
