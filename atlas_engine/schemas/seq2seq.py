@@ -33,6 +33,9 @@ class DecoderRequest(TextRequest):
         json_schema_extra={"minLength": 1, "pattern": NOT_BLANK},
     )
     layer: Index = Field(0, description="The decoder layer (0-based, below its count).")
+    text_pair: None = Field(
+        None, description="Not taken: an encoder-decoder reads one input text and a target."
+    )
 
     @field_validator("target")
     @classmethod

@@ -23,8 +23,6 @@ def decoder_attention(
     loaded = passes.model(req.model)
     layers, heads = decoder_shape(loaded)
     indices([req.layer], layers, "decoder layer")
-    if req.text_pair is not None:
-        raise InvalidInput("an encoder-decoder reads one input text and a target: no text_pair")
     limit = loaded.full_map_tokens
     seq = count_tokens(loaded, req.text, None, limit)
     target = decoder_input(loaded, req.target, limit)
