@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast lint format bench docker-test screenshots clean install install-test browser \
-	reinstall-models gemma corpus
+	reinstall-models gemma corpus corpus-text
 
 $(VENV)/.installed: pyproject.toml requirements/models.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -53,24 +53,33 @@ browser:
 
 # The corpus the head pages read (/head/<model>/<layer>/<head>): Debian's python3-doc, the
 # Python documentation's English prose under the PSF licence, then every head of both embedded
-# models over CORPUS_TEXTS texts of it. Resumable: a second run finds the work done. Where
-# python3-doc cannot be installed (not Debian, no sudo) it says so and the app runs without.
+# models over CORPUS_TEXTS texts of it. `make run` serves at once and has the server describe
+# them in the background, behind every request (ATLAS_CORPUS_TEXTS; CORPUS_TEXTS=0: none);
+# `make corpus` does the same work in the foreground. Resumable: a second run finds the work
+# done. Where python3-doc cannot be installed (not Debian, no sudo) it says so and the app runs
+# without head pages.
 CORPUS_TEXTS ?= 200
-corpus: $(VENV)/.installed
+corpus-text:
 	@test -d /usr/share/doc/python3-doc/html/_sources || { \
 	  echo "Installing Debian's python3-doc (the corpus of the head pages)"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
 	  { $$SUDO apt-get install -y -qq python3-doc >/dev/null 2>&1 || \
 	    { $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq python3-doc >/dev/null; }; } \
-	  2>/dev/null || echo "python3-doc is not installable here: head pages need a corpus (atlas corpus run --corpus <file>)"; }
+	  2>/dev/null && echo "python3-doc installed: the corpus job goes on" || \
+	  echo "python3-doc is not installable here: head pages need a corpus (atlas corpus run --corpus <file>)"; }
+
+corpus: $(VENV)/.installed corpus-text
 	@if test -d /usr/share/doc/python3-doc/html/_sources; then \
 	  for model in sentence-transformers/all-MiniLM-L6-v2 HuggingFaceTB/SmolLM2-135M-Instruct; do \
 	    HF_HUB_OFFLINE=1 $(PY) -m attention_atlas.cli corpus run --model $$model --texts $(CORPUS_TEXTS) || exit 1; \
-	    echo; done; fi
+	    done; fi
 
+# The server answers first; python3-doc installs beside it (an asynchronous command of make's
+# shell ignores Ctrl-C, so stopping the server never interrupts apt), and the server's corpus job
+# waits for it.
 run: $(VENV)/.installed
-	@$(MAKE) --no-print-directory corpus || echo "the corpus job failed; the app runs without it"
-	HF_HUB_OFFLINE=1 $(PY) -m app --host $(HOST) --port $(PORT) \
+	@if [ "$(CORPUS_TEXTS)" != 0 ]; then $(MAKE) --no-print-directory corpus-text & fi
+	HF_HUB_OFFLINE=1 ATLAS_CORPUS_TEXTS=$(CORPUS_TEXTS) $(PY) -m app --host $(HOST) --port $(PORT) \
 	    --log-level $${ATLAS_LOG_LEVEL:-info}
 
 test: $(VENV)/.installed-test browser

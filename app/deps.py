@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from atlas_engine.config import Settings
+from atlas_engine.corpus.background import BackgroundCorpus
 from atlas_engine.services.passes import Passes
 
 
@@ -22,5 +23,10 @@ async def get_passes(request: Request) -> Passes:
     return request.app.state.passes
 
 
+async def get_corpus_job(request: Request) -> BackgroundCorpus:
+    return request.app.state.corpus_job
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
 PassesDep = Annotated[Passes, Depends(get_passes)]
+CorpusJobDep = Annotated[BackgroundCorpus, Depends(get_corpus_job)]

@@ -9,6 +9,7 @@ import logging
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -29,6 +30,7 @@ from app.web.assets import STATIC_DIR
 from atlas_engine.admission import QueueLimits
 from atlas_engine.compute import call_on_compute
 from atlas_engine.config import Settings, get_settings
+from atlas_engine.corpus.background import BackgroundCorpus
 from atlas_engine.errors import AtlasError
 from atlas_engine.inference.cache import ForwardCache
 from atlas_engine.inference.forward import warm_up
@@ -70,7 +72,24 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     preload = [m for m in settings.preload if m in app.state.manager.registry]
     if preload:
         threading.Thread(target=_preload, args=(app.state.manager, preload), daemon=True).start()
-    yield
+    app.state.corpus_job.start()
+    try:
+        yield
+    finally:
+        app.state.corpus_job.stop()
+
+
+def corpus_job(settings: Settings, manager: ModelManager) -> BackgroundCorpus:
+    """The corpus job beside the server (settings.corpus_texts texts of each model; none by
+    default: `make run` asks for it)."""
+    models = [m for m in settings.corpus_models if m in manager.registry]
+    return BackgroundCorpus(
+        manager.get,
+        Path(settings.corpus_store),
+        models,
+        settings.corpus_texts,
+        corpus=settings.corpus_source,
+    )
 
 
 def queue_limits(settings: Settings) -> QueueLimits:
@@ -104,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.forward_cache_entries, settings.forward_cache_bytes
     )
     app.state.answer_budget = AnswerBudget(settings.inflight_bytes, settings.inflight_wait_seconds)
+    app.state.corpus_job = corpus_job(settings, app.state.manager)
     app.state.passes = Passes(app.state.manager, app.state.forward_cache, app.state.answer_budget)
     install_error_handlers(app, not_found_page=pages.not_found_page)
     if settings.cors_origins:

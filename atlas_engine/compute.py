@@ -97,7 +97,7 @@ _threads_lock = threading.Lock()
 _lane_threads: set[int] = set()
 
 
-def _lower_priority(nice: int) -> None:
+def lower_priority(nice: int) -> None:
     """Lower the calling thread's priority by `nice` more (Linux only: elsewhere a nice value
     is the whole process's). Lowering one's own priority needs no privilege."""
     if sys.platform == "linux" and nice > 0:
@@ -110,7 +110,7 @@ def _start_heavy_thread() -> None:
     """The heavy lane keeps PyTorch's intra-op threads (a thread reads the process-wide count
     once, the first time it needs it, and keeps its own from then on), at the operator's
     ATLAS_HEAVY_LANE_NICE (HEAVY_LANE_NICE by default) before it starts them."""
-    _lower_priority(get_settings().heavy_lane_nice)
+    lower_priority(get_settings().heavy_lane_nice)
     with _threads_lock:
         torch.get_num_threads()  # a thread reads the process-wide count at its first ask
         torch.set_num_threads(_DEFAULT_THREADS)
@@ -560,3 +560,23 @@ async def iterate_on_compute(
         close = getattr(items, "close", None)
         if close is not None and not finished:
             _submit(lane, close, (), 0.0)
+
+
+IDLE_POLL_SECONDS = 0.05
+
+
+def run_when_idle(fn: Callable[..., T], *args: object, model: str) -> T:
+    """fn(*args) on the heavy lane once no job waits there, waited for here: for work nobody
+    waits for (the corpus job the server runs beside its requests, atlas_engine.corpus.background).
+    It is queued as the longest job the lane orders (passed by every request sent before its
+    deadline of MOST_PASSED_SECONDS), counted as no work by admission, and never run inside
+    another job; short jobs run inside it between its steps (run_beside: `model` is the model
+    it runs). Raises ShuttingDown once the server begins to stop."""
+    while queued()[0]:
+        if _shutting_down.is_set():
+            break
+        time.sleep(IDLE_POLL_SECONDS)
+    if _shutting_down.is_set():
+        raise ShuttingDown("the server is shutting down; background work stopped")
+    seconds = MOST_PASSED_SECONDS / PATIENCE  # its deadline: the latest the lane gives any job
+    return _heavy.submit(fn, *args, seconds=seconds, model=model, counted=0.0).result()

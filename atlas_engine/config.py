@@ -70,6 +70,26 @@ class Settings(BaseSettings):
         description="The corpus store (SQLite) that `atlas corpus run` writes and the head "
         "pages read.",
     )
+    corpus_texts: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="Texts of python-docs (Debian's python3-doc) over which the server describes "
+        "every head of corpus_models in the background, behind every request, for the head "
+        "pages; 0: none (make run sets 200: CORPUS_TEXTS). Resumed where it stopped.",
+    )
+    corpus_source: str = Field(
+        "python-docs",
+        description="What the background corpus job reads: python-docs, or a .txt/.jsonl file or "
+        "folder (docs/corpus.md).",
+    )
+    corpus_models: list[str] = Field(
+        default_factory=lambda: [
+            "sentence-transformers/all-MiniLM-L6-v2",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+        ],
+        description="The models the background corpus job describes, in order.",
+    )
     preload: list[str] = Field(
         default_factory=lambda: ["sentence-transformers/all-MiniLM-L6-v2"],
         description="Models loaded in the background at start-up.",

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 
@@ -65,6 +66,9 @@ SERVER_MODULE = (
 the user's own with an `app` package or app.py must not be what `atlas serve` starts."""
 
 
+PROGRESS_SECONDS = 10.0
+
+
 def corpus(args: argparse.Namespace) -> None:
     """`atlas corpus run` and `atlas corpus list`."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -88,6 +92,7 @@ def corpus(args: argparse.Namespace) -> None:
         extra = json.loads(os.environ.get("ATLAS_EXTRA_MODELS", "[]"))
         os.environ["ATLAS_EXTRA_MODELS"] = json.dumps([*extra, entry])
     from atlas_engine.config import Settings
+    from atlas_engine.corpus.background import duration
     from atlas_engine.corpus.job import plan, run_job
     from atlas_engine.corpus.texts import CorpusMissing
     from atlas_engine.models.manager import ModelManager
@@ -100,8 +105,18 @@ def corpus(args: argparse.Namespace) -> None:
         raise SystemExit(f"atlas corpus: {err}") from None
     print(f"run {run.id}: {model_id} on {args.corpus}: {run.done} of {run.planned} texts done")
 
+    started, printed = run.done, [time.monotonic()]
+    tokens_a_text = args.tokens  # an upper bound until the first texts are done
+
     def progress(done: int, planned: int, rate: float) -> None:
-        print(f"\r{done} of {planned} texts, {rate:,.0f} tokens/s", end="", flush=True)
+        """One line a step (a log file keeps each), at most every PROGRESS_SECONDS and last."""
+        if done < planned and time.monotonic() - printed[0] < PROGRESS_SECONDS:
+            return
+        printed[0] = time.monotonic()
+        left = (planned - done) * tokens_a_text / max(rate, 1e-9)
+        end = "" if done == planned else f", about {duration(left)} left"
+        print(f"{done} of {planned} texts ({done - started} this run), {rate:,.0f} tokens/s{end}",
+              flush=True)  # fmt: skip
 
     try:
         if args.cluster:
@@ -114,9 +129,9 @@ def corpus(args: argparse.Namespace) -> None:
         else:
             run = run_job(loaded, store, run, progress=progress)
     except KeyboardInterrupt:
-        print("\nstopped: run it again to go on from here")
+        print("stopped: run it again to go on from here")
         return
-    print(f"\ndone: {run.done} of {run.planned} texts, stored in {args.store}")
+    print(f"done: {run.done} of {run.planned} texts, stored in {args.store}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -34,6 +34,41 @@ STATISTICS = (
 )
 LOCAL_REACH = 3
 
+LABELS = {
+    # How a page names each statistic (the code name stays the API's key and the tooltip's).
+    "entropy": "entropy",
+    "distance": "distance",
+    "first": "first token",
+    "special": "special tokens",
+    "previous": "previous token",
+    "self": "self",
+    "same_word": "same word",
+    "max_weight": "strongest weight",
+    "separator": "separators",
+    "local": "nearby",
+    "duplicate": "earlier copies",
+    "induction": "induction",
+}
+DESCRIPTIONS = {
+    # What each statistic measures, in a sentence: the one place its meaning is written.
+    "entropy": "normalised entropy of each row: 0 = all on one key, 1 = uniform over the keys "
+    "a query may see",
+    "distance": "mean distance in tokens between a query and the keys it attends to",
+    "first": "share of attention on the first token (attention sinks)",
+    "special": "share on special tokens ([CLS], [SEP], <|endoftext|> ...)",
+    "previous": "share on the token just before the query",
+    "self": "share on the query token itself",
+    "same_word": "share on the other pieces of the query's own word",
+    "max_weight": "the largest weight of each row",
+    "separator": "share on separators and punctuation",
+    "local": f"share within {LOCAL_REACH} tokens on either side, the query and the token just "
+    "before it excluded (those are 'self' and 'previous')",
+    "duplicate": "share on earlier copies of the query token (rows that have one)",
+    "induction": "share on the token that followed an earlier copy of the query and the token "
+    "before it (rows inside a repeated span of two tokens or more: a word repeated alone has "
+    "none)",
+}
+
 ROLES = {
     # role: (statistic that decides it, threshold). A label must tell a head apart, so each
     # threshold is set where few heads of a trained model pass it on natural text. The sink is

@@ -28,8 +28,8 @@ from atlas_engine.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from atlas_engine.schemas.core import SEED_EXAMPLE
 from atlas_engine.schemas.generate import MAX_NEW_TOKENS
 from atlas_engine.schemas.lab_models import MAX_LAB_REAL_TOKENS
-from atlas_engine.services.heads import DESCRIPTIONS
 from atlas_engine.services.lessons import get_lesson, lessons
+from attention_core.head_stats import DESCRIPTIONS, LABELS
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["plotly_js"] = plotly_js_name
@@ -254,6 +254,7 @@ def head_page(request: Request, model: str, layer: int, head: int) -> HTMLRespon
                 "layer": layer,
                 "head": head,
                 "statistics": list(DESCRIPTIONS.items()),
+                "labels": LABELS,
             },
         },
     )
@@ -267,7 +268,11 @@ def corpus_heads_page(request: Request, model: str) -> HTMLResponse:
         "heads_corpus.html",
         {
             "page": "corpus-heads",
-            "page_data": {"model": model, "statistics": list(DESCRIPTIONS.items())},
+            "page_data": {
+                "model": model,
+                "statistics": list(DESCRIPTIONS.items()),
+                "labels": LABELS,
+            },
         },
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -17,9 +19,36 @@ class CorpusRun(BaseModel):
     heads: int
 
 
+BackgroundState = Literal[
+    "queued", "waiting", "loading", "planning", "running", "done", "failed", "stopped"
+]
+
+
+class BackgroundProgress(BaseModel):
+    """Where the corpus job the server runs beside its requests stands on one model."""
+
+    model: str
+    state: Literal[
+        "queued", "waiting", "loading", "planning", "running", "done", "failed", "stopped"
+    ] = Field(
+        description="queued (another model goes first), waiting (for the corpus to be "
+        "installed), loading, planning (cutting the corpus into texts), running, done, failed "
+        "(detail says why), stopped (the server is stopping; its next start goes on)"
+    )
+    done: int = Field(description="Texts finished, in this run and earlier ones")
+    planned: int = Field(description="Texts in the run (0 until it is planned)")
+    tokens_per_second: float | None = Field(description="Over this server's texts so far")
+    seconds_left: float | None = Field(description="At that rate, for the texts not done")
+    detail: str = Field(description="What it waits for, or why it failed")
+
+
 class CorpusRuns(BaseModel):
     runs: list[CorpusRun]
     store: str = Field(description="The SQLite file the server reads")
+    background: list[BackgroundProgress] = Field(
+        description="The corpus job this server runs beside its requests (ATLAS_CORPUS_TEXTS; "
+        "`make run` starts one), a row a model; empty where it runs none"
+    )
 
 
 class CorpusHeads(BaseModel):

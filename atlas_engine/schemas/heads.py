@@ -14,6 +14,7 @@ MarkedList = index_list(
 )
 ReaderList = index_list(TOKEN_LIMIT_CEILING, "Query positions", "with `marked` only.")
 MARKED = "marked"
+MARKED_LABEL = "marked tokens"
 MARKED_DESCRIPTION = (
     "share of attention on the marked tokens, averaged over the rows that read them from "
     "elsewhere (not marked themselves; in a decoder, after the first marked token)"
@@ -93,6 +94,9 @@ class HeadsResponse(BaseModel):
         description=f"keys: {list(STATISTICS)}, and '{MARKED}' where the request marks tokens"
     )
     descriptions: dict[str, str] = Field(description="what each statistic measures")
+    labels: dict[str, str] = Field(
+        description="how the pages name each statistic ('same word' for same_word)"
+    )
     roles: list[list[list[HeadRole]]]
     rules: dict[str, RoleRule] = Field(description="role -> the statistic and threshold it needs")
     clearest: ClearestRole | None = Field(

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from atlas_engine.corpus.background import ModelProgress
 from atlas_engine.corpus.store import Run, Store
 from atlas_engine.errors import InvalidInput, NotFound
-from atlas_engine.schemas.corpus import CorpusHeads, CorpusRun, CorpusRuns, HeadDashboard
+from atlas_engine.schemas.corpus import (
+    BackgroundProgress,
+    CorpusHeads,
+    CorpusRun,
+    CorpusRuns,
+    HeadDashboard,
+)
 from attention_core.head_stats import ROLES
 
 HISTOGRAM_BINS = 20
@@ -29,8 +37,15 @@ def run_fields(run: Run) -> CorpusRun:
     )  # fmt: skip
 
 
-def corpus_runs(store: Store | None, path: str) -> CorpusRuns:
-    return CorpusRuns(runs=[run_fields(r) for r in store.runs()] if store else [], store=path)
+def corpus_runs(
+    store: Store | None, path: str, background: list[ModelProgress] | None = None
+) -> CorpusRuns:
+    """The store's runs, and where the server's background job stands (a row a model)."""
+    return CorpusRuns(
+        runs=[run_fields(r) for r in store.runs()] if store else [],
+        store=path,
+        background=[BackgroundProgress(**asdict(p)) for p in background or []],
+    )
 
 
 def find_run(store: Store | None, run_id: int) -> Run:

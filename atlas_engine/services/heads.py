@@ -17,6 +17,7 @@ from atlas_engine.schemas.follow import FollowRequest, FollowResponse
 from atlas_engine.schemas.heads import (
     MARKED,
     MARKED_DESCRIPTION,
+    MARKED_LABEL,
     READERS_DESCRIPTION,
     ClearestRole,
     HeadRole,
@@ -35,26 +36,7 @@ from atlas_engine.services.attention import indices
 from atlas_engine.services.head_statistics import pair_weights, statistics_of, working_bytes
 from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core.aggregate import follow_token
-from attention_core.head_stats import ROLES, STATISTICS, ClearestHead
-
-DESCRIPTIONS = {
-    "entropy": "normalised entropy of each row: 0 = all on one key, 1 = uniform over the keys "
-    "a query may see",
-    "distance": "mean distance in tokens between a query and the keys it attends to",
-    "first": "share of attention on the first token (attention sinks)",
-    "special": "share on special tokens ([CLS], [SEP], <|endoftext|> ...)",
-    "previous": "share on the token just before the query",
-    "self": "share on the query token itself",
-    "same_word": "share on the other pieces of the query's own word",
-    "max_weight": "the largest weight of each row",
-    "separator": "share on separators and punctuation",
-    "local": "share within 3 tokens on either side, the query and the token just before it "
-    "excluded (those are 'self' and 'previous')",
-    "duplicate": "share on earlier copies of the query token (rows that have one)",
-    "induction": "share on the token that followed an earlier copy of the query and the token "
-    "before it (rows inside a repeated span of two tokens or more: a word repeated alone has "
-    "none)",
-}
+from attention_core.head_stats import DESCRIPTIONS, LABELS, ROLES, STATISTICS, ClearestHead
 
 
 @contextmanager
@@ -119,6 +101,7 @@ def describe_heads(
         causal=loaded.causal,
         statistics={name: _grid(stats.values[name]) for name in names},
         descriptions=DESCRIPTIONS | marked_description,
+        labels=LABELS | ({} if marked is None else {MARKED: MARKED_LABEL}),
         roles=[
             [
                 [HeadRole(role=role, score=round(score, 6)) for role, score in stats.roles(row, h)]

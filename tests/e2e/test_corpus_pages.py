@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
+from atlas_engine.models.registry import SMOLLM2_ID as SMOLLM2
 from attention_atlas.cli import main as atlas
 from tests.e2e.helpers import wait_js
 from tests.e2e.pages import MINILM
@@ -42,7 +43,7 @@ def test_a_heads_page_shows_it_over_the_corpus(browser, corpus_server, width):
     page.goto(f"{corpus_server}/head/{MINILM}/1/2?metric=previous")
     wait_js(page, "document.querySelectorAll('#head-texts .js-plotly-plot').length >= 6", 60)
     summary = page.inner_text("#head-summary")
-    assert summary.startswith("Over 6 texts of") and "ranked by previous" in summary
+    assert summary.startswith("Over 6 texts of") and "ranked by previous token" in summary
     assert page.eval_on_selector("#head-metric", "s => s.value") == "previous"
     assert page.locator("#head-histograms .js-plotly-plot").count() == 8
     assert page.locator("#head-to tbody tr").count() > 0
@@ -72,3 +73,30 @@ def test_the_scatter_opens_a_heads_page(page, corpus_server):
     page.wait_for_selector("#head-histograms .js-plotly-plot")
     violations = Axe().run(page).response["violations"]
     assert not [v["id"] for v in violations if v["impact"] in ("critical", "serious")]
+
+
+def test_the_pages_follow_the_servers_own_corpus_job(browser, tmp_path):
+    """`make run`'s way: the server answers at once and describes the models behind its
+    requests; a head's page opened before its model's turn says so, then fills in by itself."""
+    (tmp_path / "prose.txt").write_text("\n\n".join([PROSE] * 4))  # 6 texts of 128 tokens
+    server = start_server(tmp_path / "server.log", {
+        "ATLAS_CORPUS_STORE": str(tmp_path / "corpus.sqlite"),
+        "ATLAS_CORPUS_SOURCE": str(tmp_path / "prose.txt"),
+        "ATLAS_CORPUS_TEXTS": "6",
+        "ATLAS_CORPUS_MODELS": f'["{SMOLLM2}", "{MINILM}"]',
+    })  # fmt: skip
+    try:
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(f"{server.base}/head/{MINILM}/0/2")
+        wait_js(page, "!document.querySelector('#head-progress').hidden", 30)
+        waiting = page.inner_text("#head-progress")
+        assert "all-MiniLM-L6-v2" in waiting and ("next" in waiting or "describing" in waiting)
+        wait_js(page, "document.querySelectorAll('#head-texts .js-plotly-plot').length >= 6", 120)
+        wait_js(page, "document.querySelector('#head-progress').hidden", 30)
+        assert page.inner_text("#head-summary").startswith("Over 6 texts of")
+        lines = [line for line in server.log().splitlines() if "corpus job:" in line]
+        assert any(line.endswith("6 of 6 texts, done") or "6 of 6 texts" in line for line in lines)
+        assert "\r" not in server.log()
+        page.close()
+    finally:
+        server.stop()

@@ -12,8 +12,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 import pytest
 
 from atlas_engine.models.registry import SMOLLM2_ID
-from atlas_engine.services.heads import DESCRIPTIONS
-from attention_core.head_stats import STATISTICS
+from attention_core.head_stats import DESCRIPTIONS, STATISTICS
 from bench.compression import prose
 from tests.e2e.helpers import TASK_GUARD_MS, answer_late, export, log_colours, wait_js
 from tests.e2e.pages import MINILM, SENTENCE

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Depends, Path, Query
 
 from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
-from app.deps import SettingsDep
+from app.deps import CorpusJobDep, SettingsDep
 from atlas_engine.corpus.store import Store
 from atlas_engine.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard
 from atlas_engine.services.corpus import corpus_heads, corpus_runs, head_dashboard, open_store
@@ -35,9 +35,10 @@ StoreDep = Annotated[Store | None, Depends(corpus_store)]
     "", response_model=CorpusRuns, summary="The corpus runs this server can read",
     responses=errors(429),
 )  # fmt: skip
-def runs(settings: SettingsDep, store: StoreDep) -> CorpusRuns:
-    """Every run in the corpus store (`atlas corpus run` writes them), with its progress."""
-    return corpus_runs(store, settings.corpus_store)
+def runs(settings: SettingsDep, store: StoreDep, job: CorpusJobDep) -> CorpusRuns:
+    """Every run in the corpus store (`atlas corpus run` writes them, and the server's own
+    background job where it runs one), with its progress."""
+    return corpus_runs(store, settings.corpus_store, job.progress())
 
 
 @router.get(

@@ -3,12 +3,14 @@
 // user's own text against what the corpus says. State (metric, run, text) is in the URL.
 
 import { api } from "../api.js";
+import { followCorpus } from "../corpus-progress.js";
 import { $, el, metricCard, readPageData, showError } from "../dom.js";
 import { drawChart, drawHeatmap, plotlyReady, warmPlotlySoon, weightScale } from "../views/plot.js";
 
 const page = readPageData();
 const { model, layer, head } = page;
 const DESCRIBE = Object.fromEntries(page.statistics);
+const label = (name) => page.labels[name] ?? name;
 const SHOWN = ["entropy", "first", "previous", "self", "induction", "distance", "max_weight", "local"];
 const params = new URLSearchParams(location.search);
 const error = $("#head-error");
@@ -25,14 +27,6 @@ const explorerLink = (text) =>
   `/?${new URLSearchParams({ model, text, layer, head, view: "heatmap" })}`;
 const zoomLink = (text) =>
   `/zoom?${new URLSearchParams({ model, layer, head })}#${new URLSearchParams({ text })}`;
-
-/** The run to read: the URL's, else this model's with the most texts done. */
-async function chooseRun() {
-  const { runs } = await api.corpusRuns();
-  const asked = Number(params.get("run"));
-  const mine = runs.filter((r) => r.model === model && r.done > 0);
-  return mine.find((r) => r.id === asked) ?? mine.sort((a, b) => b.done - a.done)[0] ?? null;
-}
 
 function tokenTable(table, caption, rows) {
   const headRow = el("tr", {}, ["token", "attention", "texts"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
@@ -59,38 +53,62 @@ async function drawHistograms(dashboard) {
     grid.append(figure);
     const mids = counts.map((_, i) => (edges[i] + edges[i + 1]) / 2);
     const mean = dashboard.statistics[name];
-    await drawChart(plot, [{ type: "bar", x: mids, y: counts, marker: { color: "#4d7ea8" }, hovertemplate: `${name} %{x:.2f}: %{y} texts<extra></extra>` }], {
-      title: `${name}${mean === null ? "" : ` · mean ${mean.toFixed(2)}`}: ${DESCRIBE[name] ?? ""}`,
-      height: 240, bargap: 0.05, xaxis: { title: { text: name } }, yaxis: { title: { text: "texts" } },
+    figure.title = `${name}: ${DESCRIBE[name] ?? ""}`;
+    await drawChart(plot, [{ type: "bar", x: mids, y: counts, marker: { color: "#4d7ea8" }, hovertemplate: `${label(name)} %{x:.2f}: %{y} texts<extra></extra>` }], {
+      title: `${label(name)}${mean === null ? "" : ` · mean ${mean.toFixed(2)}`}: ${DESCRIBE[name] ?? ""}`,
+      height: 240, bargap: 0.05, xaxis: { title: { text: label(name) } }, yaxis: { title: { text: "texts" } },
     });
   }
 }
 
+const sampleMaps = new Map(); // text idx -> its map, so that a redraw does not fetch it again
+
 async function drawTexts(dashboard) {
   const grid = $("#head-texts");
   grid.replaceChildren();
-  for (const item of dashboard.texts) {
+  const count = dashboard.texts.length;
+  for (const [i, item] of dashboard.texts.entries()) {
     const figure = el("figure", { className: "stage" });
-    const caption = el("figcaption", { text: `Tenth ${item.decile + 1} of 10 · ${dashboard.metric} ${item.value.toFixed(3)}` });
+    const caption = el("figcaption", { text: `Tenth ${item.decile + 1} of 10 · ${label(dashboard.metric)} ${item.value.toFixed(3)}` });
     const links = el("p", { className: "help" }, [
       el("a", { text: "Open in the explorer", attrs: { href: explorerLink(item.text) } }),
       " · ",
       el("a", { text: "Deep zoom", attrs: { href: zoomLink(item.text) } }),
     ]);
-    const plot = el("div", { className: "plot" });
+    const placeholder = el("p", { className: "placeholder", text: `Map ${i + 1} of ${count}: waiting for the maps before it`, attrs: { role: "status" } });
+    const plot = el("div", { className: "plot" }, [placeholder]);
     figure.append(caption, plot, links);
     grid.append(figure);
   }
   const figures = [...grid.children];
   for (const [i, item] of dashboard.texts.entries()) {
-    const maps = await api.attention({ model, text: item.text, layers: [layer], heads: [head], format: "json" });
+    const plot = figures[i].querySelector(".plot");
+    const placeholder = plot.querySelector(".placeholder");
+    if (placeholder) placeholder.textContent = `Map ${i + 1} of ${count}: the model is reading text ${item.idx}…`;
+    if (!sampleMaps.has(item.idx)) {
+      sampleMaps.set(item.idx, await api.attention({ model, text: item.text, layers: [layer], heads: [head], format: "json" }));
+    }
+    const maps = sampleMaps.get(item.idx);
+    if (!plot.isConnected) return; // redrawn meanwhile (more texts done)
+    placeholder?.remove();
     const weights = maps.attentions[0][0];
     const scale = weightScale("linear", weights);
-    await drawHeatmap(figures[i].querySelector(".plot"), scale.options.z, maps.tokens, maps.tokens, {
+    await drawHeatmap(plot, scale.options.z, maps.tokens, maps.tokens, {
       ...scale.options, hoverName: "weight", height: 300, showScale: false,
       title: `text ${item.idx}: ${maps.tokens.length} tokens`,
     });
   }
+}
+
+/** Whether a span of two tokens or more comes twice (what an induction head copies from). */
+function repeatsASpan(tokens) {
+  const seen = new Set();
+  for (let i = 0; i + 1 < tokens.length; i++) {
+    const pair = `${tokens[i]}\u0000${tokens[i + 1]}`;
+    if (seen.has(pair)) return true;
+    seen.add(pair);
+  }
+  return false;
 }
 
 async function compareText(dashboard) {
@@ -106,9 +124,14 @@ async function compareText(dashboard) {
   const extra = mine.filter((r) => !corpus.includes(r));
   const value = found.statistics[dashboard.metric][0][head];
   const mean = dashboard.statistics[dashboard.metric];
-  const parts = [`On your text (${found.tokens.length} tokens) this head's ${dashboard.metric} is ${value === null ? "not defined" : value.toFixed(3)}, against ${mean === null ? "none" : mean.toFixed(3)} over the corpus.`];
+  const parts = [`On your text (${found.tokens.length} tokens) this head's ${label(dashboard.metric)} is ${value === null ? "not defined" : value.toFixed(3)}, against ${mean === null ? "none" : mean.toFixed(3)} over the corpus.`];
   if (!missing.length && !extra.length) parts.push(corpus.length ? ` It does here what it does in general: ${corpus.join(", ")}.` : " Neither the corpus nor your text gives it a role.");
-  if (missing.length) parts.push(` The corpus calls it ${missing.join(", ")}; on your text it is not${missing.includes("induction") ? " (an induction head needs a repeated span to show it)" : ""}.`);
+  const why = !missing.includes("induction")
+    ? ""
+    : repeatsASpan(found.tokens)
+      ? " (your text repeats a span, yet this head does not read from its earlier copy here)"
+      : " (an induction head needs a repeated span to show it, and your text has none: write part of it twice)";
+  if (missing.length) parts.push(` The corpus calls it ${missing.join(", ")}; on your text it is not${why}.`);
   if (extra.length) parts.push(` On your text it is ${extra.join(", ")}, which it is not over the corpus.`);
   verdict.replaceChildren(parts.join(""), " ", el("a", { text: "Open your text in the explorer", attrs: { href: explorerLink(text) } }));
 }
@@ -118,20 +141,19 @@ async function main() {
   $("#head-title").textContent = `Layer ${layer} head ${head} of ${model}, over a corpus`;
   $("#head-all").href = `/heads/${model}${params.has("run") ? `?run=${params.get("run")}` : ""}`;
   $("#head-explorer").href = `/?${new URLSearchParams({ model, layer, head })}`;
-  const run = await chooseRun();
-  if (!run) {
-    $("#head-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\` for both embedded models), then reload.`;
-    return;
-  }
   const select = $("#head-metric");
-  select.replaceChildren(...run.statistics.map((name) => new Option(name, name)));
-  await plotlyReady();
+  let dashboard = null;
+  let run = null;
   const show = async () => {
     const metric = params.get("metric");
-    const dashboard = await api.corpusHead(run.id, layer, head, metric ? { metric, per_decile: 1 } : { per_decile: 1 });
+    dashboard = await api.corpusHead(run.id, layer, head, metric ? { metric, per_decile: 1 } : { per_decile: 1 });
     select.value = dashboard.metric;
-    $("#head-summary").textContent = `Over ${run.done.toLocaleString("en")} texts of ${run.corpus} (up to ${run.sequence_tokens} tokens each): ${dashboard.roles.length ? `its roles are ${dashboard.roles.join(", ")}` : "no role passes its threshold on average"}; texts ranked by ${dashboard.metric}.`;
-    $("#head-means").replaceChildren(...run.statistics.map((name) => metricCard(name, dashboard.statistics[name] === null ? "—" : dashboard.statistics[name].toFixed(3))));
+    $("#head-summary").textContent = `Over ${run.done.toLocaleString("en")} texts of ${run.corpus} (up to ${run.sequence_tokens} tokens each): ${dashboard.roles.length ? `its roles are ${dashboard.roles.join(", ")}` : "no role passes its threshold on average"}; texts ranked by ${label(dashboard.metric)}.`;
+    $("#head-means").replaceChildren(...run.statistics.map((name) => {
+      const card = metricCard(label(name), dashboard.statistics[name] === null ? "—" : dashboard.statistics[name].toFixed(3));
+      card.title = `${name}: ${DESCRIBE[name] ?? ""}`;
+      return card;
+    }));
     tokenTable($("#head-to"), "The tokens it reads most (the first token aside)", dashboard.to_tokens);
     tokenTable($("#head-from"), "The tokens that read most sharply", dashboard.from_tokens);
     const bins = dashboard.distance_edges.map((edge, i) => (i + 1 < dashboard.distance_edges.length ? `${edge}–${dashboard.distance_edges[i + 1] - 1}` : `${edge}+`));
@@ -141,12 +163,26 @@ async function main() {
     });
     await drawHistograms(dashboard);
     await drawTexts(dashboard);
-    return dashboard;
   };
-  let dashboard = await show();
+  const first = await followCorpus(model, Number(params.get("run")), $("#head-progress"), {
+    onRun: async (found) => {
+      const firstRun = run === null;
+      run = found;
+      if (firstRun) {
+        select.replaceChildren(...run.statistics.map((name) => new Option(label(name), name)));
+        await plotlyReady();
+      }
+      await show();
+    },
+    missing: () => {
+      $("#head-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\` for both embedded models), then reload.`;
+    },
+    onError: (err) => showError(error, err.message),
+  });
+  if (!first) return;
   select.addEventListener("change", async () => {
     writeUrl({ metric: select.value });
-    dashboard = await show().catch((err) => showError(error, err.message));
+    await show().catch((err) => showError(error, err.message));
   });
   $("#head-text").value = params.get("text") || "";
   $("#head-compare").addEventListener("submit", (event) => {

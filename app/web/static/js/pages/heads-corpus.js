@@ -2,6 +2,7 @@
 // third, and a finder over them. A click opens the head's page. State is in the URL.
 
 import { api } from "../api.js";
+import { followCorpus } from "../corpus-progress.js";
 import { $, el, readPageData, showError } from "../dom.js";
 import { drawChart, plotlyReady, warmPlotlySoon } from "../views/plot.js";
 
@@ -11,6 +12,8 @@ const params = new URLSearchParams(location.search);
 const error = $("#heads-error");
 const DEFAULTS = { x: "previous", y: "first", colour: "entropy", find: "induction", min: "0.3", max: "1" };
 const value = (name) => params.get(name) ?? DEFAULTS[name];
+const DESCRIBE = Object.fromEntries(page.statistics);
+const label = (name) => page.labels[name] ?? name;
 
 function writeUrl(change) {
   for (const [name, v] of Object.entries(change)) params.set(name, v);
@@ -34,12 +37,12 @@ async function drawScatter(data) {
   const plot = $("#heads-scatter");
   await drawChart(plot, [{
     type: "scatter", mode: "markers", x: xs.map((c) => c.v), y: ys.map((c) => c.v),
-    marker: { color: cs.map((c) => c.v), colorscale: "Viridis", showscale: true, size: 9, colorbar: { title: { text: colour }, thickness: 10 } },
+    marker: { color: cs.map((c) => c.v), colorscale: "Viridis", showscale: true, size: 9, colorbar: { title: { text: label(colour) }, thickness: 10 } },
     customdata: xs.map((c, i) => [c.layer, c.head, spread[i].v ?? 0, data.roles[c.layer][c.head].join(", ") || "no role"]),
-    hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>${x} %{x:.3f}<br>${y} %{y:.3f} (± %{customdata[2]:.3f} over texts)<br>%{customdata[3]}<extra></extra>`,
+    hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>${label(x)} %{x:.3f}<br>${label(y)} %{y:.3f} (± %{customdata[2]:.3f} over texts)<br>%{customdata[3]}<extra></extra>`,
   }], {
-    title: `${data.run.layers * data.run.heads} heads of ${model} over ${data.run.done} texts of ${data.run.corpus}: ${x} across, ${y} up, colour ${colour}`,
-    height: 520, xaxis: { title: { text: x } }, yaxis: { title: { text: y } },
+    title: `${data.run.layers * data.run.heads} heads of ${model} over ${data.run.done} texts of ${data.run.corpus}: ${label(x)} across, ${label(y)} up, colour ${label(colour)}`,
+    height: 520, xaxis: { title: { text: label(x) } }, yaxis: { title: { text: label(y) } },
   });
   plot.removeAllListeners?.("plotly_click");
   plot.on("plotly_click", (event) => {
@@ -53,9 +56,9 @@ function drawFinder(data) {
   const lo = Number(value("min"));
   const hi = Number(value("max"));
   const found = cells(data, name).filter((c) => c.v !== null && c.v >= lo && c.v <= hi).sort((a, b) => b.v - a.v);
-  const headRow = el("tr", {}, ["head", name, "± over texts", "roles on the corpus"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
+  const headRow = el("tr", {}, ["head", label(name), "± over texts", "roles on the corpus"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
   $("#heads-found").replaceChildren(
-    el("caption", { text: `${found.length} heads with ${name} from ${lo} to ${hi}` }),
+    el("caption", { text: `${found.length} heads with ${label(name)} from ${lo} to ${hi}` }),
     el("thead", {}, [headRow]),
     el("tbody", {}, found.map((c) => el("tr", {}, [
       el("td", {}, [el("a", { text: `layer ${c.layer} head ${c.head}`, attrs: { href: headLink(c.layer, c.head, data.run.id) } })]),
@@ -66,24 +69,19 @@ function drawFinder(data) {
   );
 }
 
-async function main() {
-  $("#heads-title").textContent = `Every head of ${model}, over a corpus`;
-  const { runs } = await api.corpusRuns();
-  const mine = runs.filter((r) => r.model === model && r.done > 0).sort((a, b) => b.done - a.done);
-  const run = mine.find((r) => r.id === Number(params.get("run"))) ?? mine[0];
-  if (!run) {
-    $("#heads-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\`), then reload.`;
-    return;
-  }
-  const data = await api.corpusHeads(run.id);
-  const names = run.statistics;
+function bindControls(current) {
   for (const [id, key] of [["#heads-x", "x"], ["#heads-y", "y"], ["#heads-colour", "colour"], ["#heads-find-stat", "find"]]) {
     const select = $(id);
-    select.replaceChildren(...names.map((n) => new Option(n, n)));
+    select.replaceChildren(...Object.keys(DESCRIBE).map((n) => {
+      const option = new Option(label(n), n);
+      option.title = `${n}: ${DESCRIBE[n]}`;
+      return option;
+    }));
     select.value = value(key);
     select.addEventListener("change", () => {
       writeUrl({ [key]: select.value });
-      (key === "find" ? Promise.resolve(drawFinder(data)) : drawScatter(data)).catch((err) => showError(error, err.message));
+      if (current() === null) return;
+      (key === "find" ? Promise.resolve(drawFinder(current())) : drawScatter(current())).catch((err) => showError(error, err.message));
     });
   }
   for (const [id, key] of [["#heads-find-min", "min"], ["#heads-find-max", "max"]]) {
@@ -91,13 +89,28 @@ async function main() {
     input.value = value(key);
     input.addEventListener("change", () => {
       writeUrl({ [key]: input.value });
-      drawFinder(data);
+      if (current() !== null) drawFinder(current());
     });
   }
-  $("#heads-summary").textContent = `Run ${run.id}: ${run.done.toLocaleString("en")} texts of ${run.corpus}, up to ${run.sequence_tokens} tokens each.`;
-  await plotlyReady();
-  await drawScatter(data);
-  drawFinder(data);
+}
+
+async function main() {
+  $("#heads-title").textContent = `Every head of ${model}, over a corpus`;
+  let data = null;
+  bindControls(() => data);
+  await followCorpus(model, Number(params.get("run")), $("#heads-progress"), {
+    onRun: async (run) => {
+      if (data === null) await plotlyReady();
+      data = await api.corpusHeads(run.id);
+      $("#heads-summary").textContent = `Run ${run.id}: ${run.done.toLocaleString("en")} texts of ${run.corpus}, up to ${run.sequence_tokens} tokens each.`;
+      await drawScatter(data);
+      drawFinder(data);
+    },
+    missing: () => {
+      $("#heads-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\`), then reload.`;
+    },
+    onError: (err) => showError(error, err.message),
+  });
 }
 
 warmPlotlySoon();
