@@ -578,3 +578,25 @@ def test_a_statistic_the_finder_does_not_know_falls_back_to_induction(page, live
     )
     assert "stat=induction" in page.url
     assert not page.errors, page.errors
+
+
+def test_the_long_test_text_offers_only_what_the_model_takes(page, live_server):
+    """Issue 49.2: 250 × 2 by default where it fits; a length the model cannot take is shown
+    disabled with why, before any click; the text chosen runs without a refusal."""
+    page.goto(f"{live_server}/zoom?model={MINILM}")
+    wait_js(page, "document.querySelector('#zoom-example-length').options.length > 1")
+    options = page.eval_on_selector_all(
+        "#zoom-example-length option", "os => os.map((o) => [o.value, o.disabled, o.textContent])"
+    )
+    assert page.eval_on_selector("#zoom-example-length", "s => s.value") == "250"
+    assert [value for value, disabled, _ in options if not disabled] == ["100", "250"]
+    assert all("needs" in text and "takes 512" in text for _, disabled, text in options if disabled)
+    page.click("#zoom-example")
+    wait_js(page, "!document.querySelector('#zoom-result').hidden", 120)
+    assert page.locator("#zoom-error").is_hidden()
+    page.select_option("#zoom-model", SMOLLM2_ID)
+    enabled = page.eval_on_selector_all(
+        "#zoom-example-length option:not([disabled])", "os => os.map((o) => o.value)"
+    )
+    assert enabled == ["100", "250", "1000", "2000"]
+    assert page.eval_on_selector("#zoom-example-length", "s => s.value") == "250"

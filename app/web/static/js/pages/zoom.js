@@ -174,6 +174,30 @@ async function loadModels() {
 function describeModel() {
   const m = models.find((x) => x.id === modelSelect.value);
   modelNote.textContent = m ? `${m.description} Deep zoom takes texts of up to ${m.max_tokens.toLocaleString("en")} tokens with it.` : "";
+  if (m) offerExampleLengths(m.max_tokens);
+}
+
+const EXAMPLE_LENGTHS = [100, 250, 1000, 2000]; // random words a copy (the route takes up to 2,000)
+const DEFAULT_EXAMPLE_LENGTH = 250;
+/** Tokens a test text of `length` words a copy may take: both copies and two special tokens. */
+const exampleTokens = (length) => 2 * length + 2;
+
+/** The long test texts this model can take: a length it cannot is shown, disabled, with why;
+ * the choice stays where it fits, else 250 × 2, else the longest that fits. */
+function offerExampleLengths(maxTokens) {
+  const select = $("#zoom-example-length");
+  const fits = (length) => exampleTokens(length) <= maxTokens;
+  const kept = Number(select.value);
+  select.replaceChildren(...EXAMPLE_LENGTHS.map((length) => {
+    const words = `${length.toLocaleString("en")} × 2`;
+    const option = new Option(fits(length) ? words : `${words}: needs ${exampleTokens(length).toLocaleString("en")} tokens, this model takes ${maxTokens.toLocaleString("en")}`, String(length));
+    option.disabled = !fits(length);
+    return option;
+  }));
+  const usable = EXAMPLE_LENGTHS.filter(fits);
+  const chosen = usable.includes(kept) && select.dataset.chosen ? kept : usable.includes(DEFAULT_EXAMPLE_LENGTH) ? DEFAULT_EXAMPLE_LENGTH : usable.at(-1);
+  select.value = String(chosen ?? "");
+  $("#zoom-example").disabled = chosen === undefined;
 }
 
 /** Runs the forward pass over the state's text, showing its progress; then draws. */
@@ -427,6 +451,7 @@ async function main() {
   });
   stopButton.addEventListener("click", () => running?.abort());
   $("#zoom-example").addEventListener("click", useExample);
+  $("#zoom-example-length").addEventListener("change", (event) => { event.target.dataset.chosen = "1"; });
   layerSelect.addEventListener("change", () => openHead(Number(layerSelect.value), state.head, { focus: false }));
   headSelect.addEventListener("change", () => openHead(state.layer, Number(headSelect.value), { focus: false }));
   reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
