@@ -1,5 +1,6 @@
 """Admission before work: a request's job joins a compute lane's queue only while the queue has
-room, by count, by the seconds of work already waiting, and by the share one client holds;
+room, by count, by the seconds of work already waiting, and by the share one client holds
+(its long jobs waiting and the one running: what a client queues is charged to that client);
 past that the request gets 503 (or 429 for one client's share) with Retry-After at once,
 instead of waiting without bound.
 
@@ -61,10 +62,13 @@ def check_heavy(
     client_seconds: float,
 ) -> None:
     """Raise unless a heavy job estimated at `seconds` may join a queue holding queued_jobs
-    jobs of queued_seconds (client_jobs and client_seconds of them its client's long ones: a
-    short job, one that may run beside a long one, is never held to its client's share, so a
-    page's many small requests all get in). A job that finds no work waiting always gets in,
-    however long: the bound is on what waits, so a long pass still runs on an idle server."""
+    jobs of queued_seconds (each client's counted up to its share), while its client has
+    client_jobs long jobs of client_seconds queued: waiting, and what is left of the one
+    running. A short job, one that may run beside a long one, is never held to its client's
+    share, so a page's many small requests all get in. A job that finds no work waiting
+    always gets in, however long, and so does one whose client has none queued: the bound is
+    on what waits, so a long pass still runs; but that pass, waiting or running, is then its
+    client's whole share, and what it holds up counts against no other client."""
     if queued_jobs >= limits.heavy_jobs:
         raise ServerBusy(
             f"{queued_jobs} jobs are waiting for the server's compute lane, its limit "
@@ -79,11 +83,12 @@ def check_heavy(
             retry_after=_retry_after(queued_seconds),
         )
     if client_jobs >= limits.per_client_jobs or (
-        client_seconds > 0 and client_seconds + seconds > limits.per_client_seconds
+        client_jobs > 0 and client_seconds + seconds > limits.per_client_seconds
     ):
         raise TooMuchFromOneClient(
-            f"this client has {client_jobs} jobs (about {client_seconds:,.0f} s of work) "
-            "waiting for the compute lane, its share (ATLAS_QUEUE_PER_CLIENT_JOBS, half of "
+            f"this client has {client_jobs} long jobs (about {client_seconds:,.0f} s of work "
+            "left) queued for the compute lane, waiting or running, and this one needs about "
+            f"{seconds:,.0f} s more, past its share (ATLAS_QUEUE_PER_CLIENT_JOBS, half of "
             "ATLAS_QUEUE_HEAVY_SECONDS); retry when they are done",
             retry_after=_retry_after(client_seconds),
         )

@@ -196,6 +196,7 @@ class EarliestDeadlineFirst:
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
         self._running: list[_Job] = []  # on the lane's thread: the job, and one run inside it
+        self._running_since = 0.0  # when the outer running job started (time.monotonic)
         self.nested_seconds = 0.0  # how long jobs have run inside others, in all
 
     def submit(
@@ -220,15 +221,14 @@ class EarliestDeadlineFirst:
             if _shutting_down.is_set():
                 raise ServerBusy("the server is shutting down; retry on another", retry_after=5)
             if limits is not None:
-                mine = [j for j in self._jobs if client is not None and j.client == client]
-                long_mine = [j for j in mine if j.long] if counted > NESTED_MOST_SECONDS else []
+                mine = self._charged(client) if counted > NESTED_MOST_SECONDS else []
                 check_heavy(
                     limits,
                     counted,
                     len(self._jobs),
-                    sum(j.counted for j in self._jobs),
-                    len(long_mine),
-                    sum(j.counted for j in long_mine),
+                    self._waiting_seconds(limits.per_client_seconds),
+                    len(mine),
+                    sum(mine),
                 )
             deadline = time.monotonic() + min(PATIENCE * seconds, MOST_PASSED_SECONDS)
             job = _Job(
@@ -242,6 +242,34 @@ class EarliestDeadlineFirst:
             self._ready.notify()
         future.add_done_callback(lambda done: done.cancelled() and self._forget(job))
         return future
+
+    def _charged(self, client: str | None) -> list[float]:
+        """The long work `client` has queued, a job at a time, in seconds as admission counts
+        them: each of its long jobs waiting, and what is left of its long job running (the
+        lane is busy with it, so the client's next long job waits behind it as others' do).
+        Without the running job, a client's first waiting job was never charged to it: two
+        8,192-token requests put 237 s in the queue and locked every other client out."""
+        if client is None:
+            return []
+        seconds = [job.counted for job in self._jobs if job.client == client and job.long]
+        running = self._running[:1]  # a copy: the lane's thread changes it
+        if running and running[0].client == client and running[0].long:
+            ran = time.monotonic() - self._running_since
+            seconds.append(max(0.0, running[0].counted - ran))
+        return seconds
+
+    def _waiting_seconds(self, share: float) -> float:
+        """The waiting jobs' seconds as the queue's bound counts them: each client's at most
+        its `share` (the one job a client may queue past its share, on a lane where it had
+        none, is charged to that client, not to every other client's admission)."""
+        by_client: dict[str, float] = {}
+        anyone = 0.0  # jobs of no known client (benchmarks, background work)
+        for job in self._jobs:
+            if job.client is None:
+                anyone += job.counted
+            else:
+                by_client[job.client] = by_client.get(job.client, 0.0) + job.counted
+        return anyone + sum(min(seconds, share) for seconds in by_client.values())
 
     def _forget(self, job: _Job) -> None:
         """Take a job out of the queue (its caller cancelled it): nothing it holds stays."""
@@ -291,15 +319,17 @@ class EarliestDeadlineFirst:
     def _run(self, job: _Job) -> None:
         if not job.future.set_running_or_notify_cancel():
             return  # its caller has gone: never started
+        if not self._running:
+            self._running_since = time.monotonic()
         self._running.append(job)
         try:
             result = job.fn(*job.args)
         except BaseException as err:  # handed to the caller, as an executor would
+            self._running.pop()  # first: its caller may submit its next job at once
             job.future.set_exception(err)
         else:
+            self._running.pop()  # (and that job's client is not charged for this one)
             job.future.set_result(result)
-        finally:
-            self._running.pop()
 
     def run_beside(self) -> None:
         """Between two steps of the running job (a layer of a forward pass), on the lane's

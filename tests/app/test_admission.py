@@ -32,10 +32,11 @@ def test_the_queue_is_bounded_by_count_seconds_and_one_clients_share_of_long_job
             lambda: None, seconds=seconds, limits=LIMITS, client=client
         )
         submit(30.0, "a")  # nothing waits yet: a job longer than the bound still gets in
+        submit(0.1, "b")  # a's 30 s count as its 5 s share: 5.1 s wait, within the 10 s
         with pytest.raises(ServerBusy) as busy:
-            submit(0.1, "b")  # 30 s wait already: past the 10 s that may wait
+            submit(8.0, "c")  # 5.1 s waiting and 8 s more: past the 10 s that may wait
         assert "ATLAS_QUEUE_HEAVY_SECONDS" in busy.value.message
-        assert int(busy.value.headers["Retry-After"]) == 30
+        assert int(busy.value.headers["Retry-After"]) == 6
     finally:
         release.set()
 
@@ -59,6 +60,64 @@ def test_one_client_may_hold_half_the_waiting_seconds():
     with pytest.raises(TooMuchFromOneClient):
         check_heavy(LIMITS, 4.0, 1, 4.0, 1, 4.0)  # 8 s of one client's: over its 5
     check_heavy(LIMITS, 4.0, 1, 4.0, 0, 0.0)  # another client's 4 s: in
+
+
+def stepping_job(lane: EarliestDeadlineFirst):
+    """A long job that lets short ones run beside it (run_beside) every 10 ms until the returned
+    event is set; and an event set once it has started."""
+    started, release = threading.Event(), threading.Event()
+
+    def job():
+        started.set()
+        while not release.wait(0.01):
+            lane.run_beside()
+
+    return job, started, release
+
+
+def test_a_clients_running_long_job_is_charged_to_it_and_another_clients_request_answers():
+    """Issue 50: one address sent /heads on two 8,192-token texts; one ran, the other waited,
+    counted as 237 s against the 120 s bound (the share check never counted a client's first
+    waiting job), and 67 of 67 heavy requests of another address got 503. Now the running job
+    is its client's: its second is refused with 429, and the other client's request answers
+    while the first's job runs."""
+    limits = QueueLimits()  # the defaults: 120 s may wait, 60 s a client
+    lane = EarliestDeadlineFirst("atlas-test-lane", lambda: None)
+    job, started, release = stepping_job(lane)
+    first = lane.submit(job, seconds=237.0, model="m", limits=limits, client="a")
+    try:
+        assert started.wait(10)
+        with pytest.raises(TooMuchFromOneClient) as mine:
+            lane.submit(lambda: None, seconds=237.0, model="m", limits=limits, client="a")
+        assert mine.value.status == 429 and "waiting or running" in mine.value.message
+        assert 230 <= int(mine.value.headers["Retry-After"]) <= 237  # what is left of the first
+        sentence = lane.submit(
+            lambda: "answered", seconds=0.1, model="m", limits=limits, client="b"
+        )
+        assert sentence.result(5) == "answered" and not first.done()
+        lane.submit(lambda: None, seconds=30.0, model="m", limits=limits, client="b")  # its share
+    finally:
+        release.set()
+    first.result(10)
+
+
+def test_one_clients_long_job_waiting_counts_as_its_share_not_against_everyone():
+    """The same lock-out with the lane busy with someone else's job: one client's one waiting
+    job, however long, was counted whole against the bound, so every other client got 503."""
+    limits = QueueLimits()
+    lane = EarliestDeadlineFirst("atlas-test-lane", lambda: None)
+    job, started, release = stepping_job(lane)
+    running = lane.submit(job, seconds=20.0, model="m", limits=limits, client="z")
+    try:
+        assert started.wait(10)
+        waiting = lane.submit(lambda: None, seconds=237.0, model="m", limits=limits, client="a")
+        for seconds in (0.1, 30.0):  # a sentence, and a long job within the other's share
+            lane.submit(lambda: None, seconds=seconds, model="m", limits=limits, client="b")
+        with pytest.raises(ServerBusy, match="ATLAS_QUEUE_HEAVY_SECONDS"):  # 60 + 30.1 + 40
+            lane.submit(lambda: None, seconds=40.0, model="m", limits=limits, client="c")
+    finally:
+        release.set()
+    running.result(10), waiting.result(10)
 
 
 def test_a_short_job_runs_beside_a_long_one_at_any_age_of_it(monkeypatch):

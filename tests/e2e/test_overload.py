@@ -1,10 +1,10 @@
 """Overload answers 503 at once, never a hang (issue 38): long jobs past what the compute lane
 lets wait are refused with Retry-After while the server keeps answering."""
 
+import http.client
 import json
 import threading
 import time
-import urllib.error
 import urllib.request
 
 import pytest
@@ -22,7 +22,23 @@ def post(base, path, body, timeout=120):
     return urllib.request.urlopen(request, timeout=timeout)
 
 
-def test_long_jobs_past_the_queues_bound_get_503_at_once(tmp_path):
+def post_from(source: str, port: int, path: str, body: dict, timeout: float = 300):
+    """(status, Retry-After, seconds) of a POST from the loopback address `source` (the server
+    tells clients apart by their address)."""
+    conn = http.client.HTTPConnection(
+        "127.0.0.1", port, timeout=timeout, source_address=(source, 0)
+    )
+    started = time.monotonic()
+    try:
+        conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+        answer = conn.getresponse()
+        answer.read()
+        return answer.status, answer.getheader("Retry-After"), time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def smollm2_prose(*lengths: int) -> list[str]:
     from transformers import AutoTokenizer
 
     from atlas_engine.models.sources import smollm2_folder
@@ -30,7 +46,52 @@ def test_long_jobs_past_the_queues_bound_get_503_at_once(tmp_path):
     from tests.conftest import CACHE_DIR
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_folder(CACHE_DIR, print))
-    texts = [prose(tokenizer, 2000 + i) for i in range(4)]  # four distinct long passes
+    return [prose(tokenizer, n) for n in lengths]
+
+
+def test_one_clients_two_long_jobs_leave_another_clients_sentence_answered(tmp_path):
+    """Issue 50: one address sent /heads on two long texts; one ran, the other waited, counted
+    whole against the queue's bound, and every heavy request of another address got 503 at
+    once. Now what a client queues is charged to it: its second long job gets 429, and the
+    other address's sentence is answered while the first runs (the bound lowered to 20 s, so
+    that texts of 2,000 tokens go past it on two cores as 8,192 go past the default 120)."""
+    texts = smollm2_prose(2000, 2001)
+    server = start_server(tmp_path / "server.log", {"ATLAS_QUEUE_HEAVY_SECONDS": "20"})
+    try:
+        warm = {"model": SMOLLM2, "text": "warm up", "layers": [0]}
+        assert post_from("127.0.0.1", server.port, "/api/attention", warm)[0] == 200
+        answers: dict[str, tuple] = {}
+
+        def heads(name: str, text: str) -> None:
+            body = {"model": SMOLLM2, "text": text}
+            answers[name] = post_from("127.0.0.2", server.port, "/api/attention/heads", body)
+
+        first = threading.Thread(target=heads, args=("first", texts[0]))
+        first.start()
+        time.sleep(1.0)  # the first /heads is on the lane
+        second = threading.Thread(target=heads, args=("second", texts[1]))
+        second.start()
+        second.join(2.0)  # answered at once, or waiting for the lane
+        sentence = {"model": SMOLLM2, "text": "The cat sat on the mat.", "layers": [0]}
+        other = [post_from("127.0.0.3", server.port, "/api/attention", sentence) for _ in range(3)]
+        running = first.is_alive()
+        first.join(300)
+        second.join(300)
+    finally:
+        server.stop()
+    print(f"second /heads of one address: {answers['second']}; another address's sentence "
+          f"while the first ran: {[(s, round(t, 2)) for s, _, t in other]}; first: "
+          f"{answers['first'][0]} in {answers['first'][2]:.1f} s")  # fmt: skip
+    status, retry, seconds = answers["second"]
+    assert status == 429 and int(retry) >= 1 and seconds < 2, answers["second"]
+    assert running, "the first /heads ended before the other address was answered"
+    assert [s for s, _, _ in other] == [200, 200, 200], other
+    assert all(t < 10 for _, _, t in other), other
+    assert answers["first"][0] == 200
+
+
+def test_long_jobs_past_the_queues_bound_get_503_at_once(tmp_path):
+    texts = smollm2_prose(2000, 2001, 2002, 2003)  # four distinct long passes
     server = start_server(tmp_path / "server.log", {"ATLAS_QUEUE_HEAVY_SECONDS": "10"})
     try:
         post(server.base, "/api/attention", {"model": SMOLLM2, "text": "warm up", "layers": [0]})
@@ -43,16 +104,15 @@ def test_long_jobs_past_the_queues_bound_get_503_at_once(tmp_path):
             time.sleep(0.01)
         answers = []
 
-        def send(text):
-            started = time.monotonic()
-            try:
-                post(server.base, "/api/attention/forward", {"model": SMOLLM2, "text": text}).read()
-                answers.append((200, time.monotonic() - started, None))
-            except urllib.error.HTTPError as err:
-                retry = err.headers.get("Retry-After")
-                answers.append((err.code, time.monotonic() - started, retry))
+        def send(text, source):  # each from an address of its own: not one client's share
+            body = {"model": SMOLLM2, "text": text}
+            status, retry, seconds = post_from(source, server.port, "/api/attention/forward", body)
+            answers.append((status, seconds, retry))
 
-        senders = [threading.Thread(target=send, args=(text,)) for text in texts[1:]]
+        senders = [
+            threading.Thread(target=send, args=(text, f"127.0.0.{2 + i}"))
+            for i, text in enumerate(texts[1:])
+        ]
         for sender in senders:
             sender.start()
             time.sleep(0.2)  # in this order
