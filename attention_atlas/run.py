@@ -6,8 +6,8 @@
 
 The two models the server embeds load by the server's ids, offline:
 "sentence-transformers/all-MiniLM-L6-v2" (from its pip package) and
-"HuggingFaceTB/SmolLM2-135M-Instruct" (its GGUF, converted once into the server's cache folder,
-ATLAS_CACHE_DIR).
+"HuggingFaceTB/SmolLM2-135M-Instruct" (its GGUF, converted once into `cache_folder()`: the
+user's cache folder, or the folder ATLAS_CACHE_DIR names; never the current folder).
 
 The model runs with eager attention (the only implementation that returns weights), on its own
 device and dtype; the maps come back as float32 on the CPU, exactly what the model computed (a
@@ -22,11 +22,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import platformdirs
 import torch
 from torch import Tensor, nn
 from transformers import AutoConfig, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from atlas_engine.config import get_settings
 from atlas_engine.inference.seq2seq import teacher_forced
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models import capture
@@ -35,7 +35,22 @@ from atlas_engine.models.registry import BUILTIN_MODELS, MODEL_TYPE_FAMILIES, Fa
 from atlas_engine.models.sources import embedded_folder
 
 MAX_TOKENS = 4096  # maps grow with the square: 4,096 tokens of a 12 x 12 model is 9.7 GB
+CACHE_VARIABLE = "ATLAS_CACHE_DIR"  # the server's setting too (atlas_engine.config.Settings)
 log = logging.getLogger("attention_atlas")
+
+
+def cache_folder() -> Path:
+    """The folder run_model keeps converted weights in (SmolLM2's GGUF as safetensors, 517 MB,
+    written once): the one ATLAS_CACHE_DIR names where it is set, the variable the server reads,
+    so that both can share one copy; otherwise the user's cache folder (platformdirs):
+    $XDG_CACHE_HOME/attention-atlas or ~/.cache/attention-atlas on Linux,
+    ~/Library/Caches/attention-atlas on macOS, %LOCALAPPDATA%\\attention-atlas\\Cache on Windows.
+    Never the current folder: the server's default, var/cache, is relative to where the server
+    starts, which a library cannot choose."""
+    chosen = os.environ.get(CACHE_VARIABLE, "").strip()
+    if chosen:
+        return Path(chosen).expanduser()
+    return platformdirs.user_cache_path("attention-atlas", appauthor=False)
 
 
 @dataclass
@@ -83,13 +98,12 @@ class AttentionRun:
 
 def _embedded(model: str) -> Path | None:
     """The folder of a model the server embeds, by the id the server gives it, found, checked
-    and (SmolLM2, the first time) converted by the server's own code; None for any other name.
-    The one place the library reaches into the server's loading (a shared package later)."""
+    and (SmolLM2, the first time) converted into cache_folder() by the server's own code; None
+    for any other name."""
     spec = next((spec for spec in BUILTIN_MODELS if spec.id == model), None)
     if spec is None:
         return None
-    cache_dir = Path(get_settings().cache_dir)  # the server's: one converted copy for both
-    return embedded_folder(spec, cache_dir, lambda stage, _: log.info("%s: %s", model, stage))
+    return embedded_folder(spec, cache_folder(), lambda stage, _: log.info("%s: %s", model, stage))
 
 
 def _load(model: str, tokenizer: PreTrainedTokenizerBase | None, dtype, device):
