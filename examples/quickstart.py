@@ -11,7 +11,8 @@ print(decoder.causal, decoder.num_kv_heads)  # True 3: 9 query heads share 3 key
 show(run)  # in a notebook: the explorer's views, inline
 
 # With the server running (`make run`): answers as numpy arrays, no torch needed
-atlas = AtlasClient("http://127.0.0.1:8000")
+server = "http://127.0.0.1:8000"  # make run's address; another port after `make run PORT=...`
+atlas = AtlasClient(server)
 maps = atlas.attention(minilm, "The cat sat.", format="u8")
 print(maps.weights.shape, maps.error_bound)  # (6, 12, 6, 6) 0.00196...: u8's bound, 1/510
 print(maps.timing)  # where the server's time went, ms: {'app': 10.6, ..., 'forward': 8.0}

@@ -13,10 +13,18 @@ QUICKSTART = REPO / "examples" / "quickstart.py"
 PRINTED_ADDRESS = "http://127.0.0.1:8000"
 
 
-def test_the_readme_prints_the_quick_start_the_suite_runs():
-    readme = (REPO / "README.md").read_text()
-    printed = readme.split("```python\n", 1)[1].split("```", 1)[0]
+@pytest.mark.parametrize("page", ["README.md", "docs/python.md"])
+def test_the_docs_print_the_quick_start_the_suite_runs(page):
+    text = (REPO / page).read_text()
+    printed = text.split("```python\n", 1)[1].split("```", 1)[0]
     assert printed == QUICKSTART.read_text()
+
+
+def test_the_quick_start_names_the_servers_address_once():
+    """Issue 49.8: a server on another port (make run PORT=...) is one line to change."""
+    source = QUICKSTART.read_text()
+    assert source.count(PRINTED_ADDRESS) == 1
+    assert f'\nserver = "{PRINTED_ADDRESS}"  #' in source and "AtlasClient(server)" in source
 
 
 def test_the_quick_start_runs_as_printed(atlas_server):
