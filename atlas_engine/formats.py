@@ -1,7 +1,10 @@
 """Reading every maps answer of the API with numpy alone (no torch, no server package).
 
 Formats (see the API docs): json, our binary layout ("ATLS": f32, f16 or u8), safetensors and
-npy. Each decoder returns (metadata, weights) with weights a float32 array [layers, heads, q, k].
+npy. Each decoder returns (metadata, weights): metadata a dict (the answer's fields other than
+the maps: tokens, layers, heads, shape ...), weights a float32 numpy array (layers, heads, q, k)
+of the layers and heads asked for (q = k = tokens, or ceil(tokens / cell) where cells were
+pooled).
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ ATLS_DTYPES = {3: "<f4", 1: "<f2", 2: "u1"}  # code -> stored dtype; u8 decodes 
 
 
 def decode_atls(body: bytes) -> tuple[dict, np.ndarray]:
-    """Our binary layout: magic, version, dtype code, metadata JSON, padding, weights."""
+    """(metadata dict, float32 weights (layers, heads, q, k)) of our binary layout: magic,
+    version, dtype code, metadata JSON, padding, weights (u8 read as q / 255). A body that is
+    not one raises ValueError."""
     if body[:4] != ATLS_MAGIC:
         raise ValueError("not an Attention Atlas binary map (bad magic)")
     version, code, _, meta_len = struct.unpack("<BBHI", body[4:12])
@@ -34,6 +39,8 @@ def decode_atls(body: bytes) -> tuple[dict, np.ndarray]:
 
 
 def decode_safetensors(body: bytes) -> tuple[dict, np.ndarray]:
+    """(metadata dict, float32 weights (layers, heads, q, k)) of a safetensors answer: its
+    tensor 'attentions', and the metadata its header keeps under 'atlas'."""
     from safetensors.numpy import load
 
     header_len = struct.unpack("<Q", body[:8])[0]
@@ -43,11 +50,15 @@ def decode_safetensors(body: bytes) -> tuple[dict, np.ndarray]:
 
 
 def decode_npy(body: bytes) -> tuple[dict, np.ndarray]:
+    """({"shape": [layers, heads, q, k]}, float32 weights of that shape) of an npy answer, which
+    carries no other metadata (no tokens)."""
     weights = np.load(io.BytesIO(body), allow_pickle=False)
     return {"shape": list(weights.shape)}, weights
 
 
 def decode_json(body: bytes) -> tuple[dict, np.ndarray]:
+    """(the answer's other fields as a dict, its 'attentions' as float32 (layers, heads, q, k))
+    of a JSON answer."""
     meta = json.loads(body)
     weights = np.asarray(meta.pop("attentions"), dtype=np.float32)
     return meta, weights
@@ -62,7 +73,10 @@ DECODERS = {
 
 
 def decode_maps(body: bytes, content_type: str) -> tuple[dict, np.ndarray]:
-    """(metadata, float32 weights) of a maps answer of any format, by its Content-Type."""
+    """A maps answer of any format, read by its Content-Type: (metadata, weights), metadata a
+    dict (tokens, layers, heads, shape ... as the format carries them; npy only its shape) and
+    weights a float32 numpy array (layers, heads, q, k). An unknown Content-Type raises
+    ValueError."""
     media = content_type.split(";")[0].strip().lower()
     if media not in DECODERS:
         raise ValueError(f"not a maps answer: {content_type!r}")

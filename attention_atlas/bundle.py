@@ -42,15 +42,16 @@ def _inlined(path: Path, urls: dict[Path, str], visiting: set[Path]) -> str:
 
 @lru_cache
 def widget_esm() -> str:
-    """static/js/widget.js as one self-contained module (its imports are data: URLs, and one
-    module imported twice is one URL, so it is evaluated once)."""
+    """static/js/widget.js as one self-contained module, a str of JavaScript (its imports are
+    data: URLs, and one module imported twice is one URL, so it is evaluated once)."""
     return _inlined((JS_DIR / "widget.js").resolve(), {}, set())
 
 
 @lru_cache
 def widget_css() -> str:
-    """app.css nested under .atlas-widget, so it styles the widget and nothing else of the
-    notebook (its :root variables and body rules apply to the widget's own element)."""
+    """app.css nested under .atlas-widget, a str of CSS, so it styles the widget and nothing
+    else of the notebook (its :root variables and body rules apply to the widget's own
+    element)."""
     css = (STATIC_DIR / "css" / "app.css").read_text(encoding="utf-8")
     css = re.sub(r"(?m)^(:root|body)(?=\s*\{)", "&", css)
     return ".atlas-widget {\n" + css + "\n}\n"
@@ -58,7 +59,8 @@ def widget_css() -> str:
 
 @lru_cache
 def plotly_js() -> str:
-    """The plotly.js bundle as the web app serves it (app/web/vendor, with its compile hint)."""
+    """The plotly.js bundle as the web app serves it, a str (app/web/vendor, with its compile
+    hint)."""
     return served_script(PLOTLY_JS).decode("utf-8")
 
 
@@ -73,7 +75,8 @@ _ID_ATTRIBUTE = re.compile(r'\b(id|for|aria-controls|aria-labelledby|aria-descri
 
 
 def panels_html(views: list[tuple[str, str]], title: str, note: str, prefix: str = "") -> str:
-    """The widget's markup: a layer and head picker and the explorer's panels for `views`.
+    """The widget's markup, a str of HTML: a layer and head picker and the explorer's panels
+    for `views` ([(view name, label)]).
 
     Every id, and every attribute that names one, gets `prefix`, so several widgets on one
     page (a notebook's outputs) never share an id."""

@@ -36,6 +36,8 @@ def model_entry(value: str) -> tuple[str, str]:
 
 
 def serve(args: argparse.Namespace) -> None:
+    """`atlas serve`: sets the server's ATLAS_* settings from `args`, prints each model's
+    address, and becomes the server (`python -m app`, exec'd), so it does not return."""
     entries = args.model  # [(model id, ATLAS_EXTRA_MODELS entry)], checked by argparse
     if entries:
         extra = json.loads(os.environ.get("ATLAS_EXTRA_MODELS", "[]"))
@@ -135,6 +137,8 @@ def corpus(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The `atlas` command on `argv` (sys.argv's by default). Returns nothing: `serve` becomes
+    the server, `corpus` prints its progress; a wrong argument exits with argparse's status 2."""
     parser = argparse.ArgumentParser(prog="atlas", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("serve", help="serve the web app and API")

@@ -66,6 +66,8 @@ class Maps:
 
     @property
     def tokens(self) -> list[str] | None:
+        """The tokens' labels (T strings, one a key), where the answer carries them; None where
+        it does not (npy carries none)."""
         return self.meta.get("tokens")
 
 
@@ -241,45 +243,53 @@ class AtlasClient:
                 raise self._out_of_reach(err) from None
 
     def get_json(self, path: str) -> dict:
+        """GET `path` ('/api/health'): the server's JSON answer, parsed (a dict; lists stay
+        lists, no arrays). A refusal raises AtlasError."""
         return json.loads(self._call(path).body)
 
     def post_json(self, path: str, body: dict) -> dict:
+        """POST `body` (a dict, sent as JSON) to `path`: the server's JSON answer, parsed (a
+        dict; lists stay lists, no arrays). A refusal raises AtlasError."""
         return json.loads(self._call(path, body).body)
 
     def health(self) -> dict:
-        """GET /api/health: {"status": "ok"} when the server is up."""
+        """GET /api/health: the dict {"status": "ok"} when the server is up."""
         return self.get_json("/api/health")
 
     def models(self) -> list[dict]:
-        """The models this server can load, with their shapes and whether each is available
-        (the `models` of GET /api/models)."""
+        """The models this server can load, a list of dicts (id, num_layers, num_heads... and
+        whether each is available): the `models` of GET /api/models."""
         return self.get_json("/api/models")["models"]
 
     def server(self) -> dict:
-        """GET /api/models whole: the models, the default encoder and decoder, the device
-        and dtype models run in, and the projections /qkspace offers."""
+        """GET /api/models whole, a dict: the models, the default encoder and decoder, the
+        device and dtype models run in, and the projections /qkspace offers."""
         return self.get_json("/api/models")
 
     def load(self, model: str) -> dict:
-        """POST /api/models/{model_id}/load: start loading `model` in the background; its
-        load status at once (state 'loading', 'ready' or 'failed', stage, fraction)."""
+        """POST /api/models/{model_id}/load: start loading `model` in the background. Returns
+        its load status at once, a dict (state 'loading', 'ready' or 'failed', stage,
+        fraction)."""
         return self.post_json(f"/api/models/{_quoted(model)}/load", {})
 
     def load_status(self, model: str) -> dict:
-        """GET /api/models/{model_id}/status: how far loading `model` has come."""
+        """GET /api/models/{model_id}/status: how far loading `model` has come, a dict as
+        load() returns (state, stage, fraction)."""
         return self.get_json(f"/api/models/{_quoted(model)}/status")
 
     def induction_text(self, model: str, length: int = 40, seed: int = 0) -> str:
-        """GET /api/models/{model_id}/induction-text: `length` random tokens of `model` written
-        twice, the standard input for induction heads (heads(...).strongest("induction"))."""
+        """GET /api/models/{model_id}/induction-text: a str, `length` random tokens of `model`
+        written twice: the standard input for induction heads
+        (heads(...).strongest("induction"))."""
         query = urllib.parse.urlencode({"length": length, "seed": seed})
         return self.get_json(f"/api/models/{_quoted(model)}/induction-text?{query}")["text"]
 
     def core_attention(self, q, k, v, **options) -> dict:
         """POST /api/core/attention: the from-scratch attention on your own q (q_len, d_k),
         k (k_len, d_k) and v (k_len, d_v), lists or arrays; options: mask, window, scale,
-        temperature... Every stage comes back as an array: scores, scaled_scores,
-        masked_scores (NaN where masked), weights, output."""
+        temperature... Returns the server's answer, a dict whose stages are float32 arrays:
+        scores, scaled_scores, masked_scores (NaN where masked) and weights (q_len, k_len),
+        output (q_len, d_v)."""
         body = _body(q=_listed(q), k=_listed(k), v=_listed(v), **options)
         answer = self.post_json("/api/core/attention", body)
         return _with_arrays(answer, "scores", "scaled_scores", "masked_scores", "weights", "output")
@@ -296,10 +306,11 @@ class AtlasClient:
         cell: int = 1,
         reduce: str = "max",
     ) -> Maps:
-        """POST /api/attention: the maps of `model` on `text` as float32 arrays, from any format
-        (`format`: how they travel; 'u8' is the smallest, within 1/510). With cell above 1,
-        each cell x cell block of weights comes back as its max or mean (`reduce`): weights
-        then has ceil(seq / cell) values a side."""
+        """POST /api/attention: the maps of `model` on `text`, as Maps whose weights are float32
+        (layers, heads, T, T): the layers and heads asked for (all by default), T tokens; from
+        any format (`format`: how they travel; 'u8' is the smallest, within 1/510). With cell
+        above 1, each cell x cell block of weights comes back as its max or mean (`reduce`):
+        weights then has ceil(T / cell) values a side."""
         pooling = {"cell": cell, "reduce": reduce} if cell != 1 else None
         return self._maps("/api/attention", model, text, text_pair, layers, heads, format, pooling)
 
@@ -308,7 +319,7 @@ class AtlasClient:
         residual: float = 0.5, format: str = "f32",
     ) -> Maps:  # fmt: skip
         """POST /api/attention/aggregate: each layer's head average ("average") or attention
-        rollout ("rollout"), as Maps with one 'head'."""
+        rollout ("rollout"), as Maps with one 'head': weights float32 (layers, 1, T, T)."""
         body = {"kind": kind, "residual": residual}
         return self._maps("/api/attention/aggregate", model, text, None, layers, None, format, body)
 
@@ -324,7 +335,8 @@ class AtlasClient:
         """POST /api/attention/heads: every head's statistics and roles on `text`. marked:
         token positions whose share of each head's attention becomes the statistic 'marked',
         averaged over the rows that read them from elsewhere, or over the `read_from` rows (the
-        last token of a question about a passage finds retrieval heads)."""
+        last token of a question about a passage finds retrieval heads). Returns
+        HeadStatistics: statistics[name] float32 (layers, heads), roles[layer][head]."""
         body = {"model": model, "text": text}
         for name, value in (("layers", layers), ("marked", marked), ("read_from", read_from)):
             if value is not None:
@@ -355,8 +367,10 @@ class AtlasClient:
         return Maps(weights, meta, float(meta.get("error_bound", 0.0)), answer.timing)
 
     def detail(self, model: str, text: str, layer: int, head: int, **options) -> dict:
-        """POST /api/attention/detail: one head in depth, replayed from the model's weights:
-        q, k, v, scores, scaled_scores, weights, output... as arrays (seq rows). options:
+        """POST /api/attention/detail: one head in depth, replayed from the model's weights, a
+        dict with float32 arrays: q, k, v and products (q[query] ∘ k[j]) (T, head_dim);
+        scores, scaled_scores, weights, counterfactual_weights and value_weighted (T, T);
+        output (T, head_dim_v); a field the request's `fields` left out is None. options:
         query, scale, temperature (the counterfactual), fields, text_pair."""
         body = _body(model=model, text=text, layer=layer, head=head, **options)
         matrices = ("q", "k", "v", "scores", "scaled_scores", "weights", "output",
@@ -364,26 +378,29 @@ class AtlasClient:
         return _with_arrays(self.post_json("/api/attention/detail", body), *matrices)
 
     def token(self, model: str, text: str, token: int, **options) -> dict:
-        """POST /api/attention/token: follow token `token` through every layer and head.
-        as_query[layer, head, key] is what it attends to, as_key[layer, head, query] what
-        each token gives it; query_mean, query_max, key_mean, key_max sum up the heads."""
+        """POST /api/attention/token: follow token `token` through every layer and head, a
+        dict with float32 arrays: as_query[layer, head, key] (layers, heads, T) is what it
+        attends to, as_key[layer, head, query] (layers, heads, T) what each token gives it;
+        query_mean, query_max, key_mean, key_max (layers, T) sum up the heads."""
         body = _body(model=model, text=text, token=token, **options)
         grids = ("as_query", "as_key", "query_mean", "query_max", "key_mean", "key_max")
         return _with_arrays(self.post_json("/api/attention/token", body), *grids)
 
     def predictions(self, model: str, text: str, top_k: int = 5, **options) -> dict:
         """POST /api/attention/predictions: the model's own top_k candidates at every position
-        (a decoder's next token) or at every mask token (an encoder with a masked-LM head):
-        positions[i] = {position, candidates: [{token, token_id, probability}], actual_rank}."""
+        (a decoder's next token) or at every mask token (an encoder with a masked-LM head), a
+        dict: positions[i] = {position, candidates: [{token, token_id, probability}],
+        actual_rank}."""
         body = _body(model=model, text=text, top_k=top_k, **options)
         return self.post_json("/api/attention/predictions", body)
 
     def ablate(self, model: str, text: str, heads: list[tuple[int, int]], **options) -> dict:
         """POST /api/attention/ablate: run again with `heads` ([(layer, head), ...]) switched
         off (options: mode 'zero' or 'mean', the layer and head to show both ways, top_k).
-        positions: each predicted position's top-k both ways, its KL divergence and logit
-        change; attention_change[layer, head]: how far each later head's rows moved;
-        weights and ablated_weights: the shown head both ways (arrays)."""
+        Returns a dict: positions, each predicted position's top-k both ways, its KL
+        divergence and logit change; attention_change[layer, head] (layers, heads), how far
+        each later head's rows moved; weights and ablated_weights (T, T), the shown head both
+        ways (float32 arrays)."""
         refs = [{"layer": layer, "head": head} for layer, head in heads]
         body = _body(model=model, text=text, heads=refs, **options)
         answer = self.post_json("/api/attention/ablate", body)
@@ -392,8 +409,9 @@ class AtlasClient:
     def compare(self, model: str, text: str, layer: int, head: int, other: dict, **options) -> dict:
         """POST /api/attention/compare: head (layer, head) of `model` on `text` beside
         `other` = {"layer", "head", and optionally "model", "text"}: two heads of one run, one
-        head on two texts, or two models. a.weights and b.weights (arrays); where the tokens
-        line up (`aligned`), difference (b - a) and each row's distance."""
+        head on two texts, or two models. Returns a dict: a.weights and b.weights, float32
+        arrays (T, T) of each side's tokens; where the tokens line up (`aligned`), difference
+        (b - a, (T, T)) and row_distance (T,), each row's distance; else those are None."""
         body = _body(model=model, text=text, layer=layer, head=head, other=other, **options)
         answer = self.post_json("/api/attention/compare", body)
         return _with_arrays(answer, "a.weights", "b.weights", "difference", "row_distance")
@@ -402,8 +420,8 @@ class AtlasClient:
         self, model: str, text: str, layer: int, head: int | None = None, **options
     ) -> dict:
         """POST /api/attention/qkspace: one head's (or, head None, every head's) queries and
-        keys projected into one plane: heads[i] = {queries (seq, 2), keys (seq, 2),
-        strongest...}, as arrays. options: method ('pca' or 'umap'), strongest."""
+        keys projected into one plane, a dict: heads[i] = {queries (T, 2), keys (T, 2),
+        strongest...}, float32 arrays. options: method ('pca' or 'umap'), strongest."""
         body = _body(model=model, text=text, layer=layer, head=head, **options)
         answer = self.post_json("/api/attention/qkspace", body)
         for space in answer["heads"]:
@@ -412,63 +430,68 @@ class AtlasClient:
 
     def decoder(self, model: str, text: str, target: str, layer: int = 0) -> dict:
         """POST /api/attention/decoder: an encoder-decoder's (T5's) decoder layer `layer` over
-        `target` (teacher-forced): decoder[head, S, S], its self-attention, and cross[head, S, T],
-        each target token's weights over the input's tokens (arrays), with target_tokens and
-        tokens."""
+        `target` (teacher-forced), a dict: decoder (heads, S, S), its self-attention, and cross
+        (heads, S, T), each of the S target tokens' weights over the input's T tokens (float32
+        arrays), with target_tokens and tokens."""
         body = _body(model=model, text=text, target=target, layer=layer)
         return _with_arrays(self.post_json("/api/attention/decoder", body), "decoder", "cross")
 
     def tiles(self, model: str, text: str, layer: int, **options) -> dict:
         """POST /api/attention/tiles: a window of one layer's maps (deep zoom). options:
-        heads, rows and cols ([start, stop)), cell, reduce. values[head, row, col] (array),
-        with row_tokens, col_tokens and the error_bound of the replay."""
+        heads, rows and cols ([start, stop)), cell, reduce. Returns a dict: values, a float32
+        array (heads, rows, cols) (each ceil(n / cell) with cell above 1), with row_tokens,
+        col_tokens and the error_bound of the replay."""
         body = _body(model=model, text=text, layer=layer, **options)
         return _with_arrays(self.post_json("/api/attention/tiles", body), "values")
 
     def search(self, model: str, text: str, query: dict, limit: int = 50) -> list[dict]:
-        """POST /api/attention/search: the heads matching `query`, best first, each
+        """POST /api/attention/search: the heads matching `query`, best first, a list of dicts
         {layer, head, value}. query is {"kind": "pair", "source", "target", "above"},
         {"kind": "role", "role"} or {"kind": "rank", "statistic", "order"}."""
         body = _body(model=model, text=text, query=query, limit=limit)
         return self.post_json("/api/attention/search", body)["heads"]
 
     def similarity(self, model: str, text: str) -> dict:
-        """POST /api/attention/similarity: similarity[a, b] (array) between every two heads,
-        numbered layer * num_heads + head (1 minus the Jensen-Shannon divergence of their
-        rows), and an `order` that puts alike heads side by side."""
+        """POST /api/attention/similarity: a dict with similarity[a, b], a float32 array
+        (layers * heads, layers * heads) between every two heads, numbered
+        layer * num_heads + head (1 minus the Jensen-Shannon divergence of their rows), and an
+        `order` that puts alike heads side by side."""
         answer = self.post_json("/api/attention/similarity", _body(model=model, text=text))
         return _with_arrays(answer, "similarity")
 
     def forward(self, model: str, text: str, text_pair: str | None = None) -> Iterator[dict]:
         """POST /api/attention/forward: run (and cache) the forward pass of a long text,
-        streamed: {"event": "progress", "layer", "layers"} lines, then {"event": "done",
-        tokens, seq_len, num_layers, ...}. A pass that fails raises AtlasError."""
+        streamed: an iterator of dicts, {"event": "progress", "layer", "layers"} lines, then
+        {"event": "done", tokens, seq_len, num_layers, ...}. A pass that fails raises
+        AtlasError."""
         body = _body(model=model, text=text, text_pair=text_pair)
         return self._stream("/api/attention/forward", body)
 
     def generate(
         self, model: str, text: str, max_new_tokens: int = 16, **options
     ) -> Iterator[dict]:
-        """POST /api/attention/generate: a decoder continues `text`, one line a token as it
-        is chosen ({"event": "token", token, probability, continuation...}), then
+        """POST /api/attention/generate: a decoder continues `text`, an iterator of dicts, one
+        line a token as it is chosen ({"event": "token", token, probability, continuation...}), then
         {"event": "done", text, prompt_tokens, generated, stopped, exact}. options: strategy
         ('greedy' or 'sample'), temperature, top_k, seed. Stop early by leaving the loop."""
         body = _body(model=model, text=text, max_new_tokens=max_new_tokens, **options)
         return self._stream("/api/attention/generate", body)
 
     def lens(self, model: str, text: str, **options) -> dict:
-        """POST /api/attention/lens: the logit lens. rows ('embeddings', 'after layer l'...)
-        by positions: top[row][position] candidates, and one token's token_probability and
-        token_rank (arrays). options: top_k, positions, token ({"text": " Paris"} or
-        {"id": 7042}; by default the model's top guess at the last position)."""
+        """POST /api/attention/lens: the logit lens, a dict. rows ('embeddings', 'after layer
+        l'...) by positions: top[row][position] candidates, and one token's token_probability
+        and token_rank, float32 arrays (rows, positions). options: top_k, positions, token
+        ({"text": " Paris"} or {"id": 7042}; by default the model's top guess at the last
+        position)."""
         answer = self.post_json("/api/attention/lens", _body(model=model, text=text, **options))
         return _with_arrays(answer, "token_probability", "token_rank")
 
     def attribution(self, model: str, text: str, **options) -> dict:
-        """POST /api/attention/attribution: direct logit attribution. heads[layer, head],
-        mlps[layer], attention_bias[layer] (arrays), embeddings and bias, whose sum `total`
-        equals the model's `logit`. options: position, target and contrast ({"text"} or
-        {"id"}), source ({"layer", "head"}: that head split by key, source.values)."""
+        """POST /api/attention/attribution: direct logit attribution, a dict. heads (layers,
+        heads), mlps (layers,) and attention_bias (layers,) as float32 arrays, embeddings and
+        bias (floats), whose sum `total` equals the model's `logit`. options: position, target
+        and contrast ({"text"} or {"id"}), source ({"layer", "head"}: that head split by key,
+        source.values)."""
         body = _body(model=model, text=text, **options)
         answer = self.post_json("/api/attention/attribution", body)
         if answer.get("source"):
@@ -478,8 +501,9 @@ class AtlasClient:
     def patching(self, model: str, text: str, corrupted: str, exact: bool = False, **options):
         """POST /api/attention/patching (exact False: attribution patching, a dict) or
         POST /api/attention/patching/exact (exact True: an iterator of progress lines and then
-        the answer, as forward()). heads[layer, head] and stream[layer, position]: the share of the metric
-        logit(target) - logit(contrast) recovered. options: position, target, contrast,
+        the answer, as forward(), whose lists stay lists). heads (layers, heads) and stream
+        (layers, positions), float32 arrays (None where not asked for): the share of the
+        metric logit(target) - logit(contrast) recovered. options: position, target, contrast,
         components ('heads', 'stream' or 'both')."""
         body = _body(model=model, text=text, corrupted=corrupted, **options)
         if exact:
@@ -488,12 +512,14 @@ class AtlasClient:
 
     def corpus_runs(self) -> list[dict]:
         """GET /api/corpus: the corpus runs the server reads (`atlas corpus run` makes them),
-        each {id, model, corpus, sequence_tokens, planned, done, statistics, layers, heads}."""
+        a list of dicts {id, model, corpus, sequence_tokens, planned, done, statistics,
+        layers, heads}."""
         return self.get_json("/api/corpus")["runs"]
 
     def corpus_heads(self, run: int) -> dict:
-        """GET /api/corpus/{run_id}/heads: statistics[name] and spread[name] (layers, heads)
-        arrays of means and standard deviations over the run's texts, and each head's roles."""
+        """GET /api/corpus/{run_id}/heads, a dict: statistics[name] and spread[name], float32
+        (layers, heads) arrays of means and standard deviations over the run's texts, and each
+        head's roles."""
         answer = self.get_json(f"/api/corpus/{int(run)}/heads")
         for part in ("statistics", "spread"):
             answer[part] = {k: np.array(v, dtype=np.float64).astype(np.float32)
@@ -501,8 +527,8 @@ class AtlasClient:
         return answer
 
     def corpus_head(self, run: int, layer: int, head: int, **query) -> dict:
-        """GET /api/corpus/{run_id}/heads/{layer}/{head}: one head's dashboard over the corpus
-        (histograms, texts by decile of `metric`, top tokens, distance histogram). query:
+        """GET /api/corpus/{run_id}/heads/{layer}/{head}: one head's dashboard over the corpus,
+        a dict (histograms, texts by decile of `metric`, top tokens, distance histogram). query:
         metric, per_decile."""
         suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
         return self.get_json(f"/api/corpus/{int(run)}/heads/{int(layer)}/{int(head)}{suffix}")
@@ -510,7 +536,8 @@ class AtlasClient:
     def lab(self, name: str, **body) -> dict:
         """POST /api/lab/<name>, one of LAB_ROUTES (masks, scaling, scoring, tiling, linear,
         positions, cost, kv-cache, heads, cross, sparse, rope-head, padding, what-a-head-is,
-        forward-pass), with `body` as its fields (/docs lists them): the server's answer."""
+        forward-pass), with `body` as its fields (/docs lists them): the server's answer, a
+        dict of lists (no arrays)."""
         if name not in LAB_ROUTES:
             near = difflib.get_close_matches(name, LAB_ROUTES, n=1)
             hint = f"did you mean {near[0]!r}?" if near else f"one of {', '.join(LAB_ROUTES)}"
@@ -518,17 +545,17 @@ class AtlasClient:
         return self.post_json(f"/api/lab/{name}", body)
 
     def lessons(self) -> list[dict]:
-        """GET /api/lessons: the lessons /learn offers, each {id, title, summary, steps,
-        source}."""
+        """GET /api/lessons: the lessons /learn offers, a list of dicts {id, title, summary,
+        steps, source}."""
         return self.get_json("/api/lessons")["lessons"]
 
     def lesson(self, lesson_id: str) -> dict:
-        """GET /api/lessons/{lesson_id}: one lesson, step by step."""
+        """GET /api/lessons/{lesson_id}: one lesson, step by step, a dict."""
         return self.get_json(f"/api/lessons/{urllib.parse.quote(lesson_id, safe='')}")
 
     def check_lesson(self, text: str) -> dict:
-        """POST /api/lessons/check: a lesson written by hand (its JSON, as text), as the player
-        will read it; AtlasError 422 names the first problem."""
+        """POST /api/lessons/check: a lesson written by hand (its JSON, as text), returned as
+        the player will read it (a dict); AtlasError 422 names the first problem."""
         return self.post_json("/api/lessons/check", {"text": text})
 
 

@@ -84,10 +84,12 @@ class AttentionRun:
 
     @property
     def num_layers(self) -> int:
+        """L, the layers in `attentions` (an encoder-decoder's encoder layers)."""
         return self.attentions.shape[0]
 
     @property
     def num_heads(self) -> int:
+        """H, the query heads of a layer (num_kv_heads of them share keys and values)."""
         return self.attentions.shape[1]
 
     @property
@@ -149,6 +151,12 @@ def run_model(
     T5 writes: its decoder reads it teacher-forced (its start token, then the target's tokens
     but the last; `target_tokens`), and the decoder and cross-attention maps come back too. dtype and
     device apply when the model is loaded here; a model object stays where it is.
+
+    Returns an AttentionRun: `tokens` (T readable labels), `attentions` float32 (L, H, T, T)
+    on the CPU, and for a family Atlas replays `hidden_inputs` (L, T, D), the hidden state
+    entering each attention block; an encoder-decoder's adds `decoder_attentions`
+    (L, H, S, S) and `cross_attentions` (L, H, S, T). A text of 0 or more than MAX_TOKENS
+    tokens raises ValueError.
     """
     name = None  # a model object is named by its config
     if isinstance(model, (str, os.PathLike)):

@@ -161,6 +161,8 @@ def as_maps(attention) -> np.ndarray:
 
 
 def check_tokens(shape, tokens, query_tokens) -> None:
+    """Returns nothing where the labels fit maps of `shape` (layers, heads, Q, K): K `tokens`,
+    and Q `query_tokens` (or `tokens` where Q is K); raises ValueError saying which does not."""
     _, _, rows, cols = shape
     if len(tokens) != cols:
         raise ValueError(f"{len(tokens)} tokens for maps with {cols} keys")
@@ -195,7 +197,9 @@ def _check_head(run: AttentionRun, layer: int, head: int | None) -> None:
 
 
 def replay_detail(run: AttentionRun | None, body: dict) -> dict:
-    """The server's detail answer for one head of `run`, from the views' request body."""
+    """The server's detail answer for one head of `run`, from the views' request body: the
+    dict POST /api/attention/detail answers (JSON types: matrices (T, T) or (T, head_dim) as
+    lists of lists)."""
     loaded, result = _as_served(run)
     request = DetailRequest.model_validate({**body, "model": run.model_name, "text": "-"})
     _check_head(run, request.layer, request.head)
@@ -204,7 +208,9 @@ def replay_detail(run: AttentionRun | None, body: dict) -> dict:
 
 
 def replay_qkspace(run: AttentionRun | None, body: dict) -> dict:
-    """The server's query-key space answer for `run`, from the view's request body."""
+    """The server's query-key space answer for `run`, from the view's request body: the dict
+    POST /api/attention/qkspace answers (JSON types: each head's queries and keys (T, 2) as
+    lists)."""
     loaded, result = _as_served(run)
     request = QKSpaceRequest.model_validate({**body, "model": run.model_name, "text": "-"})
     _check_head(run, request.layer, request.head)
@@ -244,7 +250,9 @@ def _writes_model(run: AttentionRun | None) -> LoadedModel:
 
 
 def replay_lens(run: AttentionRun | None, body: dict) -> dict:
-    """The server's lens answer for `run`'s text, from the view's request body."""
+    """The server's lens answer for `run`'s text, from the view's request body: the dict POST
+    /api/attention/lens answers (JSON types: token_probability and token_rank (rows,
+    positions) as lists)."""
     loaded = _writes_model(run)
     request = LensRequest.model_validate({**body, "model": loaded.id, "text": run.text})
     fields = lens_fields(loaded, plan_lens(loaded, request), request.top_k)
@@ -252,7 +260,9 @@ def replay_lens(run: AttentionRun | None, body: dict) -> dict:
 
 
 def replay_attribution(run: AttentionRun | None, body: dict) -> dict:
-    """The server's direct logit attribution for `run`'s text, from the view's request body."""
+    """The server's direct logit attribution for `run`'s text, from the view's request body:
+    the dict POST /api/attention/attribution answers (JSON types: heads (layers, heads) as
+    lists)."""
     loaded = _writes_model(run)
     request = AttributionRequest.model_validate({**body, "model": loaded.id, "text": run.text})
     fields = attribution_fields(loaded, request, plan_attribution(loaded, request))
@@ -286,6 +296,9 @@ def show(
       "decoder" or "cross";
     - show(attention, tokens): maps you already have (a (L, H, Q, K) tensor or transformers'
       tuple of layers), bertviz-style; query_tokens= for cross-attention.
+
+    Returns the AttentionWidget, which a notebook draws as the cell's output; its view, layer
+    and head are live in both directions.
     """
     if isinstance(source, (str, os.PathLike)) or hasattr(source, "config"):
         if not isinstance(text_or_tokens, str):
