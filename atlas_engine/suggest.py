@@ -10,14 +10,17 @@ from typing import Annotated, Literal, Union, get_args, get_origin
 from pydantic import BaseModel
 
 
-def close_matches(word: str, choices: Iterable[str] | Mapping[str, str], n: int = 3) -> list[str]:
-    """The choices nearest `word` (difflib's ratio at least 0.6, case ignored), nearest first.
-    `choices` may map each name to match to what to suggest for it (an id by its short name)."""
+def close_matches(
+    word: str, choices: Iterable[str] | Mapping[str, str], n: int = 3, cutoff: float = 0.6
+) -> list[str]:
+    """The choices nearest `word` (difflib's ratio at least `cutoff`, case ignored), nearest
+    first. `choices` may map each name to match to what to suggest for it (an id by its short
+    name)."""
     suggest = choices if isinstance(choices, Mapping) else {c: c for c in choices}
     folded: dict[str, str] = {}
     for name, suggestion in suggest.items():
         folded.setdefault(name.casefold(), suggestion)
-    nearest = difflib.get_close_matches(word.casefold(), folded, n=n)
+    nearest = difflib.get_close_matches(word.casefold(), folded, n=n, cutoff=cutoff)
     return list(dict.fromkeys(folded[name] for name in nearest))
 
 

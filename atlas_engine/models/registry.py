@@ -56,22 +56,21 @@ BUILTIN_MODELS: tuple[ModelSpec, ...] = (
     ModelSpec(
         MINILM_ID,
         Source.MINILM_PACKAGE,
-        "MiniLM-L6 (BERT architecture, 6 layers × 12 heads), trained sentence encoder. Embedded.",
+        "MiniLM-L6, a trained sentence encoder (BERT architecture). Embedded.",
         Family.BERT,
     ),
     ModelSpec(
         SMOLLM2_ID,
         Source.SMOLLM2_PACKAGE,
-        "SmolLM2-135M-Instruct (Llama architecture, 30 layers, 9 query heads sharing 3 key/value "
-        "heads), trained decoder. Embedded (GGUF Q4_1, dequantized to float32).",
+        "SmolLM2-135M-Instruct, a trained decoder (Llama architecture). Embedded (GGUF Q4_1, "
+        "dequantized to float32).",
         Family.LLAMA,
     ),
     ModelSpec(
         GEMMA3_ID,
         Source.GEMMA3_PACKAGE,
-        "Gemma 3 270M (18 layers, 4 query heads sharing 1 key/value head, sliding-window and "
-        "global layers, q/k norms), trained decoder. Opt-in: `make gemma` (Gemma Terms of Use; "
-        "GGUF Q4_K_M, dequantized to float32).",
+        "Gemma 3 270M, a trained decoder (sliding-window and global layers, q/k norms). Opt-in: "
+        "`make gemma` (Gemma Terms of Use; GGUF Q4_K_M, dequantized to float32).",
         Family.OTHER,
     ),
     ModelSpec(

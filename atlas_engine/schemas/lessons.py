@@ -10,14 +10,27 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from atlas_engine.lab_topics import LAB_TOPICS
+from atlas_engine.suggest import close_matches
 
 MAX_STEPS = 40
 MAX_CAPTION_CHARS = 2_000
 MAX_LESSON_BYTES = 64 * 1024  # a pasted lesson, as JSON
 
-# The pages a step may open: the explorer, Deep zoom, the glossary and every lab topic.
+# The pages a step may open: the explorer, Deep zoom, the glossary and every lab topic, and a
+# corpus's pages: one head's (/head/<model>/<layer>/<head>) and every head's (/heads/<model>).
 PAGES = ("/", "/zoom", "/glossary", "/lab", *(f"/lab/{slug}" for slug in LAB_TOPICS))
+MODEL_PATH = r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?"
+CORPUS_PAGES = (
+    re.compile(rf"^/head/{MODEL_PATH}/\d{{1,4}}/\d{{1,4}}$"),
+    re.compile(rf"^/heads/{MODEL_PATH}$"),
+)
+CORPUS_PAGE_FORMS = ("/head/<model>/<layer>/<head>", "/heads/<model>")
 LESSON_ID = r"^[a-z0-9][a-z0-9-]{0,63}$"
+
+
+def is_lesson_page(path: str) -> bool:
+    """Whether a step may open `path` (a link's path, no query or fragment)."""
+    return path in PAGES or any(form.match(path) for form in CORPUS_PAGES)
 
 
 class Strict(BaseModel):
@@ -54,7 +67,8 @@ class Step(Strict):
         min_length=1,
         max_length=8_192,
         description="a link to a page of this server: path, query and fragment (the explorer's "
-        f"'/?model=...&view=...'); the path one of {list(PAGES)}",
+        f"'/?model=...&view=...'); the path one of {list(PAGES)}, or a corpus's page: "
+        f"{' or '.join(CORPUS_PAGE_FORMS)}",
     )
     caption: str = Field(min_length=1, max_length=MAX_CAPTION_CHARS)
     question: Question | None = None
@@ -63,8 +77,12 @@ class Step(Strict):
     @classmethod
     def _a_page_of_atlas(cls, page: str) -> str:
         path = re.split(r"[?#]", page, maxsplit=1)[0]
-        if path not in PAGES:
-            raise ValueError(f"a step's page must be one of {list(PAGES)}; got {path!r}")
+        if not is_lesson_page(path):
+            forms = [f for f in CORPUS_PAGE_FORMS if path.startswith(f.split("<")[0])]
+            nearest = forms or close_matches(path, (*PAGES, *CORPUS_PAGE_FORMS), n=1, cutoff=0)
+            raise ValueError(
+                f"{path!r} is not a page a step can open; the closest is {nearest[0]!r}"
+            )
         return page
 
 

@@ -5,12 +5,23 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
+from typing import get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from atlas_engine.errors import InvalidInput, NotFound
-from atlas_engine.schemas.lessons import MAX_LESSON_BYTES, Lesson, LessonList, LessonSummary
+from atlas_engine.schemas.lessons import (
+    MAX_LESSON_BYTES,
+    HeadQuestion,
+    KeyQuestion,
+    Lesson,
+    LessonList,
+    LessonSummary,
+    Step,
+)
+from atlas_engine.suggest import close_matches
 
 SHIPPED = Path(__file__).resolve().parent.parent / "lessons"
 log = logging.getLogger(__name__)
@@ -77,8 +88,79 @@ def check_lesson(text: str) -> Lesson:
     except json.JSONDecodeError as err:
         raise InvalidInput(f"not JSON: {err.msg} at line {err.lineno}, column {err.colno}") from err
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the lesson"
-        raise InvalidInput(
-            f"{where}: {first['msg']} ({err.error_count()} problem(s) in all)"
-        ) from err
+        count = err.error_count()
+        more = "" if count == 1 else f" ({count} problems in all; this is the first)"
+        raise InvalidInput(f"{problem(err.errors()[0])}{more}") from err
+
+
+def field_name(loc: tuple) -> str:
+    """Where in a lesson, as a teacher reads it: ('steps', 1, 'page') -> "step 2's page" (a
+    question's kind, which pydantic puts in the location, is left out)."""
+    words: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, int) and i and loc[i - 1] == "steps":
+            words[-1] = f"step {part + 1}"
+        elif isinstance(part, int):
+            words.append(f"item {part + 1}")
+        elif not (i and loc[i - 1] == "question" and part in QUESTION_KINDS):
+            words.append(str(part))
+    return "'s ".join(words) if words else "the lesson"
+
+
+def problem(error: dict) -> str:
+    """One problem of a pasted lesson in the project's words: the field, what is wrong with it
+    and, where there is one, the closest allowed value (never the whole list of them)."""
+    where, kind, given = field_name(error["loc"]), error["type"], error.get("input")
+    ctx = error.get("ctx") or {}
+    if kind == "value_error":  # our own validators' words, without pydantic's "Value error, "
+        return f"{where}: {ctx.get('error', error['msg'])}"
+    if kind == "union_tag_invalid":  # a question's kind
+        tags = re.findall(r"'([^']*)'", ctx.get("expected_tags", ""))
+        return f"{where}: {ctx.get('tag')!r} is not a kind of question; {_closest(str(ctx.get('tag')), tags)}"
+    if kind == "extra_forbidden":
+        model = _model_at(error["loc"][:-1])
+        fields = list(model.model_fields) if model else []
+        owner = SCHEMA_NAMES.get(model, "this part of a lesson")
+        return f"{where} is not a field of {owner}; {_closest(str(error['loc'][-1]), fields)}"
+    if kind == "missing":
+        return f"{where} is missing"
+    if kind in ("string_too_long", "too_long"):
+        return f"{where} is too long: at most {ctx.get('max_length')}"
+    if kind in ("string_too_short", "too_short"):
+        return f"{where} is too short: at least {ctx.get('min_length')}"
+    if kind == "string_pattern_mismatch":
+        return f"{where}: {given!r} does not have the form {ctx.get('pattern')}"
+    return f"{where}: {error['msg'][0].lower()}{error['msg'][1:]}"
+
+
+def _closest(word: str, allowed: list[str]) -> str:
+    nearest = close_matches(word, allowed, n=1)
+    return (
+        f"the closest is {nearest[0]!r}" if nearest else f"one of {', '.join(map(repr, allowed))}"
+    )
+
+
+def _model_at(loc: tuple) -> type[BaseModel] | None:
+    """The schema a location inside a lesson names (Lesson, Step, a question), where known."""
+    model: type[BaseModel] | None = Lesson
+    for i, part in enumerate(loc):
+        if isinstance(part, int) or model is None:
+            continue
+        if part in QUESTION_KINDS and i and loc[i - 1] == "question":
+            model = QUESTION_KINDS[part]
+            continue
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        model = next(iter(_models(annotation)), None)
+    return model
+
+
+def _models(annotation: object) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (a list's items, an optional's value)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models(arg)]
+
+
+QUESTION_KINDS = {"key": KeyQuestion, "head": HeadQuestion}
+SCHEMA_NAMES = {Lesson: "a lesson", Step: "a step", KeyQuestion: "a key question",
+                HeadQuestion: "a head question"}  # fmt: skip

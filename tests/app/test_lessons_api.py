@@ -113,16 +113,56 @@ def test_a_pasted_lesson_is_checked_and_given_back_as_the_player_reads_it(client
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        (lesson(steps=[{"page": "https://example.com/", "caption": "c"}]), "steps.0.page"),
-        (lesson(steps=[{"page": "/admin", "caption": "c"}]), "one of"),
-        (lesson(steps=[]), "steps"),
-        (lesson(id="Has Spaces"), "id"),
-        (lesson(steps=[{"page": "/", "caption": "c", "question": {"kind": "guess"}}]), "kind"),
-        (lesson(steps=[{"page": "/", "caption": "c", "extra": 1}]), "extra"),
+        (
+            lesson(steps=[{"page": "https://example.com/", "caption": "c"}]),
+            "step 1's page: 'https://example.com/' is not a page a step can open; the closest is",
+        ),
+        (
+            lesson(steps=[{"page": "/lab/scalng", "caption": "c"}]),
+            "step 1's page: '/lab/scalng' is not a page a step can open; the closest is "
+            "'/lab/scaling'",
+        ),
+        (lesson(steps=[]), "steps is too short: at least 1"),
+        (lesson(id="Has Spaces"), "id: 'Has Spaces' does not have the form"),
+        (
+            lesson(steps=[{"page": "/", "caption": "c", "question": {"kind": "keys"}}]),
+            "step 1's question: 'keys' is not a kind of question; the closest is 'key'",
+        ),
+        (
+            lesson(steps=[{"page": "/", "caption": "c", "captoin": 1}]),
+            "step 1's captoin is not a field of a step; the closest is 'caption'",
+        ),
+        (
+            lesson(
+                steps=[
+                    {
+                        "page": "/",
+                        "caption": "c",
+                        "question": {"kind": "head", "ask": "?", "statistic": "self", "atleast": 1},
+                    }
+                ]
+            ),
+            "step 1's question's atleast is not a field of a head question; the closest is "
+            "'at_least'",
+        ),  # fmt: skip
     ],
 )
-def test_a_broken_lesson_is_refused_saying_where(client, body, says):
-    assert says in check(client, body, 422)["detail"]
+def test_a_broken_lesson_is_refused_in_our_words_with_the_closest_value(client, body, says):
+    """Issue 49.3: the field in a teacher's words and the nearest allowed value, never
+    pydantic's "Value error," nor every allowed value listed."""
+    detail = check(client, body, 422)["detail"]
+    assert detail.startswith(says)
+    assert "Value error" not in detail and "/lab/masks" not in detail  # no list of every page
+
+
+def test_a_step_may_open_a_heads_page_and_the_scatter(client):
+    steps = [
+        {"page": "/head/HuggingFaceTB/SmolLM2-135M-Instruct/17/5?metric=induction", "caption": "c"},
+        {"page": "/heads/sentence-transformers/all-MiniLM-L6-v2?x=previous", "caption": "c"},
+    ]
+    assert len(check(client, lesson(steps=steps))["steps"]) == 2
+    bad = check(client, lesson(steps=[{"page": "/head/m/one/2", "caption": "c"}]), 422)
+    assert "the closest is '/head/<model>/<layer>/<head>'" in bad["detail"]
 
 
 def test_text_that_is_not_json_is_refused_with_its_line_and_column(client):

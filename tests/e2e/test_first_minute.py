@@ -41,7 +41,7 @@ def drawn(page):
     settle(page)
 
 
-def test_a_bare_page_runs_the_example_and_opens_the_clearest_head_in_view(sized, live_server):
+def test_a_bare_page_runs_the_example_opens_at_its_top_with_the_first_picture(sized, live_server):
     page = sized
     page.goto(live_server + "/")
     drawn(page)
@@ -54,13 +54,18 @@ def test_a_bare_page_runs_the_example_and_opens_the_clearest_head_in_view(sized,
         "Opened on layer 0 head 2, the clearest role on this text: previous-token"
     )
     assert "(previous ≥ 0.5)" in why
-    # The first picture is on screen without scrolling by hand: the chart and all its cells.
-    chart, cells = (
-        page.evaluate(f"document.querySelector('#heatmap {part}').getBoundingClientRect().toJSON()")
-        for part in (".main-svg", ".nsewdrag")
+    # The page opens at its top, the title and the sentence box in view (issue 49.6) ...
+    box = lambda selector: page.evaluate(  # noqa: E731
+        f"document.querySelector('{selector}').getBoundingClientRect().toJSON()"
     )
     height = page.evaluate("innerHeight")
-    assert chart["top"] >= 0 and cells["bottom"] <= height, (chart, cells, height)
+    assert page.evaluate("scrollY") == 0
+    assert box("h1")["top"] >= 0 and box("#text")["bottom"] <= height
+    # ... and on a desktop the first picture starts on that first screen: its title and the
+    # map's first rows, without scrolling by hand.
+    if page.viewport_size["width"] >= 1280:
+        chart, cells = box("#heatmap .main-svg"), box("#heatmap .nsewdrag")
+        assert chart["top"] >= 0 and cells["top"] <= height - 120, (chart, cells, height)
     assert page.errors == []
 
 
@@ -269,3 +274,44 @@ def test_a_pasted_lesson_plays_from_a_link_that_carries_it(page, live_server, br
         assert other.inner_text("#lesson-title") == page.inner_text("#lesson-title")
     finally:
         context.close()
+
+
+def panel_top(page) -> float:
+    return page.evaluate("document.querySelector('.lesson-bar').getBoundingClientRect().top")
+
+
+def test_the_lesson_panel_never_covers_the_map_its_question_is_about(sized, live_server):
+    """Issue 49.3: a key question's map, whole, above the panel at 1280 and 390 px."""
+    page = sized
+    page.goto(f"{live_server}/learn/attention-basics?step=2")
+    drawn(page)
+    wait_js(page, "document.querySelector('#heatmap').dataset.lessonBound === '1'")
+    page.wait_for_timeout(800)  # the player brings the map into view as the page settles
+    cells = page.evaluate(
+        "document.querySelector('#heatmap .nsewdrag').getBoundingClientRect().toJSON()"
+    )
+    assert cells["top"] >= 0 and cells["bottom"] <= panel_top(page) + 1, (cells, panel_top(page))
+
+
+def test_a_head_question_takes_a_row_of_the_table_and_shows_what_it_ranks_by(sized, live_server):
+    """Issue 49.3: "click its cell in the map (or its row in the table)": a click anywhere on
+    the row answers; the column the rows are ranked by comes next to the head, labelled, on a
+    phone too; the map the question is about is in view above the panel."""
+    page = sized
+    page.goto(f"{live_server}/learn/find-the-induction-head?step=2")
+    drawn(page)
+    wait_js(page, "document.querySelectorAll('#view-heads table tbody tr').length > 0", 120)
+    page.wait_for_timeout(800)
+    grid = page.evaluate(
+        "document.querySelector('#view-heads .js-plotly-plot').getBoundingClientRect().toJSON()"
+    )
+    assert -1 <= grid["top"] < panel_top(page) - 200, grid  # its top rows in sight above the panel
+    header = page.locator("#view-heads table thead th").nth(2)
+    assert header.inner_text().startswith("induction")
+    row = page.locator("#view-heads table tbody tr").first
+    row.scroll_into_view_if_needed()
+    value = row.locator("td").nth(1)  # the induction column, beside the head
+    assert value.bounding_box()["x"] + value.bounding_box()["width"] <= page.viewport_size["width"]
+    value.click()
+    wait_js(page, "document.querySelector('.lesson-feedback').dataset.kind === 'right'", 60)
+    assert page.inner_text(".lesson-feedback").startswith("Right. Layer 18 head 6: induction")

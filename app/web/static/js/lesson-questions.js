@@ -17,6 +17,13 @@ const isMap = (node) => Boolean(node?.data?.[0]) && typeof node.on === "function
 const drawnMaps = () => [...document.querySelectorAll(".js-plotly-plot")].filter((p) => isMap(p) && p.data[0].type === "heatmap");
 const rowsOf = (plot) => (plot.data[0].customdata || plot.data[0].z).length;
 
+/** Scrolls `node` into sight above the lesson panel (the page's scroll-padding-bottom is the
+ * panel's height): whole where it fits, else from its top. */
+export function bringIntoView(node) {
+  const free = window.innerHeight - (document.querySelector(".lesson-bar")?.offsetHeight ?? 0);
+  node.scrollIntoView({ block: node.getBoundingClientRect().height <= free ? "nearest" : "start" });
+}
+
 /** A token as the page shows it (the explorer's chip, else the map's label, "8 · street" read as
  * "street"), with its position: "‘street’ (position 8)". */
 function tokenName(plot, index) {
@@ -75,7 +82,7 @@ export function askKey(question, step) {
     if (!isMap(target)) return;
     const title = plain(target.layout?.title?.text ?? "").split(" — ")[0].trim();
     target.classList.add("lesson-target");
-    target.scrollIntoView({ block: "nearest" });
+    bringIntoView(target);
     step.say(`That cell is in another map: the question is about ${whereIs(target, plot)}${title ? ` (“${title}”)` : ""}, now outlined.`, "hint");
   };
 
@@ -106,7 +113,7 @@ export function askKey(question, step) {
       const ours = plot.matches(question.map);
       plot.dataset.lessonBound = ours ? "1" : "other";
       plot.on("plotly_click", (event) => (ours ? answer(plot, event.points?.[0]) : elsewhere(plot)));
-      if (ours) plot.scrollIntoView({ block: "start" }); // the map the question is about, above the panel
+      if (ours) bringIntoView(plot); // the map the question is about, above the panel
     }
     if (!checked) check(maps);
   };

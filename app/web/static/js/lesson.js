@@ -3,7 +3,7 @@
 // the learner clicks in the view (lesson-questions.js), and moves between steps (each step is a
 // page of Atlas, opened by its link). Away from the step's page, it offers the way back.
 
-import { askHead, askKey } from "./lesson-questions.js";
+import { askHead, askKey, bringIntoView } from "./lesson-questions.js";
 
 const KEY = "atlas-lesson"; // the run: {lesson, step, home, folded, wrong, said}
 const FINISHED = "atlas-lesson-finished"; // {title, id, home}: read once by the lesson's page
@@ -154,8 +154,35 @@ function leave(to) {
   if (to) window.location.assign(to);
 }
 
+const VIEW_WAIT_MS = 60000;
+
+/** On an explorer step, once its view has drawn: the view's first picture in sight above the
+ * panel (the step is about it; the explorer itself opens at its top). A key question's own map is
+ * brought into view by its question (lesson-questions.js). */
+function showTheStepsView(step) {
+  if (window.location.pathname !== "/" || step.question?.kind === "key" || !onStep(step.page)) return;
+  const started = Date.now();
+  let placed = null; // [the picture, the scroll we left it at]
+  const timer = setInterval(() => {
+    if (placed && window.scrollY !== placed[1]) return clearInterval(timer); // the learner scrolled
+    const view = document.querySelector("#views > [role=tabpanel]:not([hidden])");
+    const picture = [...(view?.querySelectorAll(".js-plotly-plot, [data-part=grid] > *") ?? [])].find((node) => !node.classList.contains("js-plotly-plot") || node.data?.length);
+    if (picture) {
+      bringIntoView(picture); // again while the page above it settles (its texts fill in)
+      placed = [picture, window.scrollY];
+    }
+    if (Date.now() - started > VIEW_WAIT_MS) clearInterval(timer);
+  }, 250);
+}
+
 const run = load();
 if (run?.lesson?.steps?.[run.step]) {
-  document.body.append(panel(run));
+  const bar = panel(run);
+  document.body.append(bar);
   document.body.classList.add("with-lesson");
+  // The page keeps room for the panel below its content, and scrolling keeps things above it.
+  const room = () => document.documentElement.style.setProperty("--lesson-height", `${bar.offsetHeight}px`);
+  new ResizeObserver(room).observe(bar);
+  room();
+  showTheStepsView(run.lesson.steps[run.step]);
 }

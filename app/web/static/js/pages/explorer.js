@@ -398,6 +398,7 @@ function showView(view) {
   el.viewGuide.replaceChildren(
     question,
     ...(labs.length ? [" Learn how it works: ", ...labs.flatMap((lab, i) => [i ? ", " : "", make("a", { text: lab.title, attrs: { href: `/lab/${lab.slug}` } })])] : []),
+    make("span", { className: "keys-hint", text: " · Keys: ←/→ head, ↑/↓ layer, after a click on a map." }),
   );
 }
 
@@ -543,7 +544,7 @@ async function render() {
 // --- wiring -------------------------------------------------------------------------------
 state.readUrl(); // a link's state; whatever it names, the page runs at once (the example by default)
 state.writeUrl(); // and the address names it all from the start, defaults included
-let scrollToResult = true; // after a link opens or a sentence is run: the first picture comes into view
+let scrollToResult = false; // after a sentence is run: its first picture comes into view (a page opens at its top)
 let rendering = Promise.resolve(); // the latest render: a run waits for its first picture
 el.text.value = state.get().text;
 el.textPair.value = state.get().textPair || "";

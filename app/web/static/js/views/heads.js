@@ -37,6 +37,9 @@ function format(statistic, value) {
   return statistic === "distance" ? value.toFixed(1) : value.toFixed(3);
 }
 
+/** How the page names a statistic ("same word"; the API's key is same_word). */
+const labelOf = (data, name) => data.labels?.[name] ?? name.replace("_", " ");
+
 /** The sort state "-previous" -> {key: "previous", descending: true}. */
 function parseSort(sort) {
   if (!sort) return { key: "layer", descending: false };
@@ -68,14 +71,14 @@ export async function render({ session, state, parts, info, set, open, isStale, 
   if (isStale()) return null;
   const names = Object.keys(data.statistics);
   if (parts.stat.options.length !== names.length) {
-    parts.stat.replaceChildren(...names.map((name) => new Option(name.replace("_", " "), name)));
+    parts.stat.replaceChildren(...names.map((name) => new Option(labelOf(data, name), name)));
   }
   const stat = names.includes(state.stat) ? state.stat : "previous";
   parts.stat.value = stat;
   // Each role's threshold, beside the statistic that decides it.
   const decides = Object.entries(data.rules).filter(([, rule]) => rule.statistic === stat);
   const roles = decides.map(([role, rule]) => `${role} head at ≥ ${rule.threshold}`);
-  parts.describe.textContent = `${stat.replace("_", " ")}: ${data.descriptions[stat]}.${roles.length ? ` Role: ${roles.join("; ")}.` : ""}`;
+  parts.describe.textContent = `${labelOf(data, stat)}: ${data.descriptions[stat]}.${roles.length ? ` Role: ${roles.join("; ")}.` : ""}`;
   const grid = data.statistics[stat];
   const labels = headLabels(info);
   const top = stat === "distance" ? gridMax(grid) : 1;
@@ -88,7 +91,7 @@ export async function render({ session, state, parts, info, set, open, isStale, 
     // heads that share a key/value head sit between these lines
     shapes.push({ type: "line", x0: g * kvGroup - 0.5, x1: g * kvGroup - 0.5, y0: -0.5, y1: info.num_layers - 0.5, line: { color: "#fff", width: 2 } });
   }
-  const title = `${stat.replace("_", " ")} of every head · rows: layers, columns: heads · click a cell to open it`;
+  const title = `${labelOf(data, stat)} of every head · rows: layers, columns: heads · click a cell to open it`;
   const scored = anyValue(grid);
   parts.map.hidden = !scored; // the summary below says why
   if (scored) {
@@ -105,7 +108,7 @@ export async function render({ session, state, parts, info, set, open, isStale, 
   return {
     kind: "head", element: scored ? parts.map : null, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
     matrix: grid, matrixName: stat, blank: "", corner: "layer \\ head", title, colour: (v) => viridis(v / top),
-    colourBar: linearBar(top, stat.replace("_", " ")),
+    colourBar: linearBar(top, labelOf(data, stat)),
     payload: {
       what: "statistics[name][layer][head] of every head on this text (null: no query row qualifies); roles[layer][head] strongest first",
       statistics: data.statistics, descriptions: data.descriptions, roles: data.roles, rules: data.rules,
@@ -113,13 +116,13 @@ export async function render({ session, state, parts, info, set, open, isStale, 
   };
 }
 
-const corpusHeads = new Map(); // model -> its corpus run's every-head answer (or null: none)
+const corpusHeads = new Map(); // model -> its corpus run's every-head answer (asked again while none)
 
 /** Where the model has a corpus run: this text's statistic against the corpus mean, a dot a
  * head; heads far from the diagonal do something else on this text than in general. */
 async function againstCorpus(session, state, parts, data, stat, open, isStale) {
   if (!parts.corpusPlot || !api.corpusRuns) return;
-  if (!corpusHeads.has(session.model)) {
+  if (!corpusHeads.get(session.model)) { // the server's corpus job may have described it since
     const runs = await api.corpusRuns().then((r) => r.runs).catch(() => []);
     const run = runs.filter((r) => r.model === session.model && r.done).sort((a, b) => b.done - a.done)[0];
     corpusHeads.set(session.model, run ? await api.corpusHeads(run.id).catch(() => null) : null);
@@ -146,7 +149,7 @@ async function againstCorpus(session, state, parts, data, stat, open, isStale) {
       hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>over the corpus %{x:.3f}<br>on this text %{y:.3f}<extra></extra>`,
     },
   ], {
-    title: `${stat.replace("_", " ")}: this text (up) against ${corpus.run.done} texts of ${corpus.run.corpus} (across). Off the diagonal, a head does something else here than in general; click one to open it`,
+    title: `${labelOf(data, stat)}: this text (up) against ${corpus.run.done} texts of ${corpus.run.corpus} (across). Off the diagonal, a head does something else here than in general; click one to open it`,
     height: 420, xaxis: { title: { text: "over the corpus" } }, yaxis: { title: { text: "on this text" } },
   });
   parts.corpusPlot.removeAllListeners?.("plotly_click");
@@ -166,7 +169,8 @@ function summarise(data, stat, grid) {
   values.sort((a, b) => b[0] - a[0]);
   const [v, l, h] = values[0];
   const best = `highest: layer ${l} head ${h} (${format(stat, v)})`;
-  const timing = `computed in ${data.compute_ms.toFixed(0)} ms from the cached forward pass`;
+  const took = data.compute_ms < 1 ? "under 1 ms" : `${data.compute_ms.toFixed(0)} ms`;
+  const timing = `computed in ${took} from the cached forward pass`;
   if (stat === "distance") return `${best}; ${timing}.`;
   const above = values.filter(([x]) => x > SHARES_ABOVE).length;
   return `${above} of ${values.length} heads above ${SHARES_ABOVE}; ${best}; ${timing}.`;
@@ -186,12 +190,17 @@ function showTable(table, data, info, sort, open) {
   const key = sort.key === "roles" || sort.key === "layer" || sort.key === "head" || names.includes(sort.key) ? sort.key : "layer";
   const value = (row) => (key === "roles" ? row.roles[0]?.score ?? -1 : row[key] ?? -Infinity);
   rows.sort((a, b) => (sort.descending ? value(b) - value(a) : value(a) - value(b)) || a.layer - b.layer || a.head - b.head);
-  const columns = ["layer", "head", "roles", ...names];
+  // The statistic sorted by comes first after the head, so that on a narrow screen the column
+  // the rows are ranked by (a lesson's answer) is on screen and labelled, not scrolled away.
+  const shown = names.includes(key) ? [key, ...names.filter((n) => n !== key)] : names;
+  const columns = ["layer", "head", ...(names.includes(key) ? [key] : []), "roles", ...shown.filter((n) => n !== key)];
+  const label = (name) => labelOf(data, name);
   const header = make("tr", {}, columns.map((name) => {
     const active = name === key;
     const next = active && sort.descending ? name : `-${name}`; // click again to reverse
+    const title = data.descriptions[name] ? `${name}: ${data.descriptions[name]}` : "";
     const th = make("th", { attrs: { scope: "col", "aria-sort": active ? (sort.descending ? "descending" : "ascending") : "none" } }, [
-      make("button", { text: name.replace("_", " ") + (active ? (sort.descending ? " ↓" : " ↑") : ""), className: "link", attrs: { type: "button", "data-sort": next, title: data.descriptions[name] || "" } }),
+      make("button", { text: label(name) + (active ? (sort.descending ? " ↓" : " ↑") : ""), className: "link", attrs: { type: "button", "data-sort": next, title } }),
     ]);
     return th;
   }));
@@ -201,13 +210,20 @@ function showTable(table, data, info, sort, open) {
     const opener = make("button", { text: `L${row.layer} H${row.head}`, className: "link", attrs: { type: "button", title: `open layer ${row.layer} head ${row.head}` } });
     opener.addEventListener("click", () => open(row.layer, row.head, { focusView: true }));
     const roles = row.roles.map((r) => `${r.role} ${r.score.toFixed(2)}`).join(", ");
+    const statistic = (name) => make("td", { text: format(name, row[name]) });
     const cells = [
       make("th", { attrs: { scope: "row" } }, [opener]),
       make("td", { text: group > 1 ? `${row.head} · kv${Math.floor(row.head / group)}` : String(row.head) }),
+      ...(names.includes(key) ? [statistic(key)] : []),
       make("td", { text: roles || "–", className: "roles" }),
-      ...names.map((name) => make("td", { text: format(name, row[name]) })),
+      ...shown.filter((n) => n !== key).map(statistic),
     ];
-    body.append(make("tr", {}, cells));
+    const line = make("tr", { className: "opens" }, cells);
+    // A click anywhere on the row opens its head, as the first cell's button does for the keyboard.
+    line.addEventListener("click", (event) => {
+      if (!event.target.closest("button, a")) open(row.layer, row.head, { focusView: true });
+    });
+    body.append(line);
   }
-  table.replaceChildren(make("caption", { text: `${rows.length} heads, sorted by ${key.replace("_", " ")}` }), make("thead", {}, [header]), body);
+  table.replaceChildren(make("caption", { text: `${rows.length} heads, sorted by ${label(key)}` }), make("thead", {}, [header]), body);
 }
