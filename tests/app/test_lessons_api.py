@@ -110,6 +110,9 @@ def test_a_pasted_lesson_is_checked_and_given_back_as_the_player_reads_it(client
     assert checked["steps"][0]["question"] == {**question, "map": "#heatmap"}
 
 
+HEAD_QUESTION_TYPO = {"kind": "head", "ask": "?", "statistic": "self", "atleast": 1}
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [
