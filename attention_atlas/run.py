@@ -89,7 +89,7 @@ class AttentionRun:
 
     @property
     def num_heads(self) -> int:
-        """H, the query heads of a layer (num_kv_heads of them share keys and values)."""
+        """H, the query heads of a layer (sharing num_kv_heads key/value heads)."""
         return self.attentions.shape[1]
 
     @property

@@ -136,18 +136,10 @@ HEAD_QUESTION_TYPO = {"kind": "head", "ask": "?", "statistic": "self", "atleast"
             "step 1's captoin is not a field of a step; the closest is 'caption'",
         ),
         (
-            lesson(
-                steps=[
-                    {
-                        "page": "/",
-                        "caption": "c",
-                        "question": {"kind": "head", "ask": "?", "statistic": "self", "atleast": 1},
-                    }
-                ]
-            ),
+            lesson(steps=[{"page": "/", "caption": "c", "question": HEAD_QUESTION_TYPO}]),
             "step 1's question's atleast is not a field of a head question; the closest is "
             "'at_least'",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_a_broken_lesson_is_refused_in_our_words_with_the_closest_value(client, body, says):
