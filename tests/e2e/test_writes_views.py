@@ -73,3 +73,22 @@ def test_a_model_without_a_head_says_so_and_offers_one(page, live_server):
     page.get_by_role("button", name=f"Switch to {SMOLLM2}").click()
     wait_js(page, "document.querySelector('#attribution-heads')?.data?.length > 0", 120)
     assert parse_qs(urlparse(page.url).query)["model"] == [SMOLLM2]
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_refusal_shows_in_the_panel_that_caused_it_saying_what_to_do(browser, live_server, width):
+    """Issue 49.4: both texts guess ␣Paris, so patching has nothing to explain: the refusal is
+    in Patching's own panel, not at the top of the page, and its text says what to change."""
+    state = {"model": SMOLLM2, "text": CLEAN, "layer": 0, "head": 0, "view": "patching"}
+    context, page = opened(browser, f"{live_server}/?{urlencode({**state, 'pc': CLEAN})}", width)
+    wait_js(page, "!document.querySelector('#view-patching .view-error')?.hidden", 120)
+    assert page.inner_text("#view-patching .view-error").startswith("The metric's two tokens")
+    assert page.is_hidden("#run-error") and page.is_hidden("#patching-results")
+    assert page.inner_text("#patching-summary").startswith("Patching needs two texts")
+    page.fill("#patching-corrupted", CORRUPTED)
+    page.press("#patching-corrupted", "Enter")
+    page.dispatch_event("#patching-corrupted", "change")
+    wait_js(page, "document.querySelector('#patching-approx-heads')?.data?.length > 0", 120)
+    assert page.is_hidden("#view-patching .view-error")
+    assert not page.errors
+    context.close()

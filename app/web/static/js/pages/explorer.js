@@ -507,6 +507,21 @@ function replaceText(patch, why) {
   state.set({ textPair: "", generated: null, query: null, ...patch });
 }
 
+/** A view's refusal where the eye is: in the view's own panel, above its pictures, and the view
+ * may change its own text to say what to do (its module's `refused(parts, err)`). */
+function viewError(view, err) {
+  const panel = $(`#view-${view}`);
+  let box = panel.querySelector(":scope > .view-error");
+  if (!box) {
+    box = make("p", { className: "error view-error", attrs: { role: "alert" } });
+    const after = panel.querySelector(":scope > .explain");
+    if (after) after.after(box);
+    else panel.prepend(box);
+  }
+  showError(box, err ? `${err.message.charAt(0).toUpperCase()}${err.message.slice(1)}` : "");
+  if (err) VIEW_MODULES[view].refused?.(PARTS[view], err);
+}
+
 let renderToken = 0;
 async function render() {
   if (!session || !session.meta) return;
@@ -527,11 +542,12 @@ async function render() {
     if (!isStale()) {
       exported = shown;
       showError(el.error, "");
+      viewError(current.view, null);
       glossify($(`#view-${current.view}`));
     }
   } catch (err) {
     if (err.name === "AbortError") return;
-    if (!isStale()) showError(el.error, err.message);
+    if (!isStale()) viewError(current.view, err);
   } finally {
     clearTimeout(busy);
     if (!isStale()) {

@@ -55,6 +55,12 @@ async function drawPair(answer, heads, stream, info, title) {
   });
 }
 
+/** The server refused the texts (the explorer shows why in this panel): say what to do. */
+export function refused(parts) {
+  parts.results.hidden = true;
+  parts.summary.textContent = "Patching needs two texts that line up token for token and whose answers differ: change the corrupted text (as many tokens as yours, with the change that should move the answer, as the name-swap example does), or type a target and a contrast token above.";
+}
+
 export async function render(scene) {
   const { session, state, info, parts, isStale } = scene;
   parts.corrupted.value = state.patchText || "";
