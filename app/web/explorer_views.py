@@ -38,9 +38,6 @@ VIEWS: dict[str, View] = {
         "Heatmap", "look", "queries down, keys across, each weight a cell", ("what-a-head-is",)
     ),
     "lines": View("Token to token", "look", "lines from each token to those it attends to"),
-    "decoder": View(
-        "Decoder & cross", "look", "an encoder-decoder's decoder, and its attention to the input"
-    ),
     "qkspace": View("Q-K space", "look", "queries and keys in one plane: near means attended"),
     "grid": View("All heads", "find", "every layer and head as small maps", ("heads",)),
     "heads": View("Head roles", "find", "each head's statistics and the roles they imply"),
@@ -49,6 +46,10 @@ VIEWS: dict[str, View] = {
     "follow": View("Layer by layer", "token", "one token as a query and as a key, every layer"),
     "aggregate": View(
         "Average & rollout", "token", "a layer's heads averaged; rollout through layers"
+    ),
+    # Not in the first group: no model Atlas ships is an encoder-decoder (docs/models.md).
+    "decoder": View(
+        "Decoder & cross", "token", "an encoder-decoder's decoder, and its attention to the input"
     ),
     "qk": View(
         "Query · Key", "explain", "a token's query against every key", ("step-by-step", "scoring")

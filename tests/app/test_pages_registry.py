@@ -52,3 +52,12 @@ def test_every_glossary_term_has_a_gloss_and_a_formula_or_a_picture(client):
         assert term.gloss and len(term.gloss) <= 160 and term.pattern
         assert term.formula or term.picture, key
         assert f'id="{key}"' in page
+
+
+def test_the_first_group_offers_no_view_that_no_shipped_model_can_use():
+    """Issue 49.5: Decoder & cross needs an encoder-decoder, and none ships: not a first view."""
+    first = next(iter(GROUPS))
+    assert VIEWS["decoder"].group != first
+    assert [name for name, view in VIEWS.items() if view.group == first] == [
+        "heatmap", "lines", "qkspace",
+    ]  # fmt: skip

@@ -15,7 +15,7 @@ export function bind(parts, set) {
 /** Whether the open model has a decoder to show; where it has not, the panel says why and
  * offers one that has. */
 function ready(scene) {
-  const why = (model) => `${model.id} is not an encoder–decoder: it has one stack of layers, and every other view shows it. This view is for models such as T5 (open one with atlas serve --model <folder>).`;
+  const why = (model) => `${model.id} is not an encoder–decoder: it has one stack of layers, and every other view shows it. This view is for models such as T5, BART or Marian, and none ships with Atlas (no small one can be had offline under an open licence). To add one: atlas serve --model ./my-t5 (a checkpoint folder), or with internet atlas serve --model google-t5/t5-small --hub-downloads.`;
   return modelFits(scene, (m) => m.encoder_decoder, why, ["results", "controls"]);
 }
 
