@@ -185,3 +185,10 @@ def test_an_operators_folder_adds_lessons_and_cannot_replace_a_shipped_one(
 def test_the_shipped_files_are_what_the_api_serves():
     files = sorted(SHIPPED.glob("*.json"))
     assert [json.loads(path.read_text())["id"] for path in files] == SHIPPED_IDS
+
+
+def test_why_sqrt_d_states_what_its_variance_rests_on(client):
+    """Issue 49.9: var(q·k) = d only for components of mean 0 and variance 1: say both."""
+    steps = client.get("/api/lessons/why-sqrt-d").json()["steps"]
+    assert "with mean 0 and variance 1" in steps[1]["caption"]
+    assert "with mean 0 and variance 1" in client.get("/lab/scaling").text

@@ -30,6 +30,13 @@ def test_a_shared_ablation_link_redraws_it_and_the_open_head_can_be_added(page, 
     assert "3.0, 3.4" in page.text_content("#ablation-summary")
     rows = page.locator("#ablation-table tbody tr")
     assert rows.count() == page.locator("#tokens .token").count()  # every position predicted
+    # The token the text really has next stands beside the guesses, and a right guess is marked.
+    assert page.locator("#ablation-table thead th").nth(2).inner_text() == "next in the text"
+    cells = [rows.nth(i).locator("td") for i in range(rows.count())]
+    tokens = page.locator("#tokens .token").all_inner_texts()
+    assert [c.nth(2).inner_text() for c in cells] == [*tokens[1:], "—"]
+    right = [c for c in cells if c.nth(3).inner_text().split(" ")[0] == c.nth(2).inner_text()]
+    assert right and all(c.nth(3).inner_text().endswith("✓") for c in right)
     change = page.evaluate("document.querySelector('#ablation-change').data[0].z")
     assert all(v == 0 for row in change[:4] for v in row)  # up to layer 3: nothing moves
     assert max(max(row) for row in change[4:]) > 0

@@ -29,22 +29,29 @@ export function bind(parts, set) {
   parts.colours.addEventListener("change", () => set({ colours: parts.colours.value }));
 }
 
+/** The predictions before and after, a row a position; on a next-token model, the token that
+ * really comes next in the text beside them, and each guess that is it marked ✓. */
 function table(answer) {
-  const head = el("tr", {}, ["position", "token", "top guess", "after ablation", "KL (nats)", "logit change"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
+  const next = answer.predicts === "next_token";
+  const titles = ["position", "token", ...(next ? ["next in the text"] : []), "top guess", "after ablation", "KL (nats)", "logit change"];
+  const head = el("tr", {}, titles.map((t) => el("th", { text: t, attrs: { scope: "col" } })));
   const rows = answer.positions.map((row) => {
     const [before] = row.base;
     const [after] = row.ablated;
     const changed = before.token_id !== after.token_id;
+    const truth = next ? answer.tokens[row.position + 1] : undefined;
+    const mark = (guess) => (truth !== undefined && guess.token === truth ? " ✓" : "");
     return el("tr", { className: changed ? "changed" : "" }, [
       el("td", { text: String(row.position) }),
       el("td", { className: "tok", text: answer.tokens[row.position] }),
-      el("td", { className: "tok", text: `${before.token} ${(100 * before.probability).toFixed(1)}%` }),
-      el("td", { className: "tok", text: `${after.token} ${(100 * after.probability).toFixed(1)}%${changed ? " ←" : ""}` }),
+      ...(next ? [el("td", { className: "tok", text: truth ?? "—", attrs: { title: truth === undefined ? "the text ends here" : "the token the text really has next" } })] : []),
+      el("td", { className: "tok", text: `${before.token} ${(100 * before.probability).toFixed(1)}%${mark(before)}` }),
+      el("td", { className: "tok", text: `${after.token} ${(100 * after.probability).toFixed(1)}%${mark(after)}${changed ? " ←" : ""}` }),
       el("td", { text: row.kl.toFixed(4) }),
       el("td", { text: row.logit_change.toFixed(3) }),
     ]);
   });
-  return [el("thead", {}, [head]), el("tbody", {}, rows)];
+  return [el("caption", { text: next ? "✓: the guess is the token the text really has next; ←: ablation changed the top guess" : "←: ablation changed the top guess" }), el("thead", {}, [head]), el("tbody", {}, rows)];
 }
 
 export async function render({ session, state, info, parts, set, open, isStale }) {
