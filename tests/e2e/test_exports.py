@@ -176,8 +176,17 @@ def test_a_small_heatmap_exports_vector_cells_under_a_title_with_a_colour_bar(pa
     assert texts(bar, "colour-bar-label") == ["weight"]
     assert texts(bar, "colour-bar-tick") == ["0", "0.25", "0.5", "0.75", "1"]
     assert b"log" not in body
+    cells = [
+        r
+        for r in by_id(svg, "heatmap").iter()
+        if r.tag.endswith("rect") and r.find("*") is not None
+    ]
+    assert cells and all(r.get("width") == r.get("height") for r in cells)  # square cells
+    ratio = float(svg.get("width")) / float(svg.get("height"))
     _, body = export(page, "png")
-    assert png_size(body)[0] >= 1600  # slide size (Plotly's picture, drawn at 2x)
+    width, height = png_size(body)
+    assert width >= 1600  # slide size
+    assert abs(width / height - ratio) < 0.01  # issue 49.9: that SVG, square cells, not Plotly's
     assert not page.errors
 
 

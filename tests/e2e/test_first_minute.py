@@ -63,6 +63,8 @@ def test_a_bare_page_runs_the_example_opens_at_its_top_with_the_first_picture(si
     assert box("h1")["top"] >= 0 and box("#text")["bottom"] <= height
     # ... and on a desktop the first picture starts on that first screen: its title and the
     # map's first rows, without scrolling by hand.
+    # No blank band under the map: its box is the chart's own height (issue 49.9).
+    assert box("#heatmap")["height"] <= box("#heatmap .main-svg")["height"] + 2
     if page.viewport_size["width"] >= 1280:
         chart, cells = box("#heatmap .main-svg"), box("#heatmap .nsewdrag")
         assert chart["top"] >= 0 and cells["top"] <= height - 120, (chart, cells, height)

@@ -77,8 +77,10 @@ async function picture(format, current, info, notify) {
     drawn = framedSvg(inlineSvg(current.element), current.element.getBoundingClientRect(), head, current);
   } else {
     if (!current.element) throw new Error("This view has no chart to export.");
+    // A map with its numbers is drawn by our own SVG in both formats: square cells, whatever
+    // the shape of the chart on the page (the PNG is that SVG, rasterised).
     const long = (current.tokens?.length ?? 0) > VECTOR_SVG_LIMIT;
-    if (format === "png" || !current.matrix || !current.colour || long) {
+    if (!current.matrix || !current.colour || long) {
       if (format === "svg" && long) notify(`Above ${VECTOR_SVG_LIMIT} tokens the SVG holds the map itself as an embedded image (labels and axes stay vector).`);
       return plotImage(current.element, format, head);
     }
