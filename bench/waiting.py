@@ -1,6 +1,6 @@
 """How long a short request waits behind a long one on the heavy lane, on a live server.
 
-    .venv/bin/python -m bench.waiting [--tokens 8190] [--repeats 3]
+    .venv/bin/python -m bench.waiting [--tokens 8190] [--repeats 3] [--beside-corpus]
 
 One SmolLM2 text of the whole context (8,190 tokens by default). Three kinds of long job, each
 run `repeats` times, each with a new MiniLM sentence (every layer in u8) sent 1 s after it
@@ -14,6 +14,8 @@ server. Last, every head's statistics over a new text (POST /api/attention/heads
 `layers`: Deep zoom's head finder in one job, its forward pass included, a minute or more) with
 a new sentence sent 10, 60 and 120 s into it: at any age of a long job a sentence should wait
 at most a slice of it (atlas_engine.compute.SLICE_SECONDS), within AGE_GOAL times its idle time.
+Then (alone with --beside-corpus) new sentences while the server's own corpus job (`make run`'s)
+describes SmolLM2, against the same server once the job is done.
 """
 
 from __future__ import annotations
@@ -169,6 +171,50 @@ def run(tokens: int, repeats: int, ages_only: bool = False) -> None:
             server.stop()
 
 
+def beside_corpus(sentences: int) -> None:
+    """New MiniLM sentences while the server's own corpus job (make run's) describes SmolLM2
+    over python-docs, against the same server once the job is done: the job is the heavy lane's
+    last work, so a sentence should wait at most one layer of one text (AGE_GOAL × idle)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            "ATLAS_PRELOAD": json.dumps([MINILM_ID]),
+            "ATLAS_CORPUS_TEXTS": "60",
+            "ATLAS_CORPUS_MODELS": json.dumps([SMOLLM2_ID]),
+            "ATLAS_CORPUS_STORE": str(Path(tmp) / "corpus.sqlite"),
+        }
+        server = start_server(Path(tmp) / "server.log", env)
+        try:
+            short = httpx.Client(base_url=server.base, timeout=120)
+            sentence(short)  # MiniLM's first answer
+
+            def job() -> dict:
+                return short.get("/api/corpus").json()["background"][0]
+
+            while job()["state"] != "running" or job()["done"] < 2:
+                time.sleep(0.5)
+            during = []
+            for _ in range(sentences):
+                during.append(sentence(short))
+                time.sleep(0.2)
+            if job()["state"] != "running":
+                print("the corpus job ended before the sentences did: ask for more texts")
+                return
+            while job()["state"] == "running":
+                time.sleep(1)
+            idle = [sentence(short) for _ in range(sentences)]
+            ratio = statistics.median(during) / statistics.median(idle)
+            print(
+                f"\nA new MiniLM sentence beside the server's corpus job on SmolLM2 ({sentences} each):"
+            )
+            print(f"{'the server':<34} {'the sentence, ms':>24}")
+            print(f"{'describing the corpus':<34} {summary(during, 1000, 0):>24}")
+            print(f"{'idle (the job done)':<34} {summary(idle, 1000, 0):>24}")
+            goal = "met" if ratio <= AGE_GOAL else "MISSED"
+            print(f"median beside the job: {ratio:.1f}× idle (goal <= {AGE_GOAL:g}×: {goal})")
+        finally:
+            server.stop()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=8190)
@@ -176,5 +222,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--ages-only", action="store_true", help="only the sentences at 10/60/120 s"
     )
+    parser.add_argument(
+        "--beside-corpus", action="store_true", help="only sentences beside the corpus job"
+    )
     args = parser.parse_args()
-    run(args.tokens, args.repeats, args.ages_only)
+    if not args.beside_corpus:
+        run(args.tokens, args.repeats, args.ages_only)
+    beside_corpus(sentences=12)
