@@ -24,10 +24,10 @@ thread to have used torch and 94 µs while a second one that had used it sat idl
 
 A job of a client that has left is dropped if it has not started; one that has started stops at
 its next check of should_stop (a layer of a forward pass, a block of head statistics, a tile
-of deep zoom). A job joins a lane's queue only while the queue has room (atlas_engine.admission: by
-count, by the seconds of work waiting, and by one client's share); past that its request gets
-503 or 429 at once. Once the server begins to shut down (begin_shutdown), queued jobs fail at
-once and running ones stop at their next step.
+of deep zoom, a batched rerun of exact patching). A job joins a lane's queue only while the
+queue has room (atlas_engine.admission: by count, by the seconds of work waiting, and by one
+client's share); past that its request gets 503 or 429 at once. Once the server begins to
+shut down (begin_shutdown), queued jobs fail at once and running ones stop at their next step.
 """
 
 from __future__ import annotations
@@ -533,6 +533,22 @@ def on_compute_thread() -> bool:
     return threading.get_ident() in _lane_threads
 
 
+def queue_on_compute(
+    fn: Callable[..., T],
+    *args: object,
+    lane: Lane = Lane.HEAVY,
+    seconds: float = 0.0,
+    model: str | None = None,
+    gone: Callable[[], bool] | None = None,
+    counted: float | None = None,
+    text: Hashable = None,
+) -> Future:
+    """fn(*args) queued on `lane` now, as run_on_compute queues it (the same arguments), its
+    admission error raised here: for an answer that must know its job is admitted before it
+    starts (a stream, whose status goes first)."""
+    return _submit(lane, fn, args, seconds, model, gone, admit=True, counted=counted, text=text)
+
+
 async def run_on_compute(
     fn: Callable[..., T],
     *args: object,
@@ -553,7 +569,9 @@ async def run_on_compute(
 
     If the caller is cancelled before the job starts, the job is dropped; once started it runs
     to its end (or to its own should_stop check), as Starlette's run_in_threadpool does."""
-    future = _submit(lane, fn, args, seconds, model, gone, admit=True, counted=counted, text=text)
+    future = queue_on_compute(
+        fn, *args, lane=lane, seconds=seconds, model=model, gone=gone, counted=counted, text=text
+    )
     return await asyncio.wrap_future(future)
 
 

@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Future
 from typing import NamedTuple, TypeVar
 
 from fastapi import Request
@@ -122,14 +123,19 @@ async def run_with_room(
     *args: object,
     cost: LaneCost = HEAVY_UNKNOWN,
     gone: Callable[[], bool] | None = None,
+    queued: Future | None = None,
 ) -> T:
     """fn(*args) where `cost` says (run_on_compute, admitted within the queue limits); when a
     reservation finds no room there (NoRoomYet), wait for the room here, off the lane, for at
     most the budget's wait, and run fn again; after that wait, the 503 the reservation would
-    have given. `gone`: whether the client has left (a job not started yet is dropped)."""
+    have given. `gone`: whether the client has left (a job not started yet is dropped).
+    `queued`: fn(*args) queued already (compute.queue_on_compute), awaited as its first run."""
     deadline = None
     while True:
         try:
+            if queued is not None:
+                first, queued = queued, None
+                return await asyncio.wrap_future(first)
             return await run_on_compute(fn, *args, **cost._asdict(), gone=gone)
         except NoRoomYet as short:
             budget = short.budget
@@ -260,13 +266,33 @@ async def _after(
         yield piece
 
 
-async def progress_lines(
+class ProgressStream(StreamingResponse):
+    """NDJSON lines of a job admitted before the answer starts (progress_stream); when the
+    answer ends, sent or not (its client gone before a line), `stop` tells the job."""
+
+    def __init__(self, lines: AsyncIterator[bytes], stop: Callable[[], None]) -> None:
+        super().__init__(lines, media_type="application/x-ndjson")
+        self._stop = stop
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stop()
+
+
+def progress_stream(
     work: Callable[[Callable[[], bool], Callable[[int, int], None]], BaseModel],
     lane_cost: LaneCost,
-) -> AsyncIterator[bytes]:
-    """NDJSON lines of `work(should_stop, progress)` run where `lane_cost` says: a progress line
-    per call of progress, then work's answer (or an error line). Leaving the stream (the client
-    hung up) makes should_stop True, so the work stops at its next check."""
+    held: Reservation | None = None,
+) -> ProgressStream:
+    """NDJSON lines of `work(should_stop, progress)` run where `lane_cost` says: its job is
+    queued now, so a refusal (the queue full, this client's share, the server stopping) is the
+    request's own status, not an error line in a 200; then a progress line per call of
+    progress, and work's answer, or an error line for what stopped it once under way (the
+    server stopping: 503). The answer's end (sent, or its client gone) makes should_stop True,
+    so the work stops at its next check. `held`: memory reserved for the work, released when
+    its job ends, however it ends."""
     loop = asyncio.get_running_loop()
     lines: asyncio.Queue[BaseModel | None] = asyncio.Queue()
     gone = threading.Event()
@@ -275,12 +301,20 @@ async def progress_lines(
         line = ForwardProgress(event="progress", layer=done, layers=total)
         loop.call_soon_threadsafe(lines.put_nowait, line)
 
+    args = (work, gone.is_set, progress)
+    try:
+        queued = compute.queue_on_compute(*args, **lane_cost._asdict(), gone=gone.is_set)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    if held is not None:
+        queued.add_done_callback(lambda _: held.release())
+
     async def run() -> None:
         answer: BaseModel | None = None
         try:
-            answer = await run_with_room(
-                work, gone.is_set, progress, cost=lane_cost, gone=gone.is_set
-            )
+            answer = await run_with_room(*args, cost=lane_cost, gone=gone.is_set, queued=queued)
         except AtlasError as err:
             answer = ForwardFailed(event="error", status=err.status, detail=err.message)
         except Exception:  # the stream has started: say so in it rather than hang
@@ -292,11 +326,15 @@ async def progress_lines(
             lines.put_nowait(None)
 
     task = asyncio.create_task(run())
-    try:
-        while (line := await lines.get()) is not None:
-            yield (line.model_dump_json() + "\n").encode("utf-8")
-    finally:
+
+    def stop() -> None:
         gone.set()
         compute.drop_gone()
         if not task.done():
             task.cancel()
+
+    async def read() -> AsyncIterator[bytes]:
+        while (line := await lines.get()) is not None:
+            yield (line.model_dump_json() + "\n").encode("utf-8")
+
+    return ProgressStream(read(), stop)

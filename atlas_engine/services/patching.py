@@ -1,6 +1,7 @@
 """Patching from a second text (POST /api/attention/patching and /patching/exact): the clean
 and corrupted texts' passes taken apart, then attribution patching (instant: one forward and
-one backward pass) or exact patching (a batched rerun per layer, streamed with progress)."""
+one backward pass) or exact patching (a batched rerun per layer, streamed with progress,
+checked and reserved before its stream starts: check_exact)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,15 @@ from typing import Literal
 
 import torch
 
+from atlas_engine import compute
 from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.forward import count_tokens, tokenize_once
 from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.patching import (
     Metric,
     Patched,
-    StopPatching,
     attribution_patching,
+    batch_size,
     exact_heads,
     exact_stream,
 )
@@ -48,12 +50,12 @@ class Prepared:
 
 def patching_passes(loaded: LoadedModel, seq: int, components: str) -> tuple[int, int]:
     """(sequences run by exact patching, the largest batch): a layer's heads, or a layer's
-    positions, per batch."""
+    positions, batch_size of them a rerun."""
     arch = loaded.arch
     heads = arch.num_layers * arch.num_heads if components != "stream" else 0
     stream = arch.num_layers * seq if components != "heads" else 0
     batch = max(arch.num_heads if heads else 0, seq if stream else 0)
-    return heads + stream, batch
+    return heads + stream, batch_size(batch, seq)
 
 
 def recorded_bytes(loaded: LoadedModel, seq: int) -> int:
@@ -186,44 +188,63 @@ class PatchingDone(PatchingResponse):
     event: Literal["done"]
 
 
+@dataclass(frozen=True)
+class ExactJob:
+    """An exact patching run checked, its memory reserved and both texts' passes run, before
+    its stream starts."""
+
+    prepared: Prepared
+    sequences: int  # the reruns' sequences (patching_passes)
+    held: Reservation  # what the run holds at its peak: released when the run ends
+
+
+def check_exact(passes: Passes, req: PatchingRequest) -> ExactJob:
+    """Every rule of check_request, the run's memory reserved (else NoRoomYet on a compute
+    lane, or 503), and both passes with the metric (_prepare, whose rules need them): what the
+    route does before the stream's 200, so that every refusal is the answer's own status, not
+    an error line in a stream."""
+    loaded, seq = check_request(passes, req)
+    sequences, batch = patching_passes(loaded, seq, req.components)
+    size = stream_bytes(loaded.arch, seq) + recorded_bytes(loaded, seq)
+    held = passes.reserve_bytes("stream", size + batch_bytes(loaded, seq, batch))
+    try:
+        return ExactJob(_prepare(loaded, req, seq, grad=False), sequences, held)
+    except BaseException:
+        held.release()
+        raise
+
+
 def exact(
-    passes: Passes,
-    loaded: LoadedModel,
+    job: ExactJob,
     req: PatchingRequest,
-    seq: int,
     should_stop: Callable[[], bool],
     progress: Callable[[int, int], None],
 ) -> PatchingDone:
-    """Exact patching of every component asked, reporting each layer as it starts."""
-    sequences, batch = patching_passes(loaded, seq, req.components)
-    with ExitStack() as held:
-        size = (
-            stream_bytes(loaded.arch, seq)
-            + recorded_bytes(loaded, seq)
-            + batch_bytes(loaded, seq, batch)
-        )
-        held.callback(passes.reserve_bytes("stream", size).release)
-        prepared = _prepare(loaded, req, seq, grad=False)
-        args = (loaded, prepared.corrupted_inputs, prepared.clean, prepared.metric, should_stop)
-        n = loaded.arch.num_layers
-        steps = n * (2 if req.components == "both" else 1)
-        try:
-            heads = stream = None
-            if req.components != "stream":
-                heads = exact_heads(*args, lambda done, _: progress(done, steps))
-            if req.components != "heads":
-                offset = n if heads is not None else 0
-                stream = exact_stream(*args, lambda done, _: progress(offset + done, steps))
-        except StopPatching:
-            raise RequestCancelled() from None
-        progress(steps, steps)
-        found = Patched(
-            prepared.clean_value, prepared.corrupted_value,
-            None if heads is None else Patched.recovery(heads, *_span(prepared)),
-            None if stream is None else Patched.recovery(stream, *_span(prepared)),
-        )  # fmt: skip
-        fields = _answer(prepared, "exact", found, sequences + 2, req.components)
-        return PatchingDone(event="done", **{k: _plain(v) for k, v in fields.items()})
+    """Exact patching of every component asked (check_exact first), reporting each layer as it
+    starts. Before each batched rerun it stops if the client has gone (RequestCancelled) or
+    the server is stopping (compute.ShuttingDown: its stream's 503 line), else lets short jobs
+    waiting for the heavy lane run (compute.between_steps): a sentence sent meanwhile waits
+    for one rerun, not for the whole run."""
+    prepared = job.prepared
+    loaded = prepared.loaded
+    between = compute.between_steps(should_stop, "the patching reruns")
+    args = (loaded, prepared.corrupted_inputs, prepared.clean, prepared.metric, between)
+    n = loaded.arch.num_layers
+    steps = n * (2 if req.components == "both" else 1)
+    heads = stream = None
+    if req.components != "stream":
+        heads = exact_heads(*args, lambda done, _: progress(done, steps))
+    if req.components != "heads":
+        offset = n if heads is not None else 0
+        stream = exact_stream(*args, lambda done, _: progress(offset + done, steps))
+    progress(steps, steps)
+    found = Patched(
+        prepared.clean_value, prepared.corrupted_value,
+        None if heads is None else Patched.recovery(heads, *_span(prepared)),
+        None if stream is None else Patched.recovery(stream, *_span(prepared)),
+    )  # fmt: skip
+    fields = _answer(prepared, "exact", found, job.sequences + 2, req.components)
+    return PatchingDone(event="done", **{k: _plain(v) for k, v in fields.items()})
 
 
 def _span(prepared: Prepared) -> tuple[float, float]:

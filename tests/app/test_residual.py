@@ -134,6 +134,35 @@ def test_exact_patching_equals_patching_by_hand(models, name):
             assert float(stream[layer, position]) == pytest.approx(expected, rel=1e-5, abs=1e-5)
 
 
+def test_exact_patching_a_few_components_a_rerun_gives_the_same_grids(models, monkeypatch):
+    """A layer's components are rerun in batches of at most BATCH_TOKENS tokens, with the step
+    hook before each (issue 50: one batch of a layer's 64 positions was a 12-20 s step)."""
+    from atlas_engine.inference import patching
+
+    loaded = models["llama"]
+    clean_inputs, _ = tokenize(loaded, TEXT, None)
+    corrupted, _ = tokenize(loaded, CORRUPTED, None)
+    clean = run_stream(loaded, clean_inputs)
+    seq = clean_inputs["input_ids"].shape[1]
+    metric = Metric(seq - 1, *top_two(loaded, clean, seq - 1))
+    reruns = []
+
+    def grids():
+        between = lambda: reruns.append(1)  # noqa: E731
+        heads = exact_heads(loaded, corrupted, clean, metric, between, lambda *a: None)
+        stream = exact_stream(loaded, corrupted, clean, metric, between, lambda *a: None)
+        return heads, stream
+
+    whole = grids()
+    layers, heads = whole[0].shape
+    assert len(reruns) == 2 * layers  # a layer's heads, then its positions, in one batch each
+    monkeypatch.setattr(patching, "BATCH_TOKENS", 3 * seq)  # three components a rerun
+    reruns.clear()
+    for one, other in zip(whole, grids(), strict=True):
+        torch.testing.assert_close(one, other, rtol=1e-5, atol=1e-6)
+    assert len(reruns) == layers * (-(-heads // 3) + -(-seq // 3))
+
+
 def test_the_lens_normaliser_is_within_its_stated_bound_of_float64():
     from atlas_engine.inference.lens import logsumexp64
 

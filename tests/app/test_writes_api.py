@@ -5,9 +5,12 @@ on the embedded models, and every refusal before any work."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 
+from atlas_engine import compute
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from atlas_engine.schemas.writes import AttributionResponse, LensResponse, PatchingResponse
 from atlas_engine.services.patching import PatchingDone
@@ -136,12 +139,59 @@ def test_the_ioi_patching_grid_is_computed_on_smollm2(client):
         ("patching", {"model": SMOLLM2_ID, "text": "word " * 80, "corrupted": "word " * 80}, "64"),
         ("patching/exact", {"model": COPY, "text": CLEAN, "corrupted": " red green"},
          "must line up"),
+        ("patching/exact", {"model": SMOLLM2_ID, "text": IOI, "corrupted": IOI}, "same"),
     ],
 )  # fmt: skip
 def test_bad_requests_are_refused_before_any_work(client, path, body, says):
     response = client.post(f"/api/attention/{path}", json=body)
     assert response.status_code == 422, response.text
     assert says in response.json()["detail"]
+
+
+def test_exact_patching_refused_by_the_queue_gets_its_status_not_a_200_with_an_error_line(
+    client,
+):
+    """Issue 50: of 8 concurrent exact patching runs, 6 answered 200 with only an error line
+    inside: the run was admitted to the heavy lane after its stream had begun. Now it is
+    queued before, so this client's share being full is the answer's own 429."""
+    started, release = threading.Event(), threading.Event()
+
+    def long_job():  # this client's long job holds the lane for 10 s, letting short jobs in
+        started.set()
+        ends = time.monotonic() + 10
+        while not release.wait(0.01) and time.monotonic() < ends:
+            compute.run_beside()
+
+    body = {"model": SMOLLM2_ID, "text": IOI, "corrupted": IOI_CORRUPTED}
+    post(client, "patching", PatchingResponse, **body)  # the model is loaded: its check is short
+    holding = compute._heavy.submit(long_job, seconds=100.0, model=SMOLLM2_ID, client="testclient")
+    try:
+        assert started.wait(10)
+        response = client.post("/api/attention/patching/exact", json=body)
+    finally:
+        release.set()
+        holding.result(10)
+    assert response.status_code == 429, response.text
+    assert response.json()["code"] == "rate_limited" and int(response.headers["Retry-After"]) > 1
+    assert client.app.state.answer_budget.held_bytes == 0  # its reservation let go
+
+
+def test_exact_patching_stops_between_batches_at_shutdown_with_a_503_line(client, monkeypatch):
+    """On SIGTERM exact patching used the whole grace and its client saw a cut stream: its loop
+    never stopped. Now it stops before its next batched rerun, and its last line says 503."""
+    monkeypatch.setattr(compute, "_shutting_down", threading.Event())  # this test's own flag
+    body = {"model": SMOLLM2_ID, "text": IOI, "corrupted": IOI_CORRUPTED, "components": "both"}
+    lines = []
+    with client.stream("POST", "/api/attention/patching/exact", json=body) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            lines.append(json.loads(line))
+            if len(lines) == 2:  # two batches under way: the server begins to stop
+                compute._shutting_down.set()
+    assert lines[-1]["event"] == "error" and lines[-1]["status"] == 503, lines[-1]
+    assert "shutting down" in lines[-1]["detail"]
+    assert len(lines) <= 4, lines  # the run stopped at once, of its 60 batches
+    assert client.app.state.answer_budget.held_bytes == 0
 
 
 def test_a_token_must_be_named_one_way(client):

@@ -2,6 +2,7 @@
 lets wait are refused with Retry-After while the server keeps answering."""
 
 import http.client
+import itertools
 import json
 import threading
 import time
@@ -10,9 +11,11 @@ import urllib.request
 import pytest
 
 from tests.support.live import start_server
+from tests.support.smollm2_texts import patching_pair, prose_texts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.alone]
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+JSON = {"Content-Type": "application/json"}
 
 
 def post(base, path, body, timeout=120):
@@ -38,24 +41,13 @@ def post_from(source: str, port: int, path: str, body: dict, timeout: float = 30
         conn.close()
 
 
-def smollm2_prose(*lengths: int) -> list[str]:
-    from transformers import AutoTokenizer
-
-    from atlas_engine.models.sources import smollm2_folder
-    from bench.compression import prose
-    from tests.conftest import CACHE_DIR
-
-    tokenizer = AutoTokenizer.from_pretrained(smollm2_folder(CACHE_DIR, print))
-    return [prose(tokenizer, n) for n in lengths]
-
-
 def test_one_clients_two_long_jobs_leave_another_clients_sentence_answered(tmp_path):
     """Issue 50: one address sent /heads on two long texts; one ran, the other waited, counted
     whole against the queue's bound, and every heavy request of another address got 503 at
     once. Now what a client queues is charged to it: its second long job gets 429, and the
     other address's sentence is answered while the first runs (the bound lowered to 20 s, so
     that texts of 2,000 tokens go past it on two cores as 8,192 go past the default 120)."""
-    texts = smollm2_prose(2000, 2001)
+    texts = prose_texts(2000, 2001)
     server = start_server(tmp_path / "server.log", {"ATLAS_QUEUE_HEAVY_SECONDS": "20"})
     try:
         warm = {"model": SMOLLM2, "text": "warm up", "layers": [0]}
@@ -91,7 +83,7 @@ def test_one_clients_two_long_jobs_leave_another_clients_sentence_answered(tmp_p
 
 
 def test_long_jobs_past_the_queues_bound_get_503_at_once(tmp_path):
-    texts = smollm2_prose(2000, 2001, 2002, 2003)  # four distinct long passes
+    texts = prose_texts(2000, 2001, 2002, 2003)  # four distinct long passes
     server = start_server(tmp_path / "server.log", {"ATLAS_QUEUE_HEAVY_SECONDS": "10"})
     try:
         post(server.base, "/api/attention", {"model": SMOLLM2, "text": "warm up", "layers": [0]})
@@ -126,3 +118,41 @@ def test_long_jobs_past_the_queues_bound_get_503_at_once(tmp_path):
         assert urllib.request.urlopen(f"{server.base}/api/health", timeout=5).status == 200
     finally:
         server.stop()
+
+
+def test_a_sentence_sent_during_exact_patching_waits_for_one_rerun_not_the_run(tmp_path):
+    """Issue 50: a 64-token `both` exact patching run held the heavy lane for 141-146 s, and a
+    six-word sentence sent during it waited 116 s (0.2 s on an idle server): its loop never
+    let short jobs in. Now it calls the shared step hook before each batched rerun."""
+    clean, corrupted = patching_pair(64)
+    server = start_server(tmp_path / "server.log")
+    waits: list[tuple[int, float]] = []
+    times: list[float] = []
+    try:
+        warm = {"model": SMOLLM2, "text": "warm up", "layers": [0]}
+        assert post_from("127.0.0.1", server.port, "/api/attention", warm)[0] == 200
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        body = {"model": SMOLLM2, "text": clean, "corrupted": corrupted, "components": "both"}
+        conn.request("POST", "/api/attention/patching/exact", json.dumps(body), JSON)
+        stream = conn.getresponse()
+        assert stream.status == 200
+        lines = []
+        while not any(line.get("layer", 0) >= 2 for line in lines):  # well under way
+            lines.append(json.loads(stream.readline()))
+            times.append(time.monotonic())
+        for words in ("The cat sat on the mat.", "A dog ran in the park.", "Birds sang at dawn."):
+            sentence = {"model": SMOLLM2, "text": words, "layers": [0]}
+            status, _, seconds = post_from("127.0.0.2", server.port, "/api/attention", sentence)
+            waits.append((status, seconds))
+        while len(lines) < 8:  # the run goes on
+            lines.append(json.loads(stream.readline()))
+            times.append(time.monotonic())
+        conn.close()  # and stops
+    finally:
+        server.stop()
+    steps = [round(b - a, 2) for a, b in itertools.pairwise(times)]
+    print(f"new sentences during exact patching: {waits}; seconds between its progress "
+          f"lines: {steps}")  # fmt: skip
+    assert [status for status, _ in waits] == [200, 200, 200], waits
+    assert all(line["event"] == "progress" for line in lines), lines[-1]
+    assert max(seconds for _, seconds in waits) < 15, waits

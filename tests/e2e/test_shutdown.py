@@ -61,3 +61,40 @@ def test_sigterm_in_a_long_pass_stops_it_and_exits_within_the_grace(tmp_path):
     assert last["event"] == "error" and last["status"] == 503, last
     assert "shutting down" in last["detail"]
     assert exited < GRACE, server.log()[-2000:]
+
+
+def test_sigterm_in_exact_patching_stops_it_with_a_503_line_within_the_grace(tmp_path):
+    """Issue 50: on SIGTERM a 64-token exact patching run used the whole grace (21.8 s) and its
+    client saw a cut stream: its loop never looked. Now it stops before its next batched
+    rerun, and its stream ends with the 503 line /forward's does."""
+    from tests.support.smollm2_texts import patching_pair
+
+    clean, corrupted = patching_pair(64)
+    server = start_server(tmp_path / "server.log")
+    warm = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    try:
+        body = {"model": SMOLLM2, "text": "warm up", "layers": [0]}
+        warm.request("POST", "/api/attention", json.dumps(body), JSON)
+        assert warm.getresponse().status == 200  # the model is loaded: the run starts at once
+        body = {"model": SMOLLM2, "text": clean, "corrupted": corrupted, "components": "both"}
+        conn.request("POST", "/api/attention/patching/exact", json.dumps(body), JSON)
+        stream = conn.getresponse()
+        assert stream.status == 200
+        lines = []
+        while not any(line.get("layer", 0) >= 2 for line in lines):  # the run is under way
+            lines.append(json.loads(stream.readline()))
+        sent = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        rest = stream.read()  # IncompleteRead if the connection were cut mid-answer
+        server.process.wait(GRACE + 10)
+        exited = time.monotonic() - sent
+    finally:
+        warm.close()
+        conn.close()
+        server.stop()
+    print(f"exact patching: exited {exited:.2f} s after SIGTERM (grace {GRACE:g} s)")
+    last = json.loads(rest.splitlines()[-1])
+    assert last["event"] == "error" and last["status"] == 503, last
+    assert "shutting down" in last["detail"]
+    assert exited < GRACE / 2, server.log()[-2000:]

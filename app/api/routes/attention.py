@@ -8,7 +8,7 @@ from app.api.running import (
     ReservedStream,
     answer_from_pass,
     heavy,
-    progress_lines,
+    progress_stream,
     reserved_json,
     statistics_passes,
     stream_maps,
@@ -344,12 +344,9 @@ async def post_qkspace(
 async def post_forward(body: TextRequest, passes: PassesDep, request: Request) -> StreamingResponse:
     cost = heavy(passes, body)  # it loads the model if it must
     loaded = await run_on_compute(checked_model, passes, body, **cost._asdict())
-    return StreamingResponse(
-        progress_lines(
-            lambda stop, progress: run_pass(loaded, passes, body, stop, progress),
-            where_to_run(passes, body),
-        ),
-        media_type="application/x-ndjson",
+    return progress_stream(
+        lambda stop, progress: run_pass(loaded, passes, body, stop, progress),
+        where_to_run(passes, body),
     )
 
 

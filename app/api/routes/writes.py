@@ -4,10 +4,15 @@ from fastapi import APIRouter, Request, Response
 from starlette.responses import StreamingResponse
 
 from app.api.responses import BODY_ROUTE, errors, ndjson_lines
-from app.api.running import heavy, progress_lines, reserved_json, until_disconnect
+from app.api.running import (
+    heavy,
+    progress_stream,
+    reserved_json,
+    run_with_room,
+    until_disconnect,
+)
 from app.api.strict_json import StrictJSONRoute
 from app.deps import PassesDep
-from atlas_engine.compute import run_on_compute
 from atlas_engine.schemas.forward import ForwardFailed, ForwardProgress
 from atlas_engine.schemas.writes import (
     MAX_PATCH_TOKENS,
@@ -100,11 +105,13 @@ async def post_patching(body: PatchingRequest, passes: PassesDep, request: Reque
     "/patching/exact",
     summary="Exact patching from a second text, streaming its progress",
     description="As POST /api/attention/patching, but each component is copied from the clean "
-    "run into a rerun of the corrupted text (a layer's heads, or a layer's positions, in one "
-    "batch). Streams `application/x-ndjson`: a progress line as each layer starts (`layer` "
-    "done of `layers`, the heads' layers first), then the answer (`event` 'done', the fields "
-    "of PatchingResponse) or an error line. Every rule is checked before the stream starts; "
-    "closing the connection stops the run within one layer." + NEEDS,
+    "run into a rerun of the corrupted text (a layer's heads, or a layer's positions, in "
+    "batches of at most 1,024 tokens). Streams `application/x-ndjson`: a progress line as each "
+    "layer starts (`layer` done of `layers`, the heads' layers first), then the answer "
+    "(`event` 'done', the fields of PatchingResponse) or an error line (503: the server shut "
+    "down). Every rule is checked, and the run admitted to the compute lane, before the "
+    "stream starts: a refusal is the answer's own status. Short jobs run between two reruns; "
+    "closing the connection stops the run at the next." + NEEDS,
     response_class=StreamingResponse,
     responses={
         **ERRORS,
@@ -117,13 +124,9 @@ async def post_patching(body: PatchingRequest, passes: PassesDep, request: Reque
     },
 )
 async def post_patching_exact(body: PatchingRequest, passes: PassesDep) -> StreamingResponse:
-    cost = heavy(passes, body)
-    loaded, seq = await run_on_compute(patching.check_request, passes, body, **cost._asdict())
-    sequences, _ = patching.patching_passes(loaded, seq, body.components)
-    return StreamingResponse(
-        progress_lines(
-            lambda stop, progress: patching.exact(passes, loaded, body, seq, stop, progress),
-            heavy(passes, body, 2.0 + sequences),
-        ),
-        media_type="application/x-ndjson",
+    job = await run_with_room(patching.check_exact, passes, body, cost=heavy(passes, body, 2.0))
+    return progress_stream(
+        lambda stop, progress: patching.exact(job, body, stop, progress),
+        heavy(passes, body, job.sequences),
+        held=job.held,
     )
