@@ -15,8 +15,10 @@ text itself: the model reads exactly what is stored.
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,6 +35,18 @@ _UNDERLINE = re.compile(r"^([=\-~^\"'`#*+])\1{3,}\s*$")
 
 class CorpusMissing(Exception):
     """A corpus named or given that is not on this machine; the message says how to get it."""
+
+
+class CorpusProblem(ValueError):
+    """A file of the user's corpus that cannot be read as texts; the message names the file and
+    the line, and what is wrong there."""
+
+
+MAX_LINE_BYTES = 2**20
+"""A .jsonl line (one text and its fields) is read only up to this; a longer one is refused."""
+MAX_PARAGRAPH_CHARS = 2**16
+"""What is kept of a .txt paragraph: far more than a text of 512 tokens needs (a longer
+paragraph is cut anyway), so a paragraph of any size costs at most this much memory."""
 
 
 def reduce_markup(text: str) -> str:
@@ -64,25 +78,90 @@ def rest_paragraphs(source: str) -> Iterator[str]:
             yield text
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, whole) of each line of a user's file, read in bounded pieces: at most
+    MAX_LINE_BYTES of a line is kept (whole=False where it was longer; the rest is skipped in
+    pieces of that size), decoded as UTF-8 or refused naming the line."""
+    decode = codecs.getincrementaldecoder("utf-8")
+    with path.open("rb") as file:
+        number = 0
+        while line := file.readline(MAX_LINE_BYTES + 1):
+            number += 1
+            whole = line.endswith(b"\n") or len(line) <= MAX_LINE_BYTES
+            while not whole and (rest := file.readline(MAX_LINE_BYTES)):
+                if rest.endswith(b"\n"):
+                    break  # the rest of an over-long line, skipped
+            try:
+                text = decode().decode(line, final=whole)  # a cut line may end inside a character
+            except UnicodeDecodeError as err:
+                raise CorpusProblem(
+                    f"{path}:{number}: not UTF-8 text (byte 0x{line[err.start]:02x} at byte "
+                    f"{err.start + 1} of the line): save the file as UTF-8"
+                ) from None
+            yield number, text.rstrip("\r\n"), whole
+
+
+def _regular(path: Path) -> Path:
+    """`path`, checked to be a regular file (following links) before anything reads it: a
+    device (a link to /dev/zero), a pipe or a socket would be read for ever."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as err:
+        raise CorpusProblem(f"{path}: cannot be read ({err.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise CorpusProblem(
+            f"{path}: not a regular file (a device, a pipe or a socket): give .txt or .jsonl files"
+        )
+    return path
+
+
 def plain_paragraphs(path: Path) -> Iterator[str]:
-    """A user's file: .txt paragraphs (blank-line separated) or .jsonl "text" fields."""
+    """A user's file: .txt paragraphs (blank-line separated) or .jsonl "text" fields, read in
+    bounded pieces; a line that cannot be read is refused, naming the file and the line."""
+    _regular(path)
     if path.suffix == ".jsonl":
-        with path.open(encoding="utf-8") as lines:
-            for number, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                try:
-                    text = json.loads(line)["text"]
-                except (ValueError, KeyError, TypeError):
-                    raise CorpusMissing(
-                        f"{path}:{number}: each line must be a JSON object with a 'text'"
-                    ) from None
-                if isinstance(text, str) and text.strip():
-                    yield text.strip()
+        for number, line, whole in _lines(path):
+            if not whole:
+                raise CorpusProblem(
+                    f"{path}:{number}: a line longer than {MAX_LINE_BYTES // 2**20} MiB: give "
+                    "each text its own shorter line"
+                )
+            if line.strip():
+                yield from _jsonl_text(path, number, line)
         return
-    for block in re.split(r"\n\s*\n", path.read_text(encoding="utf-8")):
-        if block.strip():
-            yield re.sub(r"\s+", " ", block).strip()
+    paragraph: list[str] = []
+    size = 0
+    for _, line, _ in _lines(path):
+        if not line.strip():
+            if paragraph:
+                yield re.sub(r"\s+", " ", " ".join(paragraph)).strip()
+            paragraph, size = [], 0
+        elif size < MAX_PARAGRAPH_CHARS:
+            paragraph.append(line[: MAX_PARAGRAPH_CHARS - size])
+            size += len(paragraph[-1]) + 1
+    if paragraph:
+        yield re.sub(r"\s+", " ", " ".join(paragraph)).strip()
+
+
+def _jsonl_text(path: Path, number: int, line: str) -> Iterator[str]:
+    """The text of one .jsonl line, or CorpusProblem naming the line."""
+    try:
+        text = json.loads(line)["text"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        raise CorpusProblem(
+            f"{path}:{number}: each line must be a JSON object with a 'text'"
+        ) from None
+    if not isinstance(text, str):
+        raise CorpusProblem(f"{path}:{number}: 'text' must be a string")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise CorpusProblem(
+            f"{path}:{number}: 'text' holds a lone surrogate (\\u{ord(text[err.start]):04x}), "
+            "which is not a character"
+        ) from None
+    if text.strip():
+        yield text.strip()[:MAX_PARAGRAPH_CHARS]
 
 
 def paragraphs(corpus: str) -> Iterator[str]:
@@ -100,8 +179,8 @@ def paragraphs(corpus: str) -> Iterator[str]:
     path = Path(corpus)
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.suffix in (".txt", ".jsonl"))
-    elif path.is_file():
-        files = [path]
+    elif path.exists():
+        files = [path]  # checked to be a regular file before it is read
     else:
         raise CorpusMissing(
             f"no corpus named {corpus!r} and no such file or folder ({', '.join(CORPORA)} are known)"
