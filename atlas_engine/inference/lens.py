@@ -6,8 +6,10 @@ last row is exactly the model's own logits) and kept as a small table: each posi
 one chosen token's probability and rank. A probability is exp(logit - logsumexp), the sum over
 the whole vocabulary accumulated in float64 (logsumexp64: float32's own softmax over 49,152
 logits is up to 2.2e-5 off). Every row's positions go through the head together, LENS_ROWS at
-a time (the head's weights are read once per batch, not once per layer), so logits over the
-vocabulary are never held for more than LENS_ROWS positions.
+a time (the head's weights are read once per batch, not once per layer), or fewer where the
+vocabulary is large (lm_head.head_rows: 32 for Gemma 3's), so logits over the vocabulary are
+never held for more than one block of positions; between two blocks the lens stops if its
+client has gone and lets short jobs run (`step`).
 
 What it costs: each row is the whole unembedding, (layers + 1) · vocab · d_model
 multiply-adds a position, 6.5 times SmolLM2's whole forward pass by count; bench/writes_cost.py
@@ -16,17 +18,21 @@ measures it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from atlas_engine.inference.residual import Stream, layout_of
-from atlas_engine.models.lm_head import head_logits
+from atlas_engine.models.lm_head import head_logits, head_rows
 from atlas_engine.models.loader import LoadedModel
 
 LENS_ROWS = 128
-"""Positions read through the head at once: 48 MB of float64 logits for SmolLM2's vocabulary."""
+"""Positions read through the head at once at most (head_rows may take fewer)."""
+LENS_BYTES_PER_LOGIT = 8
+"""What a block holds for each logit: the float32 logits and their exponentials (logsumexp64);
+the comparison that ranks the chosen token (1 byte) comes after those are freed."""
 
 
 @dataclass(frozen=True)
@@ -56,18 +62,28 @@ def logsumexp64(logits: Tensor, top: Tensor) -> Tensor:
 
 
 def logit_lens(
-    loaded: LoadedModel, stream: Stream, positions: list[int], k: int, chosen: int | None
+    loaded: LoadedModel,
+    stream: Stream,
+    positions: list[int],
+    k: int,
+    chosen: int | None,
+    step: Callable[[], None] | None = None,
 ) -> LensGrid:
-    """The lens over `positions` of a pass taken apart (batch 1): see the module docstring."""
+    """The lens over `positions` of a pass taken apart (batch 1): see the module docstring.
+    step: called between two blocks of positions (atlas_engine.compute.between_steps: raises
+    to stop the lens)."""
     norm = layout_of(loaded).final_norm
     at = torch.tensor(positions, device=stream.last_hidden.device)
     rows = torch.stack([x[0].index_select(0, at) for x in (stream.inputs[0], *stream.outputs)])
     shape = rows.shape[:2]  # (layers + 1, P)
     flat = rows.reshape(-1, rows.shape[-1])  # (rows · P, d)
     parts: dict[str, list[Tensor]] = {"ids": [], "probs": [], "chosen_prob": [], "chosen_rank": []}
+    block = head_rows(loaded.predictor, LENS_BYTES_PER_LOGIT, LENS_ROWS)
     with torch.inference_mode():
-        for start in range(0, flat.shape[0], LENS_ROWS):
-            h = flat[start : start + LENS_ROWS]
+        for start in range(0, flat.shape[0], block):
+            if start and step is not None:
+                step()
+            h = flat[start : start + block]
             logits = head_logits(loaded.predictor, h if norm is None else norm(h))  # (n, vocab)
             top = logits.topk(min(k, logits.shape[-1]), dim=-1)
             lse = logsumexp64(logits, top.values[:, :1])  # (n,) float64

@@ -1,8 +1,8 @@
 """The model's own predictions at every position, kept as a small top-k table.
 
 Logits over the whole vocabulary (tokens x vocab: 100 MB for 512 SmolLM2 tokens) are never
-held: the LM head runs on PREDICTION_ROWS positions at a time and only each position's
-MAX_TOP_K most likely tokens are kept.
+held: the LM head runs on PREDICTION_ROWS positions at a time, or fewer where the vocabulary
+is large (lm_head.head_rows), and only each position's MAX_TOP_K most likely tokens are kept.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from atlas_engine.models.lm_head import head_logits
+from atlas_engine.models.lm_head import head_logits, head_rows
 
 MAX_TOP_K = 20
 PREDICTION_ROWS = 64
+BYTES_PER_LOGIT = 16  # the logits in float64 and their log-softmax
+COMPARED_BYTES_PER_LOGIT = 64  # both runs' of those, and the KL's three terms
 
 
 def top_predictions(
@@ -27,9 +29,10 @@ def top_predictions(
     softmax over the whole vocabulary of the model's logits, computed in float64 (exact to
     float32's rounding: float32's own softmax of 49,152 logits was up to 2.2e-5 off)."""
     ids, probs = [], []
+    block = head_rows(predictor, BYTES_PER_LOGIT, PREDICTION_ROWS)
     with torch.inference_mode():
-        for start in range(0, hidden.shape[0], PREDICTION_ROWS):
-            logits = head_logits(predictor, hidden[start : start + PREDICTION_ROWS]).double()
+        for start in range(0, hidden.shape[0], block):
+            logits = head_logits(predictor, hidden[start : start + block]).double()
             top = logits.log_softmax(dim=-1).topk(min(k, logits.shape[-1]), dim=-1)
             ids.append(top.indices.cpu())
             probs.append(top.values.exp().float().cpu())
@@ -52,11 +55,13 @@ def compare_predictions(
     predictor: nn.Module, base: Tensor, changed: Tensor, k: int = MAX_TOP_K
 ) -> PredictionShift:
     """base, changed: (T, d_model) last hidden states of two runs, on the model's device.
-    The head runs on PREDICTION_ROWS positions of both at a time (never (T, vocab) whole)."""
+    The head runs on PREDICTION_ROWS positions of both at a time, or fewer (head_rows), never
+    on (T, vocab) whole."""
     parts: dict[str, list[Tensor]] = {name: [] for name in PredictionShift.__dataclass_fields__}
+    block = head_rows(predictor, COMPARED_BYTES_PER_LOGIT, PREDICTION_ROWS)
     with torch.inference_mode():
-        for start in range(0, base.shape[0], PREDICTION_ROWS):
-            rows = slice(start, start + PREDICTION_ROWS)
+        for start in range(0, base.shape[0], block):
+            rows = slice(start, start + block)
             logits_p = head_logits(predictor, base[rows]).double()  # float64: exact softmax
             logits_q = head_logits(predictor, changed[rows]).double()
             logp, logq = logits_p.log_softmax(-1), logits_q.log_softmax(-1)

@@ -70,6 +70,22 @@ def split_head(
     return model.base_model, (None if missing_head else model), rest
 
 
+HEAD_BLOCK_BYTES = 64 * 2**20
+"""What the logits of one block of positions put through the LM head may hold, with the
+temporaries made from them: within the working margin of the memory bound (app.memory), like
+one layer's temporaries of a pass, for any vocabulary (Gemma 3's 262,144 tokens take 1 MiB a
+position in float32, SmolLM2's 49,152 0.19 MiB). The rows of a block change no bit of them."""
+
+
+def head_rows(predictor: nn.Module, bytes_per_logit: int, most: int) -> int:
+    """How many positions to put through the head at once (at most `most`, at least one), so
+    that a block's logits and what is computed from them, `bytes_per_logit` for each, stay
+    within HEAD_BLOCK_BYTES."""
+    head = predictor.get_output_embeddings()
+    vocab = head.weight.shape[0] if head is not None else predictor.config.vocab_size
+    return max(1, min(most, HEAD_BLOCK_BYTES // (vocab * bytes_per_logit)))
+
+
 def head_logits(predictor: nn.Module, hidden: Tensor) -> Tensor:
     """The LM head alone on the base model's last hidden states: (..., d_model) -> (..., vocab).
 
@@ -83,7 +99,9 @@ def head_logits(predictor: nn.Module, hidden: Tensor) -> Tensor:
     logits = predictor.lm_head(hidden)  # causal LMs, RobertaForMaskedLM
     cap = getattr(predictor.config, "final_logit_softcapping", None)
     if cap is not None:  # Gemma 2: the logits capped as its forward caps them
-        logits = torch.tanh(logits / cap) * cap
+        if logits.requires_grad:
+            return torch.tanh(logits / cap) * cap
+        return logits.div_(cap).tanh_().mul_(cap)  # the same values, no (n, vocab) temporaries
     return logits
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from atlas_engine import compute
 from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.forward import count_tokens, tokenize_once
 from atlas_engine.inference.inflight import Reservation
@@ -87,7 +88,8 @@ def lens_fields(
     if chosen_id is None:
         last = stream.last_hidden[0, positions[-1] : positions[-1] + 1]
         chosen_id = int(top_predictions(loaded.predictor, last, 1)[0][0, 0])
-    grid = logit_lens(loaded, stream, positions, top_k, chosen_id)
+    step = compute.between_steps(should_stop, "the lens's rows")
+    grid = logit_lens(loaded, stream, positions, top_k, chosen_id, step)
     del stream
     norm = layout_of(loaded).final_norm
     rows = loaded.arch.num_layers + 1
