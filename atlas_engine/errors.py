@@ -24,6 +24,7 @@ ErrorCode = Literal[
     "rate_limited",  # 429
     "model_unavailable",  # 503: the model cannot be loaded here; the detail says why
     "busy",  # 503: too many large answers in flight; retry after Retry-After seconds
+    "store_unavailable",  # 503: the corpus store was unreadable and has been moved aside
 ]
 INPUT_RULE: ErrorCode = "input_rule"
 
@@ -72,6 +73,17 @@ class ServerBusy(AtlasError):
 
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message, {"Retry-After": str(retry_after)})
+
+
+class StoreUnavailable(AtlasError):
+    """The corpus store could not be read (not SQLite, or damaged): it has been moved aside and
+    a new one starts empty; the message says where it went. Retry: the next read finds none."""
+
+    status = 503
+    code: ErrorCode = "store_unavailable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, {"Retry-After": "1"})
 
 
 class RequestCancelled(AtlasError):

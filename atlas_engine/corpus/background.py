@@ -26,9 +26,9 @@ from pathlib import Path
 
 from atlas_engine import compute
 from atlas_engine.corpus.job import describe_text, plan
-from atlas_engine.corpus.store import Store
+from atlas_engine.corpus.store import Store, open_or_set_aside, reading
 from atlas_engine.corpus.texts import CorpusMissing
-from atlas_engine.errors import AtlasError
+from atlas_engine.errors import AtlasError, StoreUnavailable
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.schemas.corpus import BackgroundState
 
@@ -106,7 +106,10 @@ class BackgroundCorpus:
                 self._set(model, state="stopped", detail="the server stopped first")
                 continue
             try:
-                self._describe(model)
+                try:
+                    self._describe(model)
+                except StoreUnavailable:  # set aside: once more, into the new store
+                    self._describe(model)
             except (compute.ShuttingDown, StopRequested):
                 self._set(model, state="stopped", detail="stopped; the next start goes on")
             except (AtlasError, ValueError, OSError) as err:
@@ -132,17 +135,18 @@ class BackgroundCorpus:
     def _describe(self, model: str) -> None:
         self._set(model, state="loading", detail="loading the model")
         loaded = _load_in_passing(self._get_model, model)
-        store = Store(self._store_path)
+        store = open_or_set_aside(self._store_path)
         try:
-            self._set(model, state="planning", detail="cutting the corpus into texts")
-            run = self._wait_for_corpus(model, loaded, store)
-            self._set(model, state="running", done=run.done, planned=run.planned, detail="")
-            if run.done < run.planned:
-                log.info(
-                    "corpus job: %s, %d of %d texts done; describing the rest beside requests",
-                    model, run.done, run.planned,
-                )  # fmt: skip
-            self._run(model, loaded, store, run.id, run.done, run.planned)
+            with reading(store):  # a store damaged meanwhile is set aside (StoreUnavailable)
+                self._set(model, state="planning", detail="cutting the corpus into texts")
+                run = self._wait_for_corpus(model, loaded, store)
+                self._set(model, state="running", done=run.done, planned=run.planned, detail="")
+                if run.done < run.planned:
+                    log.info(
+                        "corpus job: %s, %d of %d texts done; describing the rest beside requests",
+                        model, run.done, run.planned,
+                    )  # fmt: skip
+                self._run(model, loaded, store, run.id, run.done, run.planned)
         finally:
             store.close()
 

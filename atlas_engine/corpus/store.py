@@ -18,14 +18,20 @@ tokens summed over texts (GROUP BY), one text.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+from atlas_engine.errors import StoreUnavailable
+
+log = logging.getLogger("attention_atlas")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -73,6 +79,59 @@ CREATE TABLE IF NOT EXISTS labels (
     PRIMARY KEY (run, token_id)
 );
 """
+
+
+_set_aside: dict[str, str] = {}  # store path -> what happened to it, for /api/health and pages
+_set_aside_lock = threading.Lock()
+
+
+def open_or_set_aside(path: Path) -> Store:
+    """The store at `path`; where its file is not a readable SQLite database (damaged, or not
+    SQLite at all), it is moved aside (set_aside) and StoreUnavailable raised."""
+    try:
+        return Store(path)
+    except sqlite3.DatabaseError as err:
+        raise set_aside(path, err) from None
+
+
+def set_aside(path: Path, error: sqlite3.DatabaseError) -> StoreUnavailable:
+    """Move an unreadable store (and its WAL files) aside to <name>.corrupt-<UTC time>, so that
+    the next job starts a new one; the error to raise, saying where it went. What happened is
+    kept for /api/health (set_aside_note)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    moved = path.with_name(f"{path.name}.corrupt-{stamp}")
+    with _set_aside_lock:
+        if path.exists():
+            path.replace(moved)
+            for suffix in ("-wal", "-shm"):
+                side = path.with_name(path.name + suffix)
+                if side.exists():
+                    side.replace(moved.with_name(moved.name + suffix))
+            _set_aside[str(path)] = (
+                f"the corpus store {path} could not be read ({error}) and was moved aside to "
+                f"{moved}; a new one starts empty: run the corpus job again"
+            )
+            log.error("corpus store: %s", _set_aside[str(path)])
+        note = _set_aside.get(str(path), f"the corpus store {path} could not be read ({error})")
+    return StoreUnavailable(note)
+
+
+def set_aside_note(path: str) -> str | None:
+    """What happened to the store at `path` since this process started, if it was set aside."""
+    with _set_aside_lock:
+        return _set_aside.get(str(path))
+
+
+@contextmanager
+def reading(store: Store | None) -> Iterator[Store | None]:
+    """Reads of `store`: a damaged database found mid-read is set aside, StoreUnavailable."""
+    try:
+        yield store
+    except sqlite3.DatabaseError as err:
+        if store is None:
+            raise
+        store.close()
+        raise set_aside(store.path, err) from None
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,11 @@ def index_list(max_items: int, what: str, omitted: str = "all when omitted.") ->
 
 class Health(BaseModel):
     status: str = Field(examples=["ok"])
+    corpus_store: str | None = Field(
+        None,
+        description="Only where the corpus store could not be read since the server started: "
+        "it was moved aside (where to is said) and a new one starts empty",
+    )
 
 
 class ValidationIssue(BaseModel):

@@ -49,6 +49,11 @@ class CorpusRuns(BaseModel):
         description="The corpus job this server runs beside its requests (ATLAS_CORPUS_TEXTS; "
         "`make run` starts one), a row a model; empty where it runs none"
     )
+    problem: str | None = Field(
+        None,
+        description="Set where the store could not be read since the server started: it was "
+        "moved aside (where to is said) and a new one starts empty",
+    )
 
 
 class CorpusHeads(BaseModel):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from atlas_engine.corpus.background import ModelProgress
-from atlas_engine.corpus.store import Run, Store
+from atlas_engine.corpus.store import Run, Store, open_or_set_aside, set_aside_note
 from atlas_engine.errors import InvalidInput, NotFound
 from atlas_engine.schemas.corpus import (
     BackgroundProgress,
@@ -25,8 +25,9 @@ TOKENS_SHOWN = 12
 
 
 def open_store(path: str) -> Store | None:
-    """The store, or None where no job has written one yet."""
-    return Store(Path(path)) if Path(path).is_file() else None
+    """The store, or None where no job has written one yet; one that cannot be read is moved
+    aside (StoreUnavailable: 503, saying where it went)."""
+    return open_or_set_aside(Path(path)) if Path(path).is_file() else None
 
 
 def run_fields(run: Run) -> CorpusRun:
@@ -45,6 +46,7 @@ def corpus_runs(
         runs=[run_fields(r) for r in store.runs()] if store else [],
         store=path,
         background=[BackgroundProgress(**asdict(p)) for p in background or []],
+        problem=set_aside_note(path),
     )
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
 from app.deps import CorpusJobDep, SettingsDep
-from atlas_engine.corpus.store import Store
+from atlas_engine.corpus.store import Store, reading
 from atlas_engine.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard
 from atlas_engine.services.corpus import corpus_heads, corpus_runs, head_dashboard, open_store
 from attention_core.head_stats import STATISTICS
@@ -29,35 +29,45 @@ def corpus_store(settings: SettingsDep) -> Iterator[Store | None]:
 
 
 StoreDep = Annotated[Store | None, Depends(corpus_store)]
+SET_ASIDE = (
+    "The corpus store could not be read (not SQLite, or damaged): it was moved aside (code "
+    "'store_unavailable', the detail says where to) and a new one starts empty; retry."
+)
 
 
 @router.get(
     "", response_model=CorpusRuns, summary="The corpus runs this server can read",
-    responses=errors(429),
+    responses=errors(429, 503, e503=SET_ASIDE),
 )  # fmt: skip
 def runs(settings: SettingsDep, store: StoreDep, job: CorpusJobDep) -> CorpusRuns:
     """Every run in the corpus store (`atlas corpus run` writes them, and the server's own
     background job where it runs one), with its progress."""
-    return corpus_runs(store, settings.corpus_store, job.progress())
+    with reading(store):
+        return corpus_runs(store, settings.corpus_store, job.progress())
 
 
 @router.get(
     "/{run_id}/heads",
     response_model=CorpusHeads,
     summary="Every head's statistics over a corpus",
-    responses=errors(404, 422, 429, e404="No run of that id; the detail lists the runs."),
+    responses=errors(
+        404, 422, 429, 503, e404="No run of that id; the detail lists the runs.", e503=SET_ASIDE
+    ),
 )
 def heads(store: StoreDep, run_id: RunId) -> CorpusHeads:
     """Each statistic's mean and spread over the run's finished texts, per layer and head, and
     the roles the means pass: what the scatter and the head finder read."""
-    return corpus_heads(store, run_id)
+    with reading(store):
+        return corpus_heads(store, run_id)
 
 
 @router.get(
     "/{run_id}/heads/{layer}/{head}",
     response_model=HeadDashboard,
     summary="One head's dashboard over a corpus",
-    responses=errors(404, 422, 429, e404="No run of that id; the detail lists the runs."),
+    responses=errors(
+        404, 422, 429, 503, e404="No run of that id; the detail lists the runs.", e503=SET_ASIDE
+    ),
 )
 def head(
     store: StoreDep,
@@ -75,4 +85,5 @@ def head(
 ) -> HeadDashboard:
     """Histograms of every statistic over the texts, the texts by decile of `metric`, the
     tokens it reads most and that read most sharply, and its distance histogram."""
-    return head_dashboard(store, run_id, layer, head, metric, per_decile)
+    with reading(store):
+        return head_dashboard(store, run_id, layer, head, metric, per_decile)

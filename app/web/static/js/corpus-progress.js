@@ -62,11 +62,12 @@ export function followCorpus(model, asked, status, { onRun, missing, onError }) 
   let first = true;
   return new Promise((resolve, reject) => {
     const poll = async () => {
-      const { runs, background } = await api.corpusRuns();
+      const { runs, background, problem } = await api.corpusRuns();
       const run = chooseRun(runs, model, asked);
       const job = background.find((row) => row.model === model) ?? null;
       const active = job && !["done", "failed", "stopped"].includes(job.state);
-      status.textContent = jobSentence(job, run, background);
+      // A store that could not be read was moved aside: say so, and where it went.
+      status.textContent = [problem ? `${problem.charAt(0).toUpperCase()}${problem.slice(1)}.` : "", jobSentence(job, run, background)].filter(Boolean).join(" ");
       status.hidden = !status.textContent;
       const grown = run && (!shown || run.done >= shown.done * (1 + REDRAW_SHARE) || (!active && run.done !== shown.done));
       if (grown && (!shown || run.id === shown.id)) {
