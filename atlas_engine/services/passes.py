@@ -62,6 +62,11 @@ class Passes:
     cache: ForwardCache
     budget: AnswerBudget
 
+    def __post_init__(self) -> None:
+        # A cached pass's recorded layer calls hold its model's modules: an unloaded model's
+        # memory is given back only once its passes are forgotten.
+        self.manager.on_unload(self.cache.clear_model)
+
     def model(self, model_id: str) -> LoadedModel:
         """The model, loaded here first if it must be (ModelManager.get's errors)."""
         return self.manager.get(model_id)

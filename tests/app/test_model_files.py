@@ -277,3 +277,82 @@ def test_a_model_whose_last_load_failed_is_listed_unavailable_with_the_reason(
     assert model["available"] is False
     assert model["unavailable_reason"] == failed.json()["detail"]
     assert listed(client)["local/gpt2-tiny"]["available"] is True
+
+
+@pytest.fixture
+def loads(monkeypatch) -> list[str]:
+    """The ids the model manager asks load_model for, in order (each is then loaded)."""
+    from atlas_engine.models import manager
+
+    asked = []
+
+    def counted(spec, **kwargs):
+        asked.append(spec.id)
+        return load_model(spec, **kwargs)
+
+    load_model = manager.load_model
+    monkeypatch.setattr(manager, "load_model", counted)
+    return asked
+
+
+def test_a_failed_load_is_remembered_until_its_files_change(local_checkpoints, tmp_path, loads):
+    """Issue 50.5: every request tried a failed load again (and kept what it took)."""
+    good = local_checkpoints["local/gpt2-tiny"]
+    bad = edited_copy(good, tmp_path / "bad", n_layer=3)  # a layer the weights lack
+    client = client_with(local_checkpoints, **{"bad/layers": bad})
+    answers = [
+        client.post("/api/attention", json={"model": "bad/layers", "text": TEXT}) for _ in "abc"
+    ]
+    assert [a.status_code for a in answers] == [503] * 3
+    assert len({a.json()["detail"] for a in answers}) == 1
+    assert "missing weights" in answers[0].json()["detail"]
+    assert loads == ["bad/layers"]  # tried once, its reason given since
+    shutil.copy(good / "config.json", bad / "config.json")  # the files change: tried again
+    fixed = client.post("/api/attention", json={"model": "bad/layers", "text": TEXT})
+    assert fixed.status_code == 200, fixed.text
+    assert loads == ["bad/layers"] * 2
+
+
+def test_a_model_larger_than_model_bytes_is_refused_before_it_is_loaded(
+    local_checkpoints, tmp_path, loads
+):
+    """Issue 50.5: a config claiming hidden_size 4096 over a tiny checkpoint's weights took RSS
+    from 0.66 to 3.74 GB before its load failed. It is sized from config.json first."""
+    wide = edited_copy(local_checkpoints["local/gpt2-tiny"], tmp_path / "wide", n_embd=4096)
+    settings = make_settings(local_checkpoints, model_bytes=256 * 2**20)
+    settings = make_settings(
+        local_checkpoints,
+        model_bytes=256 * 2**20,
+        extra_models=[*settings.extra_models, f"bad/wide={wide}"],
+    )
+    client = TestClient(create_app(settings))
+    refused = client.post("/api/attention", json={"model": "bad/wide", "text": TEXT})
+    assert refused.status_code == 503 and refused.json()["code"] == "model_unavailable"
+    detail = refused.json()["detail"]
+    assert "more than the 256 MiB that models may hold (ATLAS_MODEL_BYTES)" in detail, detail
+    assert "parameters take" in detail
+    assert loads == []  # nothing of it was loaded
+    small = client.post("/api/attention", json={"model": "local/gpt2-tiny", "text": TEXT})
+    assert small.status_code == 200 and loads == ["local/gpt2-tiny"]
+
+
+@pytest.mark.parametrize(
+    "written,problem",
+    [
+        (b'{"model_type": "gpt2",', "is not JSON (Expecting property name enclosed in double"),
+        (b'["gpt2"]', "holds a JSON list, not an object of settings"),
+        (b'{"model_type": "\xff"}', "is not UTF-8 text (byte 16)"),
+    ],
+)
+def test_a_config_that_is_not_a_json_object_is_named_so(
+    local_checkpoints, tmp_path, written, problem
+):
+    """Issue 50.8: such a config was reported as "config.json names model type None"."""
+    folder = tmp_path / "broken"
+    shutil.copytree(local_checkpoints["local/gpt2-tiny"], folder)
+    (folder / "config.json").write_bytes(written)
+    client = client_with(local_checkpoints, **{"bad/json": folder})
+    answer = client.post("/api/attention", json={"model": "bad/json", "text": TEXT})
+    assert answer.status_code == 503, answer.text
+    assert f"'bad/json': its config.json {problem}" in answer.json()["detail"]
+    assert "None" not in answer.json()["detail"]

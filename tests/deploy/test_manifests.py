@@ -2,6 +2,7 @@
 unknown fields), its probes and resources are the ones docs/deployment.md's memory sum gives,
 and Kubernetes waits for the server's shutdown grace."""
 
+import json
 import re
 from pathlib import Path
 
@@ -9,12 +10,15 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from app.memory import EMBEDDED_MODELS_RSS, worst_case_rss
+from app.memory import stated_bound
 from atlas_engine.config import Settings
+from atlas_engine.models.manager import ModelManager
+from atlas_engine.models.sizing import model_size
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "deploy" / "kubernetes.yaml"
 DEPLOYMENT_DOC = REPO / "docs" / "deployment.md"
+CACHE = REPO / "var" / "cache"  # where the suite's converted SmolLM2 copy is
 SHUTDOWN_MARGIN_SECONDS = 10
 """What Kubernetes waits past the server's grace before it kills it: the lifespan's end, a
 pass's last layer (0.7 s at 8,192 tokens) and the interpreter's exit."""
@@ -53,18 +57,37 @@ def test_probes_resources_and_service_fit_the_app():
     assert deployment["spec"]["replicas"] >= 2
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == "/api/health"
-    env = {e["name"]: e["value"] for e in container["env"]}
-    bound = worst_case_rss(
-        EMBEDDED_MODELS_RSS,
-        int(env["ATLAS_FORWARD_CACHE_BYTES"]),
-        int(env["ATLAS_INFLIGHT_BYTES"]),
-    )
+    bound = stated_bound(manifest_settings())
     limit = quantity(container["resources"]["limits"]["memory"])
     request = quantity(container["resources"]["requests"]["memory"])
     assert request == limit >= bound, (request, limit, bound)
     assert limit - bound < 512 * 2**20  # sized from the sum, not guessed generously
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert service["spec"]["ports"][0]["targetPort"] == container["ports"][0]["name"]
+
+
+def manifest_settings() -> Settings:
+    """The settings the manifest's environment gives the server."""
+    _, container = the_container()
+    env = {e["name"]: e["value"] for e in container["env"]}
+    return Settings(
+        forward_cache_bytes=int(env["ATLAS_FORWARD_CACHE_BYTES"]),
+        inflight_bytes=int(env["ATLAS_INFLIGHT_BYTES"]),
+        model_bytes=int(env["ATLAS_MODEL_BYTES"]),
+        preload=json.loads(env["ATLAS_PRELOAD"]),
+    )
+
+
+def test_the_models_the_manifest_preloads_fit_its_model_bytes():
+    """The bound's model term is ATLAS_MODEL_BYTES: the models a replica preloads must fit in
+    it together, sized from their files as the server sizes them before a load."""
+    settings = manifest_settings()
+    manager = ModelManager.from_settings(settings.model_copy(update={"cache_dir": str(CACHE)}))
+    sizes = [
+        model_size(manager.spec(m), manager.cache_dir, manager.placement).resident
+        for m in settings.preload
+    ]
+    assert len(sizes) == 2 and sum(sizes) <= settings.model_bytes, (sizes, settings.model_bytes)
 
 
 def the_container() -> tuple[dict, dict]:
