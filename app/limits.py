@@ -1,6 +1,6 @@
-"""Transport limits as pure ASGI middleware: request bodies (counted in the in-flight budget
-before they are read, 503; size 413; time 408), stalled readers (answers go out in bounded
-chunks; a reader that takes none for too long is dropped), and a per-client rate limit (429)."""
+"""Transport limits as pure ASGI middleware: request bodies (counted in the in-flight budget as
+they arrive, 503; size 413; time 408), stalled readers (answers go out in bounded chunks; a
+reader that takes none for too long is dropped), and a per-client rate limit (429)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,12 @@ log = logging.getLogger("attention_atlas")
 
 
 PARSED_BODY_FACTOR = 48
-"""What a request body may cost in memory while its request lives, as a multiple of its bytes:
-the bytes, the JSON parsed from them and the model validated from that, for the costliest JSON
-measured (docs/performance.md, "What a request body costs")."""
+"""What a request body may cost in memory once whole, as a multiple of its bytes: the bytes,
+the JSON parsed from them and the model validated from that, for the costliest JSON measured
+(docs/performance.md, "What a request body costs"). A body still arriving holds its bytes."""
 
-BODY_STEP_BYTES = 64 * 1024
-"""A body without a Content-Length (chunked) is paid for this many bytes ahead of what has
-arrived (uvicorn stops reading a connection whose unread body passes 64 KiB)."""
+REQUEST_BODIES = "request bodies"
+"""What the body guard's reservations hold, as the in-flight budget's refusals name it."""
 
 T = TypeVar("T")
 
@@ -104,25 +103,26 @@ def carries_body(scope: Scope) -> bool:
 
 
 class _HeldForBody:
-    """What one request's body holds in the in-flight budget: PARSED_BODY_FACTOR times the bytes
-    it covers, taken before they are read (all of a Content-Length at once, a chunked body
-    BODY_STEP_BYTES at a time), released together when the request ends."""
+    """What one request's body holds in the in-flight budget: the bytes that have arrived, as
+    they arrive, then PARSED_BODY_FACTOR times them once it is whole (it is parsed next), all
+    released together when the request ends. A body claimed (Content-Length) and not sent holds
+    nothing: eight heads claiming 2 MB each once held 48 times that, 733 MB of 768 MiB, for
+    as long as the body's deadline, and every other client's new request got 503."""
 
     def __init__(self, budget: AnswerBudget) -> None:
         self.budget = budget
-        self.covered = 0  # body bytes paid for
+        self.held = 0  # bytes held in the budget
         self._parts: list[Reservation] = []
 
-    def cover(self, nbytes: int) -> bool:
-        """Pay for the body up to `nbytes`; False (and nothing more taken) if the room is not
-        there now."""
-        if nbytes <= self.covered:
+    def hold(self, nbytes: int) -> bool:
+        """Hold `nbytes` in all; False (and nothing more taken) if the room is not there now."""
+        if nbytes <= self.held:
             return True
-        part = self.budget.try_reserve(object(), (nbytes - self.covered) * PARSED_BODY_FACTOR)
+        part = self.budget.try_reserve(object(), nbytes - self.held, REQUEST_BODIES)
         if part is None:
             return False
         self._parts.append(part)
-        self.covered = nbytes
+        self.held = nbytes
         return True
 
     def release(self) -> None:
@@ -131,27 +131,30 @@ class _HeldForBody:
         self._parts.clear()
 
     def refusal(self, nbytes: int) -> _BodyRefused:
-        """The 503 for a body that found no room: at once, with Retry-After."""
+        """The 503 for a body that finds no room for `nbytes` in all: at once, with Retry-After,
+        naming what fills the budget."""
         retry = str(max(1, math.ceil(self.budget.wait_seconds)))
-        need = (nbytes - self.covered) * PARSED_BODY_FACTOR
+        need = nbytes - self.held
         return _BodyRefused(
             503,
             "busy",
-            f"the server holds {self.budget.held_bytes / 2**20:,.0f} MB of requests and answers "
-            f"in flight and this request's body needs {need / 2**20:,.1f} MB more once read; "
-            f"retry in {retry} s",
+            f"the server holds {self.budget.held_words()} in flight, of the "
+            f"{self.budget.max_bytes / 2**20:,.0f} MB it lets them hold, and this request's "
+            f"body needs {need / 2**20:,.1f} MB more once read; retry in {retry} s",
             [(b"retry-after", retry.encode())],
         )
 
 
 class RequestBodyGuard:
-    """Count each request's body in the in-flight budget before reading it (503 `busy` when it
-    does not fit), refuse bodies over max_bytes (413, by Content-Length or while streaming), and
+    """Count each request's body in the in-flight budget as it arrives (503 `busy` when it does
+    not fit), refuse bodies over max_bytes (413, by Content-Length or while streaming), and
     bodies not whole within timeout seconds of the request's start (408).
 
-    A body costs PARSED_BODY_FACTOR times its bytes while its request lives: the bytes, the
-    parsed JSON and the validated model (docs/performance.md). The reservation covers the
-    request while it waits for a lane and while it runs, and is released when it ends.
+    A body holds its bytes while they arrive, and PARSED_BODY_FACTOR times them once whole:
+    the bytes, the parsed JSON and the validated model (docs/performance.md). That covers the
+    request while it waits for a lane and while it runs, and is released when it ends. A
+    Content-Length whose parsed body could not fit the budget now is refused before a byte is
+    read; one that fits reserves nothing until its bytes come.
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, timeout: float, budget: AnswerBudget) -> None:
@@ -180,12 +183,11 @@ class RequestBodyGuard:
         length = _content_length(scope)
         held = _HeldForBody(self.budget)
         refusal: _BodyRefused | None = None
+        parsed = (length or 0) * PARSED_BODY_FACTOR  # what the body claimed will hold, whole
         if length is not None and length > self.max_bytes:
             refusal = self._too_big()
-        elif length and not held.cover(length):
-            refusal = held.refusal(length)
-        elif length is None and carries_body(scope) and not held.cover(BODY_STEP_BYTES):
-            refusal = held.refusal(BODY_STEP_BYTES)
+        elif parsed and self.budget.held_bytes + parsed > self.budget.max_bytes:
+            refusal = held.refusal(parsed)  # a check on the claim: nothing is held for it
         if refusal is not None:  # answered without reading the body (app.transport drains it)
             await _reject(send, refusal.status, refusal.code, refusal.detail, refusal.headers)
             return
@@ -214,9 +216,8 @@ class RequestBodyGuard:
                 if received > self.max_bytes:
                     refused = self._too_big()
                     raise refused
-                ahead = 0 if body_done or length is not None else BODY_STEP_BYTES
-                wanted = min(received + ahead, self.max_bytes)
-                if not held.cover(wanted):  # paid for before the next piece is read
+                wanted = received * (PARSED_BODY_FACTOR if body_done else 1)
+                if not held.hold(wanted):  # before the app sees the piece
                     refused = held.refusal(wanted)
                     raise refused
             else:

@@ -56,22 +56,43 @@ class Reservations(Reservation):
             part.release()
 
 
+ANSWERS = "forward passes and answers"
+"""What a reservation holds, unless it says otherwise (app.limits: "request bodies")."""
+
+
 class AnswerBudget:
-    """Reserve bytes per forward pass (by key), with a wait of at most `wait_seconds`."""
+    """Reserve bytes per forward pass (by key), with a wait of at most `wait_seconds`; each
+    reservation says what it holds (`kind`), so a refusal names what fills the budget."""
 
     def __init__(self, max_bytes: int, wait_seconds: float) -> None:
         self.max_bytes = max_bytes
         self.wait_seconds = wait_seconds
-        self._held: dict[Hashable, tuple[int, int]] = {}  # key -> (bytes, answers reading it)
+        # key -> (bytes, answers reading it, what they are)
+        self._held: dict[Hashable, tuple[int, int, str]] = {}
         self._cond = threading.Condition()
         self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = set()
 
     @property
     def held_bytes(self) -> int:
         with self._cond:
-            return sum(size for size, _ in self._held.values())
+            return sum(size for size, _, _ in self._held.values())
 
-    def reserve(self, key: Hashable, nbytes: int) -> Reservation:
+    def held_by_kind(self) -> dict[str, int]:
+        """The bytes held, by what holds them."""
+        kinds: dict[str, int] = {}
+        with self._cond:
+            for size, _, kind in self._held.values():
+                kinds[kind] = kinds.get(kind, 0) + size
+        return kinds
+
+    def held_words(self) -> str:
+        """What the budget holds, in words for a refusal: '733 MB of request bodies and 2 MB of
+        forward passes and answers' (what holds most first)."""
+        kinds = sorted(self.held_by_kind().items(), key=lambda kind: -kind[1])
+        parts = [f"{size / 2**20:,.0f} MB of {kind}" for kind, size in kinds]
+        return " and ".join(parts) or "nothing"
+
+    def reserve(self, key: Hashable, nbytes: int, kind: str = ANSWERS) -> Reservation:
         """Count `nbytes` for `key` (once, however many answers read it), or raise ServerBusy."""
         if nbytes > self.max_bytes:
             raise ServerBusy(
@@ -84,12 +105,12 @@ class AnswerBudget:
         with self._cond:
             while True:
                 if key in self._held:
-                    size, readers = self._held[key]
-                    self._held[key] = (size, readers + 1)
+                    size, readers, kind = self._held[key]
+                    self._held[key] = (size, readers + 1, kind)
                     return Reservation(self, key)
-                in_use = sum(size for size, _ in self._held.values())
+                in_use = sum(size for size, _, _ in self._held.values())
                 if in_use + nbytes <= self.max_bytes:
-                    self._held[key] = (nbytes, 1)
+                    self._held[key] = (nbytes, 1, kind)
                     return Reservation(self, key)
                 if on_compute_thread():
                     raise NoRoomYet(self, nbytes)
@@ -98,26 +119,26 @@ class AnswerBudget:
                     raise self.busy(nbytes)
                 self._cond.wait(left)
 
-    def try_reserve(self, key: Hashable, nbytes: int) -> Reservation | None:
+    def try_reserve(self, key: Hashable, nbytes: int, kind: str = ANSWERS) -> Reservation | None:
         """Count `nbytes` for `key` if they fit now, else None: never waits (beyond the lock's
         few instructions), so the event loop may call it (app.limits counts request bodies)."""
         with self._cond:
             if key in self._held:
-                size, readers = self._held[key]
-                self._held[key] = (size, readers + 1)
+                size, readers, kind = self._held[key]
+                self._held[key] = (size, readers + 1, kind)
                 return Reservation(self, key)
-            in_use = sum(size for size, _ in self._held.values())
+            in_use = sum(size for size, _, _ in self._held.values())
             if in_use + nbytes > self.max_bytes:
                 return None
-            self._held[key] = (nbytes, 1)
+            self._held[key] = (nbytes, 1, kind)
             return Reservation(self, key)
 
     def busy(self, nbytes: int) -> ServerBusy:
         """The 503 for an answer that found no room for `nbytes` in time."""
-        in_use = self.held_bytes
         return ServerBusy(
-            f"the server is sending {in_use / 2**20:,.0f} MB of other answers and "
-            f"this one needs {nbytes / 2**20:,.0f} MB more; retry shortly",
+            f"the server holds {self.held_words()} in flight, of the "
+            f"{self.max_bytes / 2**20:,.0f} MB it lets them hold, and this answer needs "
+            f"{nbytes / 2**20:,.0f} MB more; retry shortly",
             retry_after=max(1, math.ceil(self.wait_seconds)),
         )
 
@@ -145,9 +166,9 @@ class AnswerBudget:
 
     def _release(self, key: Hashable) -> None:
         with self._cond:
-            size, readers = self._held[key]
+            size, readers, kind = self._held[key]
             if readers > 1:
-                self._held[key] = (size, readers - 1)
+                self._held[key] = (size, readers - 1, kind)
             else:
                 del self._held[key]
             self._cond.notify_all()

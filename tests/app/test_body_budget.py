@@ -1,6 +1,7 @@
-"""Issue 38: every request's body, and what parsing it makes, is counted in the in-flight budget
-before the body is read; a body that finds no room gets 503 at once, unread; and a body must be
-whole within the body deadline of its request's start, however it trickles in."""
+"""Issue 38: every request's body, and what parsing it makes, is counted in the in-flight budget;
+a body that cannot find room gets 503 at once, unread; and a body must be whole within the body
+deadline of its request's start, however it trickles in. Issue 50: what is counted is what the
+body holds as it arrives, not a multiple of what its head claims."""
 
 import asyncio
 import json
@@ -9,7 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from app.limits import BODY_STEP_BYTES, PARSED_BODY_FACTOR, RequestBodyGuard
+from app.limits import PARSED_BODY_FACTOR, RequestBodyGuard
 from app.main import create_app
 from atlas_engine.config import Settings
 from atlas_engine.inference.inflight import AnswerBudget
@@ -92,16 +93,60 @@ def test_try_reserve_takes_what_fits_at_once_and_never_waits():
     assert budget.held_bytes == 0
 
 
-def test_a_body_is_counted_before_it_is_read_and_released_when_its_request_ends():
+def test_a_body_is_counted_as_it_arrives_and_released_when_its_request_ends():
     budget = AnswerBudget(64 * MiB, wait_seconds=10)
     seen: list[int] = []
     guard = RequestBodyGuard(reading_app(budget, seen), 2_000_000, 20, budget)
     body = b'{"text": "' + b"a" * 100_000 + b'"}'
-    exchange = Exchange([body], [(b"content-length", str(len(body)).encode())])
+    exchange = Exchange([body[:60_000], body[60_000:]], [(b"content-length", b"%d" % len(body))])
     run(guard, exchange)
     assert exchange.status == 200
-    assert seen == [len(body) * PARSED_BODY_FACTOR] * 2  # before the first read, and after it
+    # nothing for the claim; the bytes that came; parsed once whole
+    assert seen == [0, 60_000, len(body) * PARSED_BODY_FACTOR]
     assert budget.held_bytes == 0
+
+
+def test_heads_whose_bodies_do_not_come_hold_nothing_and_another_body_still_fits():
+    """Issue 50: eight heads claiming 1,999,999 bytes and sending none held 48 times that each,
+    733 MB of the 768 MiB budget for the body's 20 s, and another client's new requests got
+    503 "sending 733 MB of other answers". A claim now holds nothing."""
+    budget = AnswerBudget(768 * MiB, wait_seconds=10)
+    guard = RequestBodyGuard(reading_app(budget, []), 2_000_000, 20, budget)
+    claims = [Exchange([], [(b"content-length", b"1999999")]) for _ in range(8)]
+
+    async def attack() -> tuple[int, Exchange]:
+        waiting = [asyncio.create_task(guard(scope(c.headers), c.receive, c.send)) for c in claims]
+        await asyncio.sleep(0.1)  # every head is in, waiting for its body
+        held = budget.held_bytes
+        body = b"b" * 1_999_999  # another client's body of the same size, sent whole
+        other = Exchange([body], [(b"content-length", b"%d" % len(body))])
+        await guard(scope(other.headers), other.receive, other.send)
+        for task in waiting:
+            task.cancel()
+        return held, other
+
+    held, other = asyncio.run(attack())
+    print(f"held by 8 heads without their bodies: {held / 2**20:.0f} MB")
+    assert held == 0
+    assert other.status == 200
+    assert budget.held_bytes == 0
+
+
+def test_a_refusal_names_what_fills_the_budget():
+    budget = AnswerBudget(64 * MiB, wait_seconds=10)
+    bodies = budget.try_reserve("a body", 40 * MiB, "request bodies")
+    answers = budget.try_reserve("a pass", 20 * MiB)
+    guard = RequestBodyGuard(reading_app(budget, []), 2_000_000, 20, budget)
+    exchange = Exchange([b"x" * 100_000], [(b"content-length", b"100000")])
+    run(guard, exchange)
+    assert exchange.status == 503
+    assert exchange.json()["detail"].startswith(
+        "the server holds 40 MB of request bodies and 20 MB of forward passes and answers in "
+        "flight, of the 64 MB it lets them hold, and this request's body needs 4.6 MB more"
+    )
+    assert "40 MB of request bodies and 20 MB of forward passes" in budget.busy(MiB).message
+    bodies.release()
+    answers.release()
 
 
 def test_a_body_that_finds_no_room_gets_503_busy_at_once_without_being_read():
@@ -120,21 +165,18 @@ def test_a_body_that_finds_no_room_gets_503_busy_at_once_without_being_read():
     held.release()
 
 
-def test_a_chunked_body_is_paid_for_a_step_ahead_of_each_piece_until_the_room_runs_out():
+def test_a_chunked_body_holds_its_bytes_as_they_come_and_is_refused_when_parsing_would_not_fit():
     budget = AnswerBudget(16 * MiB, wait_seconds=2)
-    held = budget.try_reserve("a pass", 6 * MiB)  # 10 MiB left
+    held = budget.try_reserve("a pass", 6 * MiB)  # 10 MiB left: 250,000 bytes fit, not parsed
     seen: list[int] = []
     guard = RequestBodyGuard(reading_app(budget, seen), 2_000_000, 20, budget)
     piece = b"y" * 50_000
-    exchange = Exchange([piece] * 6, [(b"transfer-encoding", b"chunked")])
+    exchange = Exchange([piece] * 5, [(b"transfer-encoding", b"chunked")])
     run(guard, exchange)
-    paid = [
-        6 * MiB + (read + BODY_STEP_BYTES) * PARSED_BODY_FACTOR for read in (0, 50_000, 100_000)
-    ]
-    assert seen[:3] == paid
+    assert seen == [6 * MiB + read for read in (0, 50_000, 100_000, 150_000, 200_000)]
     assert exchange.status == 503 and exchange.json()["code"] == "busy"
     assert exchange.header(b"retry-after") == b"2"
-    assert exchange.reads == 4  # 200,000 bytes read, and the next 64 KiB had no room
+    assert exchange.reads == 5  # all of it read: 250,000 bytes, 11.4 MiB once parsed
     assert budget.held_bytes == 6 * MiB
     held.release()
 

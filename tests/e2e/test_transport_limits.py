@@ -11,6 +11,8 @@ import pytest
 
 from tests.support.live import start_server
 
+JSON = {"Content-Type": "application/json"}
+
 pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
@@ -231,3 +233,58 @@ def test_connections_over_the_caps_get_503_at_once_and_health_still_answers(tmp_
         for conn in held:
             conn.close()
         server.stop()
+
+
+def test_heads_whose_bodies_never_come_leave_room_for_another_clients_requests(tmp_path):
+    """Issue 50: eight heads claiming 1,999,999 bytes and sending none held 733 MB of the
+    768 MiB in-flight budget for the body's 20 s, and another client's new ~500-token SmolLM2
+    requests got 503 (5 of 5, "sending 733 MB of other answers"). A claim now holds nothing."""
+    import http.client
+    import json
+
+    from tests.support.smollm2_texts import prose_texts
+
+    smollm2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    # The heads' 408 waits 120 s here, so that they are all there for every request.
+    server = start_server(tmp_path / "server.log", {"ATLAS_BODY_TIMEOUT_SECONDS": "120"})
+
+    def post(body: dict) -> tuple[int, float, bytes]:
+        conn = http.client.HTTPConnection(
+            "127.0.0.1", server.port, timeout=60, source_address=("127.0.0.3", 0)
+        )
+        started = time.monotonic()
+        try:
+            conn.request("POST", "/api/attention", json.dumps(body), JSON)
+            answer = conn.getresponse()
+            detail = answer.read()[:200] if answer.status != 200 else b""
+            return answer.status, round(time.monotonic() - started, 2), detail
+        finally:
+            conn.close()
+
+    claim = (
+        b"POST /api/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1999999\r\n\r\n"
+    )
+    heads: list[socket.socket] = []
+    try:
+        assert post({"model": smollm2, "text": "warm up", "layers": [0]})[0] == 200
+        for _ in range(8):
+            heads.append(
+                socket.create_connection(
+                    ("127.0.0.1", server.port), timeout=10, source_address=("127.0.0.2", 0)
+                )
+            )
+            heads[-1].sendall(claim)
+        time.sleep(0.5)  # every head is in, its body awaited
+        texts = prose_texts(*range(500, 505))
+        answers = [post({"model": smollm2, "text": t, "layers": [0]}) for t in texts]
+        for head in heads:  # still waiting for their bodies: no answer yet
+            head.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                head.recv(1)
+    finally:
+        for head in heads:
+            head.close()
+        server.stop()
+    print(f"another client's 500-token requests beside 8 bodiless heads: {answers}")
+    assert [status for status, _, _ in answers] == [200] * 5, answers
