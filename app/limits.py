@@ -314,9 +314,10 @@ class RateLimit:
 
     /api/ routes count, except /api/health (health checks must never be throttled), and so
     does any request that carries a body, whatever its path (a body sent to a page or an
-    unknown path costs the server as much to receive). The client address is the connection's
-    peer; behind a reverse proxy, ProxyHeaders (added only for the proxies the operator trusts)
-    replaces it with the forwarded one first.
+    unknown path costs the server as much to receive), before its body is read: a request the
+    body guard then refuses has counted too (app.main puts this outside it). The client
+    address is the connection's peer; behind a reverse proxy, ProxyHeaders (added only for the
+    proxies the operator trusts) replaces it with the forwarded one first.
     """
 
     def __init__(self, app: ASGIApp, per_minute: int, max_clients: int = 10_000) -> None:

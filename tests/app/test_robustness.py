@@ -42,6 +42,14 @@ def test_rate_limit_counts_every_request_that_carries_a_body_whatever_its_path(l
     assert all(client.get(path).status_code == 200 for path in ("/", "/api/health"))
 
 
+def test_bodies_the_guard_refuses_count_against_the_rate_limit(local_checkpoints):
+    """Issue 50: the body guard sat outside the rate limit, so 49,925 refused requests from
+    one address never met a 429. Now every request is counted before its body is."""
+    client = fresh_client(local_checkpoints, rate_limit_per_minute=3, max_body_bytes=1024)
+    codes = [client.post("/api/lab/masks", content=b"x" * 2048).status_code for _ in range(5)]
+    assert codes == [413, 413, 413, 429, 429]
+
+
 def test_body_size_limit_answers_413(local_checkpoints):
     client = fresh_client(local_checkpoints, max_body_bytes=4096)
     response = client.post("/api/attention", json={"model": MINILM_ID, "text": "x" * 10_000})
