@@ -16,7 +16,7 @@ from atlas_engine.models.loader import LoadedModel, predicts_of
 from atlas_engine.models.placement import model_device
 from atlas_engine.schemas.ablation import AblatedPosition, AblationRequest, AblationResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.checks import check_layer_head
 from atlas_engine.services.passes import Passes, ShouldStop
 from atlas_engine.services.predictions import candidates_of, prediction_rows
 from attention_core.analysis import total_variation

@@ -12,7 +12,8 @@ from atlas_engine.inference.forward import ForwardResult, count_tokens
 from atlas_engine.inference.inflight import Reservation
 from atlas_engine.schemas.aggregate import AggregateRequest, SimilarityRequest, SimilarityResponse
 from atlas_engine.serialize import MapsAnswer, held_while_sending
-from atlas_engine.services.attention import check_answer_size, indices, maps_meta
+from atlas_engine.services.attention import maps_meta
+from atlas_engine.services.checks import check_answer_size, indices
 from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core.aggregate import cluster_order, head_similarity, rollout_steps
 

@@ -15,7 +15,7 @@ from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.schemas.writes import MAX_WRITES_TOKENS, AttributionRequest, AttributionResponse
 from atlas_engine.serialize import in_order, json_bytes_bound
-from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.checks import check_layer_head
 from atlas_engine.services.passes import Passes, ShouldStop
 from atlas_engine.services.writes import (
     answered,

@@ -11,7 +11,7 @@ from atlas_engine.inference.inflight import Reservation
 from atlas_engine.schemas.attention import MAX_JSON_WEIGHTS
 from atlas_engine.schemas.compare import CompareRequest, CompareResponse, SideMap
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.checks import check_layer_head
 from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core import total_variation
 

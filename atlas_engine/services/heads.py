@@ -32,7 +32,7 @@ from atlas_engine.schemas.search import (
     SearchRequest,
     SearchResponse,
 )
-from atlas_engine.services.attention import indices
+from atlas_engine.services.checks import indices
 from atlas_engine.services.head_statistics import pair_weights, statistics_of, working_bytes
 from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core.aggregate import follow_token

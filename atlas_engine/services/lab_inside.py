@@ -27,7 +27,7 @@ from atlas_engine.schemas.lab_inside import (
     HeadAnatomyResponse,
 )
 from atlas_engine.serialize import to_lists
-from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.checks import check_layer_head
 from atlas_engine.services.lab_models import lab_model, one_text, real_layer
 from atlas_engine.services.passes import Passes
 

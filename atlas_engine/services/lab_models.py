@@ -34,7 +34,7 @@ from atlas_engine.schemas.lab_models import (
     SparseResponse,
 )
 from atlas_engine.serialize import to_bool_lists, to_lists
-from atlas_engine.services.attention import check_layer_head, indices
+from atlas_engine.services.checks import check_layer_head, indices
 from atlas_engine.services.passes import Passes
 from attention_core.analysis import total_variation
 from attention_core.cost import sharing_options

@@ -11,7 +11,7 @@ from atlas_engine.inference.replay import layer_capture, refused
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.schemas.qkspace import HeadSpace, QKSpaceRequest, QKSpaceResponse
 from atlas_engine.serialize import to_lists
-from atlas_engine.services.attention import check_layer_head
+from atlas_engine.services.checks import check_layer_head
 from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core import qk_space
 from attention_core.qkspace import umap_available

@@ -10,7 +10,7 @@ from atlas_engine.inference.seq2seq import decoder_input, decoder_maps, decoder_
 from atlas_engine.schemas.attention import MAX_JSON_WEIGHTS
 from atlas_engine.schemas.seq2seq import DecoderRequest, DecoderResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import indices
+from atlas_engine.services.checks import indices
 from atlas_engine.services.passes import Passes, ShouldStop
 
 

@@ -16,7 +16,7 @@ from atlas_engine.inference.replay import refused, replayed_qk
 from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
 from atlas_engine.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
-from atlas_engine.services.attention import check_layer_head, indices
+from atlas_engine.services.checks import check_layer_head, indices
 from atlas_engine.services.passes import Passes, ShouldStop
 from attention_core.tiles import overview, weight_tile, window_logsumexp
 
