@@ -15,8 +15,8 @@ import time
 from app.main import create_app
 from atlas_engine.config import Settings
 from atlas_engine.inference.forward import run_forward
+from atlas_engine.inference.tokens import token_facts
 from atlas_engine.models.registry import SMOLLM2_ID
-from atlas_engine.services.head_statistics import token_facts
 from attention_core.aggregate import attention_rollout, head_similarity
 from attention_core.head_stats import head_statistics
 

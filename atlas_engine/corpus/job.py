@@ -23,8 +23,8 @@ from atlas_engine.corpus.store import Run, Store
 from atlas_engine.corpus.texts import paragraphs, sequences
 from atlas_engine.inference.forward import run_forward
 from atlas_engine.inference.replay import visible_keys
+from atlas_engine.inference.tokens import token_facts
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.services.head_statistics import token_facts
 from attention_core.corpus_stats import DISTANCE_EDGES, distance_histogram, strongest_tokens
 from attention_core.head_stats import STATISTICS, layer_statistics_by_rows
 

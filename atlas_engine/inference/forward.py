@@ -17,11 +17,12 @@ from torch import Tensor, nn
 from atlas_engine import compute, timing
 from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.encoding import encode
-from atlas_engine.inference.predictions import MAX_TOP_K, top_predictions
+from atlas_engine.inference.predictions import top_predictions
 from atlas_engine.inference.replay import replayed_maps
 from atlas_engine.inference.tokens import display_tokens
 from atlas_engine.models import capture
 from atlas_engine.models.families import Architecture
+from atlas_engine.models.lm_head import MAX_TOP_K
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.placement import model_device
 from attention_core.head_stats import STATISTICS

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from atlas_engine.models.lm_head import head_logits, head_rows
+from atlas_engine.models.lm_head import MAX_TOP_K, head_logits, head_rows
 
-MAX_TOP_K = 20
 PREDICTION_ROWS = 64
 BYTES_PER_LOGIT = 16  # the logits in float64 and their log-softmax
 COMPARED_BYTES_PER_LOGIT = 64  # both runs' of those, and the KL's three terms

@@ -1,5 +1,6 @@
-"""Turning vocabulary pieces into labels a person can read; and how many tokens a text can
-have at most, known before it is tokenised."""
+"""Turning vocabulary pieces into labels a person can read; how many tokens a text can have
+at most, known before it is tokenised; and what a head's statistics need to know of each token
+(token_facts)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,13 @@ import weakref
 from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+import torch
 from transformers import PreTrainedTokenizerBase
 
+from attention_core.head_stats import TokenFacts
+
 if TYPE_CHECKING:
+    from atlas_engine.inference.forward import ForwardResult
     from atlas_engine.models.loader import LoadedModel
 
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
@@ -201,3 +206,22 @@ def token_bound(tokenizer: PreTrainedTokenizerBase) -> TokenBound:
 def _part(part: object) -> dict:
     """A tokenizers pipeline part (normalizer, pre-tokenizer) as its JSON; {} for none."""
     return {} if part is None else json.loads(part.__getstate__())
+
+
+def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
+    """What the statistics need to know of each token, from the forward pass."""
+    separators = {loaded.tokenizer.sep_token_id, loaded.tokenizer.eos_token_id} - {None}
+    separator = [
+        token_id in separators
+        or (
+            bool(label.strip("␣↵⇥"))
+            and all(unicodedata.category(c).startswith("P") for c in label.strip("␣↵⇥"))
+        )
+        for token_id, label in zip(result.token_ids, result.tokens, strict=True)
+    ]
+    return TokenFacts(
+        special=torch.tensor(result.special, dtype=torch.bool),
+        separator=torch.tensor(separator, dtype=torch.bool),
+        word=torch.tensor(result.words, dtype=torch.int64),
+        ids=torch.tensor(result.token_ids, dtype=torch.int64),
+    )

@@ -22,6 +22,9 @@ PREDICTS: dict[Family, Predicts] = {
     Family.GPT2: "next_token",
     Family.LLAMA: "next_token",
 }
+MAX_TOP_K = 20
+"""Each position's most likely tokens a forward pass keeps of its LM head's predictions
+(inference/predictions.py), and so the most a request's `top_k` may ask for (the schemas)."""
 HEAD_PREFIXES = ("cls.", "lm_head.", "vocab_transform.", "vocab_layer_norm.", "vocab_projector.")
 """Weights of a language-model head (BERT, RoBERTa, DistilBERT, GPT-2 and Llama names)."""
 BASE_ONLY_UNUSED = ("pooler.",)

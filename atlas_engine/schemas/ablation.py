@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from atlas_engine.inference.predictions import MAX_TOP_K
+from atlas_engine.models.lm_head import MAX_TOP_K
 from atlas_engine.schemas.attention import EXAMPLE_TEXT, TextRequest
 from atlas_engine.schemas.common import Index, StrictModel, json_int
 from atlas_engine.schemas.predictions import Candidate

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from atlas_engine.inference.predictions import MAX_TOP_K
+from atlas_engine.models.lm_head import MAX_TOP_K
 from atlas_engine.schemas.attention import EXAMPLE_TEXT, TextRequest
 from atlas_engine.schemas.common import json_int
 

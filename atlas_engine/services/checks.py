@@ -25,6 +25,7 @@ def indices(requested: Sequence[int] | None, count: int, what: str) -> list[int]
 
 
 def check_layer_head(loaded: LoadedModel, layer: int, head: int) -> None:
+    """Refuse a layer or head index the model does not have, naming its range."""
     indices([layer], loaded.arch.num_layers, "layer")
     indices([head], loaded.arch.num_heads, "head")
 

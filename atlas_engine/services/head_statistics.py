@@ -4,7 +4,6 @@ and keys, so a text of any length the model takes needs no (seq, seq) matrix."""
 
 from __future__ import annotations
 
-import unicodedata
 from collections.abc import Callable, Iterator
 
 import torch
@@ -13,10 +12,11 @@ from torch import Tensor
 from atlas_engine import compute
 from atlas_engine.inference.forward import ForwardResult
 from atlas_engine.inference.replay import NotBlockwise, replayed_qk, visible_keys
+from atlas_engine.inference.tokens import token_facts
 from atlas_engine.models.families import Architecture
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.schemas.heads import MARKED
-from attention_core.head_stats import HeadStatistics, TokenFacts, layer_statistics_by_rows
+from attention_core.head_stats import HeadStatistics, layer_statistics_by_rows
 from attention_core.marked import MarkedShare
 from attention_core.scratch import Scratch
 from attention_core.tiles import row_weights
@@ -46,25 +46,6 @@ def working_bytes(arch: Architecture, seq: int) -> int:
     replay inputs, queries and keys (hidden states, q and k per query head) and one block."""
     replay = 4 * seq * (arch.d_model + 2 * arch.num_heads * arch.head_dim)
     return replay + rows_per_block(arch.num_heads, seq) * _bytes_per_row(arch.num_heads, seq)
-
-
-def token_facts(loaded: LoadedModel, result: ForwardResult) -> TokenFacts:
-    """What the statistics need to know of each token, from the forward pass."""
-    separators = {loaded.tokenizer.sep_token_id, loaded.tokenizer.eos_token_id} - {None}
-    separator = [
-        token_id in separators
-        or (
-            bool(label.strip("␣↵⇥"))
-            and all(unicodedata.category(c).startswith("P") for c in label.strip("␣↵⇥"))
-        )
-        for token_id, label in zip(result.token_ids, result.tokens, strict=True)
-    ]
-    return TokenFacts(
-        special=torch.tensor(result.special, dtype=torch.bool),
-        separator=torch.tensor(separator, dtype=torch.bool),
-        word=torch.tensor(result.words, dtype=torch.int64),
-        ids=torch.tensor(result.token_ids, dtype=torch.int64),
-    )
 
 
 def _row_blocks(

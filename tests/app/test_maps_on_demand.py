@@ -11,12 +11,13 @@ from atlas_engine import compute
 from atlas_engine.inference import forward
 from atlas_engine.inference.forward import ForwardResult, run_forward
 from atlas_engine.inference.replay import replayed_qk
+from atlas_engine.inference.tokens import token_facts
 from atlas_engine.models import capture
 from atlas_engine.models.loader import FULL_MAPS_MAX_TOKENS
 from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from atlas_engine.services import head_statistics as statistics_service
-from atlas_engine.services.head_statistics import rows_per_block, token_facts
+from atlas_engine.services.head_statistics import rows_per_block
 from attention_core import causal_mask
 from attention_core.head_stats import ROLES, head_statistics
 from bench.compression import prose
