@@ -19,18 +19,19 @@ from torch import Tensor
 from attention_core.scratch import Scratch
 
 STATISTICS = (
-    "entropy",  # normalised entropy: 0 = one key, 1 = uniform over the keys a query may see
-    "distance",  # mean |query - key| in tokens, weighted by attention
-    "first",  # share of attention on the first token
-    "special",  # share on special tokens ([CLS], [SEP], <|endoftext|> ...)
-    "previous",  # share on the token just before the query
-    "self",  # share on the query token itself
-    "same_word",  # share on other pieces of the query's own word
-    "max_weight",  # the largest weight of each row
-    "separator",  # share on separators and punctuation
-    "local",  # share within LOCAL_REACH tokens on either side, self and previous token excluded
-    "duplicate",  # share on earlier copies of the query token (rows that have one)
-    "induction",  # share on the tokens after earlier copies of the query's span (rows in a repeat)
+    # The order of the grids and of the corpus store's columns; what each measures: DESCRIPTIONS.
+    "entropy",
+    "distance",
+    "first",
+    "special",
+    "previous",
+    "self",
+    "same_word",
+    "max_weight",
+    "separator",
+    "local",
+    "duplicate",
+    "induction",
 )
 LOCAL_REACH = 3
 

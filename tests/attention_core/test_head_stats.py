@@ -2,11 +2,15 @@
 
 import dataclasses
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
 
 from attention_core.head_stats import (
+    DESCRIPTIONS,
+    LABELS,
     LOCAL_REACH,
     ROLES,
     STATISTICS,
@@ -282,3 +286,15 @@ def test_the_clearest_head_is_the_largest_multiple_of_its_roles_threshold(stats)
     assert result.clearest(layers=[7]).layer == 7
     nothing = HeadStatistics(values={name: torch.full((1, 2), math.nan) for name in STATISTICS})
     assert nothing.clearest() is None
+
+
+def test_each_statistic_is_described_and_labelled_once_in_one_order():
+    assert tuple(DESCRIPTIONS) == tuple(LABELS) == STATISTICS
+    assert {statistic for statistic, _ in ROLES.values()} <= set(STATISTICS)
+
+
+def test_the_role_table_in_the_docs_matches_roles():
+    """docs/views.md names each role's statistic and threshold; their meanings stay in code."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "views.md").read_text()
+    rows = re.findall(r"^\| ([^|]+?) \| `(\w+)` \| ([\d.]+) \|$", text, re.M)
+    assert {role: (statistic, float(t)) for role, statistic, t in rows} == ROLES

@@ -54,11 +54,13 @@ from atlas_engine.services.predictions import predictions
 from atlas_engine.services.qkspace import query_key_space
 from atlas_engine.services.seq2seq import decoder_attention
 from atlas_engine.services.tiles import tiles
+from attention_core.head_stats import DESCRIPTIONS
 
 log = logging.getLogger("attention_atlas")
 router = APIRouter(prefix="/api/attention", tags=["attention"], route_class=StrictJSONRoute)
 
 ERRORS = errors(*BODY_ROUTE, 404, 503)
+STATISTICS_LISTED = "; ".join(f"`{name}`, {meaning}" for name, meaning in DESCRIPTIONS.items())
 MAPS_RESPONSES = {  # maps answers: JSON (the response model) or the binary format below
     **ERRORS,
     200: {
@@ -146,11 +148,9 @@ async def post_detail(body: DetailRequest, passes: PassesDep, request: Request) 
     "/heads",
     response_model=HeadsResponse,
     summary="What every head does: statistics and roles",
-    description="For every layer and head on this text: normalised entropy, mean attention "
-    "distance, the shares of attention on the first token, special tokens, the previous token, "
-    "itself, other pieces of its word, separators, a local window, earlier copies of itself "
-    "(duplicate) and the tokens after them (induction), and the largest weight; and the roles "
-    "these imply, each with the score that decided it. Computed from the cached forward pass. "
+    description="For every layer and head on this text, each statistic (a mean over query "
+    f"rows) of: {STATISTICS_LISTED}; and the roles these imply, each with the score that "
+    "decided it. Computed from the cached forward pass. "
     "Induction and duplicate-token scores need a repeated token (null otherwise). Where the "
     "model's maps are replayed (`/api/models`: a known family in float32) the text may be as "
     "long as the model takes: the statistics are computed a block of query rows at a time from "
