@@ -57,14 +57,6 @@ from attention_core.positional import (
     sinusoidal_shift_matrix,
 )
 from attention_core.qkspace import normalise_qk, qk_space
-from attention_core.replay import (
-    LayerReplay,
-    QKProjection,
-    Rope,
-    project_qk,
-    replay_layer,
-    replay_weights,
-)
 from attention_core.scoring import additive_attention, general_attention
 from attention_core.sdpa import AttentionTrace, masked_softmax, scaled_dot_product_attention
 from attention_core.sparse import sparse_attention
@@ -78,11 +70,8 @@ __all__ = [
     "AttentionProjections",
     "AttentionTrace",
     "Cost",
-    "LayerReplay",
     "MaskSpec",
     "MultiHeadResult",
-    "QKProjection",
-    "Rope",
     "TileStep",
     "Trace",
     "additive_attention",
@@ -110,13 +99,10 @@ __all__ = [
     "padding_mask",
     "pairs",
     "pool_kv_heads",
-    "project_qk",
     "qk_space",
     "random_mask",
     "render_mask",
     "repeat_kv",
-    "replay_layer",
-    "replay_weights",
     "resolve_scale",
     "rope_cos_sin",
     "rope_scores_by_position",

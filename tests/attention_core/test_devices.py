@@ -1,7 +1,7 @@
 """attention_core runs on whatever device its inputs are on (a server with ATLAS_DEVICE=cuda
 replays heads on the GPU). Without a GPU here, two checks stand in for one:
 
-- the replay path and the variants without data-dependent steps run on PyTorch's `meta` device,
+- the variants without data-dependent steps run on PyTorch's `meta` device,
   where any tensor made on the CPU by mistake raises at once;
 - every tensor factory in the package names its device, except in functions that build a
   tensor from plain numbers (no tensor input to take a device from), listed here by name.
@@ -31,27 +31,8 @@ def meta(*shape: int) -> torch.Tensor:
     return torch.empty(*shape, device=META)
 
 
-def replay_output() -> torch.Tensor:
-    d_model, heads, kv_heads, hd, seq = 8, 4, 2, 2, 5
-    proj = ac.QKProjection(
-        w_q=meta(heads * hd, d_model),
-        w_k=meta(kv_heads * hd, d_model),
-        b_q=meta(heads * hd),
-        b_k=None,
-        w_v=meta(kv_heads * hd, d_model),
-        n_heads=heads,
-        n_kv_heads=kv_heads,
-        head_dim=hd,
-        scale=hd**-0.5,
-    )
-    rope = ac.Rope.from_inv_freq(meta(hd // 2), seq)
-    mask = ac.causal_mask(seq, device=META)
-    return ac.replay_layer(meta(1, seq, d_model), proj, mask, rope=rope).trace.output
-
-
 q = k = v = meta(1, 2, 5, 4)
 ON_META = {
-    "replay_layer with RoPE and GQA": replay_output,
     "scaled_dot_product_attention": lambda: (
         ac.scaled_dot_product_attention(q, k, v, ac.causal_mask(5, device=META)).weights
     ),
@@ -68,20 +49,6 @@ ON_META = {
 @pytest.mark.parametrize("name", ON_META)
 def test_runs_on_the_device_of_its_inputs(name):
     assert ON_META[name]().device == META
-
-
-def test_a_replay_moves_to_the_host_whole():
-    replay = ac.replay_layer(
-        torch.randn(1, 3, 4),
-        ac.QKProjection(
-            w_q=torch.randn(4, 4), w_k=torch.randn(4, 4), b_q=None, b_k=None,
-            w_v=torch.randn(4, 4), n_heads=2, n_kv_heads=2, head_dim=2, scale=0.7,
-        ),
-        None,
-    ).to(META)  # fmt: skip
-    tensors = [replay.q, replay.k, replay.v, replay.trace.output, replay.trace.weights]
-    assert all(t.device == META for t in tensors)
-    assert replay.trace.scale == 0.7
 
 
 def factories_without_device(package: Path = PACKAGE) -> list[str]:
