@@ -100,6 +100,7 @@ test-fast: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/vulture
 
 format: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check --fix .
