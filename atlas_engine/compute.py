@@ -468,7 +468,10 @@ def _submit(
 ) -> Future:
     """Queue fn(*args) on `lane`; with `admit`, only within the request's queue limits (the
     context's atlas_engine.admission.LIMITS, with its CLIENT), else the admission error now."""
+    global _last_request
     limits = LIMITS.get() if admit else None
+    if admit:
+        _last_request = time.monotonic()  # a request's work: background work steps aside
     job = _in_callers_context(fn)
     if lane is Lane.HEAVY:
         return _heavy.submit(
@@ -611,16 +614,28 @@ async def iterate_on_compute(
 
 
 IDLE_POLL_SECONDS = 0.05
+QUIET_SECONDS = 1.0
+"""Background work starts a step only once no request has queued work for this long: a page
+being used (its requests come in bursts) has the cores to itself, not beside a corpus text."""
+_last_request = 0.0  # time.monotonic() of the last request's job submitted to either lane
+
+
+def idle() -> bool:
+    """No job waits on either lane, and no request has queued any for QUIET_SECONDS."""
+    with _quick_lock:
+        quick = _quick_waiting
+    return not queued()[0] and not quick and time.monotonic() - _last_request >= QUIET_SECONDS
 
 
 def run_when_idle(fn: Callable[..., T], *args: object, model: str) -> T:
-    """fn(*args) on the heavy lane once no job waits there, waited for here: for work nobody
-    waits for (the corpus job the server runs beside its requests, atlas_engine.corpus.background).
-    It is queued as the longest job the lane orders (passed by every request sent before its
-    deadline of MOST_PASSED_SECONDS), counted as no work by admission, and never run inside
-    another job; short jobs run inside it between its steps (run_beside: `model` is the model
-    it runs). Raises ShuttingDown once the server begins to stop."""
-    while queued()[0]:
+    """fn(*args) on the heavy lane once the server is idle (idle()), waited for here: for work
+    nobody waits for (the corpus job the server runs beside its requests,
+    atlas_engine.corpus.background). It is queued as the longest job the lane orders (passed by
+    every request sent before its deadline of MOST_PASSED_SECONDS), counted as no work by
+    admission, and never run inside another job; short jobs run inside it between its steps
+    (run_beside: `model` is the model it runs). Raises ShuttingDown once the server begins to
+    stop."""
+    while not idle():
         if _shutting_down.is_set():
             break
         time.sleep(IDLE_POLL_SECONDS)

@@ -147,3 +147,14 @@ def test_the_api_reports_the_job_and_a_log_line_reads_as_a_sentence(local_checkp
 
 def test_no_job_runs_unless_asked(client):
     assert client.get("/api/corpus").json()["background"] == []
+
+
+def test_background_work_waits_for_a_quiet_moment_after_a_request(monkeypatch):
+    """A page in use sends requests in bursts: the corpus job starts no text until none has
+    come for QUIET_SECONDS, so a burst has the cores to itself."""
+    monkeypatch.setattr(compute, "QUIET_SECONDS", 0.3)
+    monkeypatch.setattr(compute, "_last_request", time.monotonic())
+    assert not compute.idle()
+    started = time.monotonic()
+    compute.run_when_idle(lambda: None, model="m")
+    assert time.monotonic() - started >= 0.25 and compute.idle()
