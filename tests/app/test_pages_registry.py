@@ -9,6 +9,7 @@ from atlas_engine.lab_topics import LAB_TOPICS, PARTS, neighbours
 from tests.support.live import REPO
 
 EXPLORER = REPO / "app" / "web" / "static" / "js" / "pages" / "explorer.js"
+PARTIALS = REPO / "app" / "web" / "templates" / "views"
 
 
 def test_every_view_has_a_group_a_panel_and_a_module(client):
@@ -18,6 +19,8 @@ def test_every_view_has_a_group_a_panel_and_a_module(client):
         assert view.group in GROUPS
         assert f'id="view-{name}"' in page and f'id="tab-{name}"' in page
         assert re.search(rf"\b{name}\b", modules), name
+        partial = (PARTIALS / f"{name}.html").read_text()
+        assert partial.startswith(f'<section role="tabpanel" id="view-{name}"'), name
         assert all(slug in LAB_TOPICS for slug in view.labs), name
     assert len(VIEWS) == 20 and all(any(v.group == g for v in VIEWS.values()) for g in GROUPS)
 
@@ -61,3 +64,4 @@ def test_the_first_group_offers_no_view_that_no_shipped_model_can_use():
     assert [name for name, view in VIEWS.items() if view.group == first] == [
         "heatmap", "lines", "qkspace",
     ]  # fmt: skip
+
