@@ -15,6 +15,12 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from app.web.assets import PLOTLY_JS, STATIC_DIR, TEMPLATES_DIR, served_script
+from app.web.explorer_views import widget_views
+
+# The views the widget offers, by what they need (the explorer's registry): [(name, label)].
+MAPS_VIEWS = widget_views("maps")
+REPLAY_VIEWS = widget_views("replay")
+WRITES_VIEWS = widget_views("writes")
 
 JS_DIR = STATIC_DIR / "js"
 RELATIVE_IMPORT = re.compile(r"""(\bfrom\s*|\bimport\s*)(["'])(\.{1,2}/[^"']+)\2""")

@@ -36,18 +36,18 @@ from atlas_engine.services.attention import detail_of
 from atlas_engine.services.attribution import attribution_fields, plan_attribution
 from atlas_engine.services.lens import lens_fields, plan_lens
 from atlas_engine.services.qkspace import projection_methods, qkspace_of
-from attention_atlas.bundle import panels_html, plotly_js, widget_css, widget_esm
+from attention_atlas.bundle import (
+    MAPS_VIEWS,
+    REPLAY_VIEWS,
+    WRITES_VIEWS,
+    panels_html,
+    plotly_js,
+    widget_css,
+    widget_esm,
+)
 from attention_atlas.run import MAX_TOKENS, AttentionRun, run_model
 
 MAX_WIDGET_BYTES = 256 * 2**20  # the maps travel to the browser as one message
-MAPS_VIEWS = [("heatmap", "Heatmap"), ("grid", "All heads"), ("lines", "Token to token")]
-REPLAY_VIEWS = [
-    ("qk", "Query · Key"),
-    ("value", "Value-weighted"),
-    ("qkspace", "Q-K space"),
-    ("steps", "Step by step"),
-]
-WRITES_VIEWS = [("lens", "Logit lens"), ("attribution", "Direct attribution")]
 NO_REPLAY = (
     "Query · Key, Value-weighted, Q-K space and Step by step replay a head as the model ran "
     "it: they need a model given with its weights (show(model, text)), not bare maps, whose "

@@ -18,7 +18,7 @@ from app.web.assets import (
     plotly_js_name,
     served_script,
 )
-from app.web.explorer_views import GROUPS, page_views, views_taught_by
+from app.web.explorer_views import GROUPS, page_fields, page_views, views_taught_by
 from app.web.explorer_views import VIEWS as EXPLORER_VIEWS
 from app.web.glossary import TERMS
 from atlas_engine.lab_topics import LAB_TOPICS, PARTS, neighbours
@@ -197,6 +197,7 @@ def explorer(request: Request) -> HTMLResponse:
         "example_text": EXAMPLE_TEXT,
         "max_text_chars": MAX_TEXT_CHARS,
         "views": page_views(),
+        "fields": page_fields(),
         "labs": {
             name: [
                 {"slug": slug, "title": LAB_TOPICS[slug].title}

@@ -1,11 +1,13 @@
 """The facts the pages are built from, each written once: the explorer's views and their
 groups, the lab's course, the glossary (issue 37)."""
 
+import json
 import re
 
-from app.web.explorer_views import GROUPS, VIEWS, views_taught_by
+from app.web.explorer_views import GROUPS, PAGE_FIELDS, VIEWS, views_taught_by, widget_views
 from app.web.glossary import TERMS
 from atlas_engine.lab_topics import LAB_TOPICS, PARTS, neighbours
+from attention_atlas.bundle import MAPS_VIEWS
 from tests.support.live import REPO
 
 EXPLORER = REPO / "app" / "web" / "static" / "js" / "pages" / "explorer.js"
@@ -65,3 +67,22 @@ def test_the_first_group_offers_no_view_that_no_shipped_model_can_use():
         "heatmap", "lines", "qkspace",
     ]  # fmt: skip
 
+
+def test_the_page_state_is_built_from_the_registry_rows(client):
+    """Each view's URL fields are in its row (app/web/explorer_views.py), none in a shared JS
+    table: the page's data carries them, and no two share a state key or a URL parameter."""
+    page = client.get("/").text
+    data = json.loads(re.search(r'id="page-data">(.*?)</script>', page, re.S).group(1))
+    fields = [*PAGE_FIELDS, *(f for view in VIEWS.values() for f in view.fields)]
+    assert [f["key"] for f in data["fields"]] == [f.key for f in fields]
+    assert len({f.key for f in fields}) == len({f.param for f in fields}) == len(fields)
+    assert all(f.type in {"text", "int", "number", "flag", "ints", "choice"} for f in fields)
+    state_js = (REPO / "app" / "web" / "static" / "js" / "state.js").read_text()
+    assert not any(f'"{f.param}"' in state_js for f in VIEWS["patching"].fields)
+
+
+def test_the_widget_offers_the_views_its_row_says_it_does():
+    offered = {name for kind in ("maps", "replay", "writes") for name, _ in widget_views(kind)}
+    assert offered == {name for name, view in VIEWS.items() if view.widget}
+    assert all(view.widget in {"", "maps", "replay", "writes"} for view in VIEWS.values())
+    assert MAPS_VIEWS[0][0] == "heatmap"  # the one view of cross-attention

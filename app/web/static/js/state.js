@@ -17,50 +17,16 @@ const intList = {
   format: (v) => v.join(","),
 };
 
-/** State key -> [URL parameter, type]. */
-const FIELDS = {
-  model: ["model", text],
-  text: ["text", text],
-  textPair: ["pair", text],
-  layer: ["layer", int],
-  head: ["head", int],
-  view: ["view", text],
-  colours: ["colours", choice("linear", "log")], // every map of weights: Heatmap, Follow, Average, Ablation, Compare
-  query: ["q", int],
-  overlay: ["heads", intList], // Token to token: the heads drawn together
-  threshold: ["min", number], // Token to token: lines below this weight are hidden
-  unscaled: ["noscale", flag], // Without √d: remove the 1/√d scale
-  temperature: ["temp", number], // Without √d: the counterfactual temperature
-  stat: ["stat", text], // Head roles: the statistic mapped over layers and heads
-  sort: ["sort", text], // Head roles: the table's sort column, "-" first for descending
-  find: ["find", text], // Find heads: "role:<role>", "rank:<statistic>:<order>" or "pair:<q>:<k>:<p>"
-  summary: ["sum", text], // Follow a token: each layer's heads "mean" or "max"
-  agg: ["agg", text], // Average & rollout: "average" or "rollout"
-  residual: ["res", number], // Average & rollout: the rollout's identity share
-  order: ["order", text], // Similar heads: "cluster" or "layer"
-  ablate: ["off", text], // Ablation: the heads switched off, "layer.head, ..."
-  ablation: ["offmode", text], // Ablation: "zero" or "mean"
-  compare: ["cmp", text], // Compare: head B as "layer.head"
-  compareText: ["cmptext", text], // Compare: B's text, when it is another
-  compareModel: ["cmpmodel", text], // Compare: B's model, when it is another
-  qkScope: ["qks", text], // Q-K space: "head" or "layer" (small multiples)
-  qkMethod: ["qkm", text], // Q-K space: "pca" or "umap"
-  generated: ["gen", int], // tokens of the prompt, when the text ends in a generated continuation
-  lensToken: ["lt", text], // Logit lens: the token followed ("" = the model's top guess)
-  lensShade: ["ls", choice("token", "top")], // Logit lens: colour by that token's probability or the top guess's
-  lensCell: ["lc", text], // Logit lens: the cell opened, "row.column"
-  dlaPosition: ["dp", int], // Direct attribution: the position explained (absent: the last)
-  dlaTarget: ["dt", text], // Direct attribution: the target token ("" = the top guess)
-  dlaContrast: ["dc", text], // Direct attribution: the contrast token ("" = none)
-  dlaSource: ["ds", text], // Direct attribution: the head split by key, "layer.head"
-  patchText: ["pc", text], // Patching: the corrupted text
-  patchTarget: ["pt", text], // Patching: the metric's first token ("" = the clean top guess)
-  patchContrast: ["pk", text], // Patching: its second token ("" = the corrupted top guess)
-  patchExact: ["px", flag], // Patching: run exact patching too
-  target: ["tg", text], // Decoder & cross: what an encoder-decoder's decoder reads
-  decoderLayer: ["dl", int], // Decoder & cross: the decoder layer shown
-};
+/** A registry field's type by name (app/web/explorer_views.py, Field.type). */
+const TYPES = { text, int, number, flag, ints: intList };
 
+/** The registry's fields ([{key, param, type, default, choices}], the page's data) as
+ * state key -> [URL parameter, type], in the registry's order. */
+function fieldTypes(fields) {
+  return Object.fromEntries(
+    fields.map((f) => [f.key, [f.param, f.type === "choice" ? choice(...f.choices) : TYPES[f.type]]]),
+  );
+}
 
 /** Always written, defaults included: a link names what it shows even if a default changes. */
 const ALWAYS = new Set(["model", "text", "layer", "head", "view"]);
@@ -76,8 +42,12 @@ function urlParams() {
   return params;
 }
 
-/** views: the names a `view` parameter may take (the page's registry, app/web/explorer_views.py). */
-export function createState(defaults, views) {
+/** The page's state from the registry (app/web/explorer_views.py): `fields` as the page's data
+ * gives them, `overrides` the defaults the page sets itself (its model and example text), `views`
+ * the names a `view` parameter may take. */
+export function createState(fields, overrides, views) {
+  const FIELDS = fieldTypes(fields);
+  const defaults = { ...Object.fromEntries(fields.map((f) => [f.key, f.default])), ...overrides };
   const state = { ...defaults };
   const listeners = new Set();
 

@@ -33,14 +33,7 @@ const VIEWS = page.views.map((v) => v.name); // app/web/explorer_views.py, in ta
 const GROUP_OF = Object.fromEntries(page.views.map((v) => [v.name, v.group]));
 // layer and head stay null until a link or the user names them: the first run then opens the
 // head with the clearest role on the text (chooseHead).
-const state = createState({
-  model: page.default_model, text: page.example_text, textPair: "", layer: null, head: null, view: "heatmap", colours: "linear", query: null,
-  overlay: null, threshold: 0.05, unscaled: true, temperature: 1,
-  stat: "previous", sort: "", find: "role:previous-token", summary: "mean", agg: "average", residual: 0.5, order: "cluster", ablate: "", ablation: "zero",
-  compare: "", compareText: "", compareModel: "", qkScope: "head", qkMethod: "pca", generated: null,
-  lensToken: "", lensShade: "token", lensCell: "", dlaPosition: null, dlaTarget: "", dlaContrast: "", dlaSource: "",
-  patchText: "", patchTarget: "", patchContrast: "", patchExact: false, target: "", decoderLayer: 0,
-}, VIEWS);
+const state = createState(page.fields, { model: page.default_model, text: page.example_text }, VIEWS);
 
 // The page's own controls; each view gets only the [data-part] elements of its own panel.
 const el = {
