@@ -8,7 +8,7 @@ import * as heatmap from "./views/heatmap.js";
 import * as lines from "./views/lines.js";
 import * as qk from "./views/qk.js";
 import * as qkspace from "./views/qkspace.js";
-import * as steps from "./views/stages.js";
+import * as steps from "./views/steps.js";
 import * as value from "./views/value.js";
 import * as lens from "./views/lens.js";
 import * as attribution from "./views/attribution.js";

@@ -6,31 +6,12 @@ import { $, fillIndexSelect, el as make, readPageData, showError } from "../dom.
 import { exportCurrent } from "../export.js";
 import { glossify, hasTerm, termElement } from "../glossary.js";
 import { createState } from "../state.js";
-import * as aggregate from "../views/aggregate.js";
-import * as follow from "../views/follow.js";
-import * as grid from "../views/grid.js";
-import * as heads from "../views/heads.js";
-import * as heatmap from "../views/heatmap.js";
-import * as lines from "../views/lines.js";
-import * as mask from "../views/mask.js";
+import { wireGeneration } from "../explorer/generation.js";
+import { arrowThrough, wireTabs } from "../explorer/tabs.js";
 import { plotlyReady, warmPlotlySoon } from "../views/plot.js";
-import * as qk from "../views/qk.js";
-import * as value from "../views/value.js";
-import * as ablation from "../views/ablation.js";
-import * as compare from "../views/compare.js";
-import * as qkspace from "../views/qkspace.js";
-import * as search from "../views/search.js";
-import * as similarity from "../views/similarity.js";
-import * as steps from "../views/stages.js";
-import * as whatif from "../views/whatif.js";
-import * as lens from "../views/lens.js";
-import * as decoder from "../views/decoder.js";
-import * as attribution from "../views/attribution.js";
-import * as patching from "../views/patching.js";
 
 const page = readPageData();
 const VIEWS = page.views.map((v) => v.name); // app/web/explorer_views.py, in tab order
-const GROUP_OF = Object.fromEntries(page.views.map((v) => [v.name, v.group]));
 // layer and head stay null until a link or the user names them: the first run then opens the
 // head with the clearest role on the text (chooseHead).
 const state = createState(page.fields, { model: page.default_model, text: page.example_text }, VIEWS);
@@ -54,8 +35,11 @@ const BUSY_AFTER_MS = 300; // a view that takes longer says so
  * - render reads scene.state (a frozen copy), draws into scene.parts, sets the panel's
  *   controls back from the state, and returns what the export buttons save (export.js).
  * scene = {state, session, info, parts, set, open(layer, head), isStale()}.
+ * A view is static/js/views/<name>.js, loaded by its registry row's name.
  */
-const VIEW_MODULES = { heatmap, grid, heads, search, follow, aggregate, similarity, lines, decoder, qk, mask, whatif, value, ablation, compare, qkspace, steps, lens, attribution, patching };
+const VIEW_MODULES = Object.fromEntries(
+  await Promise.all(VIEWS.map(async (name) => [name, await import(`../views/${name}.js`)])),
+); // static/js/views/<name>.js, one per registry row
 
 function partsOf(panel) {
   return Object.fromEntries([...panel.querySelectorAll("[data-part]")].map((node) => [node.dataset.part, node]));
@@ -369,121 +353,6 @@ function showTokens(meta) {
   );
 }
 
-/** Shows one view: its group's row of views, its tab selected, its panel, and a line with
- * the question its group answers and the lab pages that teach it. */
-function showView(view) {
-  const group = GROUP_OF[view];
-  for (const tab of document.querySelectorAll("[data-group]:not([data-view])")) {
-    const selected = tab.dataset.group === group;
-    tab.setAttribute("aria-selected", String(selected));
-    tab.tabIndex = selected ? 0 : -1;
-  }
-  for (const name of VIEWS) {
-    $(`#view-${name}`).hidden = name !== view;
-    const tab = $(`#tab-${name}`);
-    tab.hidden = GROUP_OF[name] !== group;
-    tab.setAttribute("aria-selected", String(name === view));
-    tab.tabIndex = name === view ? 0 : -1;
-  }
-  for (const tab of [$(`#group-${group}`), $(`#tab-${view}`)]) inView(tab);
-  const question = $(`#group-${group}`).title;
-  const labs = page.labs[view] || [];
-  el.viewGuide.replaceChildren(
-    question,
-    ...(labs.length ? [" Learn how it works: ", ...labs.flatMap((lab, i) => [i ? ", " : "", make("a", { text: lab.title, attrs: { href: `/lab/${lab.slug}` } })])] : []),
-    make("span", { className: "keys-hint", text: " · Keys: ←/→ head, ↑/↓ layer, after a click on a map." }),
-  );
-}
-
-/** Scrolls a tab's row sideways (never the page) so the tab is in view: on a phone the rows
- * scroll, and a link to a later view must show which one is open. */
-function inView(tab) {
-  const row = tab.parentElement;
-  const rowBox = row.getBoundingClientRect();
-  const box = tab.getBoundingClientRect();
-  if (box.left < rowBox.left || box.right > rowBox.right) row.scrollLeft += box.left - rowBox.left - 24;
-  markMore(row);
-}
-
-/** Fades a row's edge where more tabs lie beyond it (classes more-left, more-right). */
-function markMore(row) {
-  row.classList.toggle("more-left", row.scrollLeft > 1);
-  row.classList.toggle("more-right", row.scrollLeft + row.clientWidth < row.scrollWidth - 1);
-}
-for (const row of document.querySelectorAll(".tabs")) {
-  row.addEventListener("scroll", () => markMore(row), { passive: true });
-  window.addEventListener("resize", () => markMore(row));
-}
-
-/** The last view opened in each group: a group's tab opens it again. */
-const lastInGroup = {};
-
-// --- generation ---------------------------------------------------------------------------
-let generation = null; // the running continuation's AbortController: the button stops it
-
-function showSampling() {
-  for (const label of el.generate.querySelectorAll("[data-sample]")) label.hidden = el.genStrategy.value !== "sample";
-}
-
-/** Streams a continuation of the typed text into the text box, then explores the whole text. */
-async function generate() {
-  if (generation) {
-    generation.abort();
-    return;
-  }
-  const model = el.model.value;
-  const prompt = el.text.value;
-  if (!prompt.trim()) {
-    showError(el.error, "Type the beginning of a text first.");
-    return;
-  }
-  const count = Number(el.genCount.value);
-  const body = { model, text: prompt, max_new_tokens: count, strategy: el.genStrategy.value };
-  if (body.strategy === "sample") Object.assign(body, { temperature: Number(el.genTemperature.value), seed: Number(el.genSeed.value) });
-  generation = new AbortController();
-  let last = null; // the latest token line: what a Stop keeps
-  // Every view opens the whole text, its tokens from promptTokens on marked as generated.
-  const explore = (text, promptTokens) => state.set({ model, text, textPair: "", generated: promptTokens, query: null });
-  el.genRun.textContent = "Stop";
-  el.run.disabled = true;
-  showError(el.error, "");
-  notice("");
-  try {
-    await waitUntilLoaded(model);
-    el.progress.setAttribute("aria-label", "Generation progress");
-    setStatus(`Generating ${count} tokens…`, 0);
-    const done = await api.generate(body, (line) => {
-      if (line.event !== "token") return;
-      last = line;
-      el.text.value = prompt + line.continuation;
-      setStatus(`Generating: ${line.index + 1} of ${count} · “${line.token}” at ${(100 * line.probability).toFixed(1)}%`, (line.index + 1) / count);
-    }, { signal: generation.signal });
-    const why = { end_of_text: "the model ended the text", characters: "the text reached the length limit" }[done.stopped];
-    notice([
-      why ? `Stopped after ${done.generated} tokens: ${why}.` : "",
-      done.exact ? "" : "The continuation tokenises a little differently as text than as it was generated; the views show the text as it tokenises.",
-    ].filter(Boolean).join(" "));
-    explore(done.text, done.prompt_tokens);
-  } catch (err) {
-    if (err.name === "AbortError" && last) {
-      // Stopped by the user: keep what was generated and explore it, new tokens marked.
-      notice(`Stopped after ${last.index + 1} of ${count} tokens; they are kept.`);
-      explore(prompt + last.continuation, last.prompt_tokens);
-    } else {
-      el.text.value = prompt;
-      if (err.name === "AbortError") setStatus("Generation stopped before its first token; the text is as it was.");
-      else {
-        setStatus("");
-        showError(el.error, err.message);
-      }
-    }
-  } finally {
-    generation = null;
-    el.genRun.textContent = "Continue";
-    el.run.disabled = false;
-    el.progress.setAttribute("aria-label", "Model loading progress");
-  }
-}
 
 /** Runs another text in place of the user's (the induction test's), keeping theirs one click
  * away: a notice with a button that puts it back, with the head and view they had. */
@@ -521,7 +390,6 @@ async function render() {
   const token = ++renderToken;
   const current = state.get();
   showView(current.view);
-  lastInGroup[GROUP_OF[current.view]] = current.view;
   syncPickers();
   await plotlyReady();
   const busy = setTimeout(() => {
@@ -588,62 +456,11 @@ el.form.addEventListener("submit", (event) => {
   if (!changed.some((k) => RUN_FROM.includes(k))) run(); // the same text again: run it anyway
 });
 el.model.addEventListener("change", describeModel);
-el.genStrategy.addEventListener("change", showSampling);
-el.genRun.addEventListener("click", generate);
-showSampling();
+wireGeneration({ state, el, notice, setStatus, waitUntilLoaded });
 el.layer.addEventListener("change", () => state.set({ layer: Number(el.layer.value), overlay: null }));
 el.head.addEventListener("change", () => state.set({ head: Number(el.head.value) }));
 for (const [name, module] of Object.entries(VIEW_MODULES)) module.bind?.(PARTS[name], state.set);
-/** A group's view: the one last opened there, else its first. */
-function viewOfGroup(group) {
-  return lastInGroup[group] || VIEWS.find((name) => GROUP_OF[name] === group);
-}
-
-/** Arrow keys move along a row (of tabs, or of token chips), wrapping around; Home and End
- * go to its ends. */
-function arrowThrough(items, item, event, open) {
-  const at = items.indexOf(item);
-  const to = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: items.length - 1 }[event.key];
-  if (to === undefined) return;
-  event.preventDefault();
-  const next = items[(to + items.length) % items.length];
-  open(next);
-  next.focus();
-}
-
-const groupTabs = [...document.querySelectorAll("[data-group]:not([data-view])")];
-for (const tab of groupTabs) {
-  tab.addEventListener("click", () => state.set({ view: viewOfGroup(tab.dataset.group) }));
-  tab.addEventListener("keydown", (event) => arrowThrough(groupTabs, tab, event, (next) => state.set({ view: viewOfGroup(next.dataset.group) })));
-}
-for (const tab of document.querySelectorAll("[data-view]")) {
-  tab.addEventListener("click", () => state.set({ view: tab.dataset.view }));
-  tab.addEventListener("keydown", (event) => {
-    const shown = [...document.querySelectorAll("[data-view]:not([hidden])")];
-    arrowThrough(shown, tab, event, (next) => state.set({ view: next.dataset.view }));
-  });
-}
-// A click on a map gives the chart area focus, so the arrow keys work at once.
-el.views.addEventListener("pointerdown", (event) => {
-  if (event.target.closest("input, select, textarea, button, a, table, canvas")) return;
-  el.views.dataset.pointer = "1"; // focused by a click: no keyboard focus ring until a key moves it
-  el.views.focus({ preventScroll: true });
-});
-el.views.addEventListener("blur", () => delete el.views.dataset.pointer);
-el.views.addEventListener("keydown", (event) => {
-  if (!session?.meta || event.target.closest("input, select, textarea, button, table")) return;
-  const { layer, head } = state.get();
-  const { num_layers: layers, num_heads: heads } = session.meta;
-  const moves = {
-    ArrowLeft: { head: (head - 1 + heads) % heads },
-    ArrowRight: { head: (head + 1) % heads },
-    ArrowUp: { layer: (layer - 1 + layers) % layers },
-    ArrowDown: { layer: (layer + 1) % layers },
-  };
-  if (!moves[event.key] || event.target.tagName === "CANVAS") return;
-  event.preventDefault();
-  state.set(moves[event.key]);
-});
+const showView = wireTabs({ state, page, guide: el.viewGuide, chart: el.views, meta: () => session?.meta });
 for (const button of document.querySelectorAll("[data-export]")) {
   button.addEventListener("click", async () => {
     try {

@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { $, readPageData, showError } from "../dom.js";
 import { keepInputsInUrl } from "../urlstate.js";
 import { plotlyReady } from "../views/plot.js";
-import { drawStages, stageFigures } from "../views/stages.js";
+import { drawStages, stageFigures } from "../views/steps.js";
 
 const data = readPageData();
 
