@@ -1,4 +1,5 @@
-// The explorer's one state object, mirrored in the URL so any view can be shared or reloaded.
+// A page's one state object, mirrored in the URL so what it shows can be shared or reloaded:
+// the explorer's (its fields from the view registry), and the other pages' that keep state in links.
 
 const int = { parse: (raw) => (/^\d+$/.test(raw) ? Number(raw) : undefined), format: String };
 const text = { parse: (raw) => raw, format: String };
@@ -28,8 +29,14 @@ function fieldTypes(fields) {
   );
 }
 
-/** Always written, defaults included: a link names what it shows even if a default changes. */
-const ALWAYS = new Set(["model", "text", "layer", "head", "view"]);
+/** The explorer's keys written even at their defaults: a link names what it shows even if a
+ * default changes. */
+const EXPLORER_ALWAYS = ["model", "text", "layer", "head", "view"];
+
+/** Text fields named by their URL parameters: {param: default} -> fields for createState. */
+export function textFields(defaults) {
+  return Object.entries(defaults).map(([key, value]) => ({ key, param: key, type: "text", default: value }));
+}
 /** A text whose URL form is longer than this travels in the fragment (#text=...), which the
  * browser never sends to the server: request lines stay short whatever the text. */
 export const TEXT_IN_QUERY_LIMIT = 2000;
@@ -42,11 +49,16 @@ function urlParams() {
   return params;
 }
 
-/** The page's state from the registry (app/web/explorer_views.py): `fields` as the page's data
- * gives them, `overrides` the defaults the page sets itself (its model and example text), `views`
- * the names a `view` parameter may take. */
-export function createState(fields, overrides, views) {
+/**
+ * A page's state. `fields`: [{key, param, type, default, choices}] (the explorer's are its
+ * registry's rows, app/web/explorer_views.py); `overrides`: defaults the page sets itself (the
+ * explorer's model and example text). Options: `views`, the names a `view` parameter may take;
+ * `always`, the keys written even at their default; `keepEmpty`, write an emptied field as
+ * `name=` rather than leave it out (a cleared box stays cleared in the link).
+ */
+export function createState(fields, overrides = {}, { views = null, always = EXPLORER_ALWAYS, keepEmpty = false } = {}) {
   const FIELDS = fieldTypes(fields);
+  const ALWAYS = new Set(always);
   const defaults = { ...Object.fromEntries(fields.map((f) => [f.key, f.default])), ...overrides };
   const state = { ...defaults };
   const listeners = new Set();
@@ -60,7 +72,7 @@ export function createState(fields, overrides, views) {
       if (!params.has(name)) continue;
       named = true;
       const value = type.parse(params.get(name));
-      if (value === undefined || (key === "view" && !views.includes(value))) continue;
+      if (value === undefined || (key === "view" && views && !views.includes(value))) continue;
       state[key] = value;
     }
     return named;
@@ -71,7 +83,7 @@ export function createState(fields, overrides, views) {
     const fragment = new URLSearchParams();
     for (const [key, [name, type]] of Object.entries(FIELDS)) {
       const value = state[key];
-      if (value === null || value === undefined || value === "") continue;
+      if (value === null || value === undefined || (value === "" && !keepEmpty)) continue;
       if (value === defaults[key] && !ALWAYS.has(key)) continue;
       params.set(name, type.format(value));
     }

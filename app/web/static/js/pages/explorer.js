@@ -14,7 +14,7 @@ const page = readPageData();
 const VIEWS = page.views.map((v) => v.name); // app/web/explorer_views.py, in tab order
 // layer and head stay null until a link or the user names them: the first run then opens the
 // head with the clearest role on the text (chooseHead).
-const state = createState(page.fields, { model: page.default_model, text: page.example_text }, VIEWS);
+const state = createState(page.fields, { model: page.default_model, text: page.example_text }, { views: VIEWS });
 
 // The page's own controls; each view gets only the [data-part] elements of its own panel.
 const el = {

@@ -4,21 +4,18 @@
 import { api } from "../api.js";
 import { followCorpus } from "../corpus-progress.js";
 import { $, el, readPageData, showError } from "../dom.js";
+import { createState, textFields } from "../state.js";
 import { drawChart, plotlyReady, warmPlotlySoon } from "../views/plot.js";
 
 const page = readPageData();
 const { model } = page;
-const params = new URLSearchParams(location.search);
 const error = $("#heads-error");
-const DEFAULTS = { x: "previous", y: "first", colour: "entropy", find: "induction", min: "0.3", max: "1" };
-const value = (name) => params.get(name) ?? DEFAULTS[name];
+// The axes, the colour, the finder's statistic and range, and the corpus run: all in the link.
+const state = createState(textFields({ x: "previous", y: "first", colour: "entropy", find: "induction", min: "0.3", max: "1", run: null }), {}, { always: [], keepEmpty: true });
+state.readUrl();
+const value = (name) => state.get()[name];
 const DESCRIBE = Object.fromEntries(page.statistics);
 const label = (name) => page.labels[name] ?? name;
-
-function writeUrl(change) {
-  for (const [name, v] of Object.entries(change)) params.set(name, v);
-  history.replaceState(null, "", `${location.pathname}?${params}`);
-}
 
 const headLink = (layer, head, run) => `/head/${model}/${layer}/${head}?run=${run}`;
 
@@ -79,7 +76,7 @@ function bindControls(current) {
     }));
     select.value = value(key);
     select.addEventListener("change", () => {
-      writeUrl({ [key]: select.value });
+      state.set({ [key]: select.value });
       if (current() === null) return;
       (key === "find" ? Promise.resolve(drawFinder(current())) : drawScatter(current())).catch((err) => showError(error, err.message));
     });
@@ -88,7 +85,7 @@ function bindControls(current) {
     const input = $(id);
     input.value = value(key);
     input.addEventListener("change", () => {
-      writeUrl({ [key]: input.value });
+      state.set({ [key]: input.value });
       if (current() !== null) drawFinder(current());
     });
   }
@@ -98,7 +95,7 @@ async function main() {
   $("#heads-title").textContent = `Every head of ${model}, over a corpus`;
   let data = null;
   bindControls(() => data);
-  await followCorpus(model, Number(params.get("run")), $("#heads-progress"), {
+  await followCorpus(model, Number(value("run")), $("#heads-progress"), {
     onRun: async (run) => {
       if (data === null) await plotlyReady();
       data = await api.corpusHeads(run.id);
