@@ -50,9 +50,25 @@ NOT_BLANK = f"[^{WHITESPACE}]"
 
 class StrictModel(BaseModel):
     """A request body: JSON types exactly as the schema says (no "0" for 0, no true for 1),
-    and unknown fields refused (a typo such as "head" for "heads" is an error, not a no-op)."""
+    and unknown fields refused (a typo such as "head" for "heads" is an error, not a no-op).
+
+    The examples of the fields its body's first example sets are that example's values: a
+    client that builds a body from the fields' examples (schemathesis, a generated client) then
+    sends one the route takes, never MiniLM (a field's example inherited from TextRequest) to a
+    route that needs a head that predicts, or a corrupted text of another length than the clean
+    text it is patched into."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema, handler) -> dict:
+        schema = handler(core_schema)
+        found = handler.resolve_ref_schema(schema)
+        fields, examples = found.get("properties", {}), found.get("examples") or [{}]
+        for name, value in examples[0].items():
+            if name in fields:
+                fields[name]["examples"] = [value]
+        return schema
 
 
 def _distinct(values: list[int]) -> list[int]:
