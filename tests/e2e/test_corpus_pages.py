@@ -78,11 +78,11 @@ def test_the_scatter_opens_a_heads_page(page, corpus_server):
 def test_the_pages_follow_the_servers_own_corpus_job(browser, tmp_path):
     """`make run`'s way: the server answers at once and describes the models behind its
     requests; a head's page opened before its model's turn says so, then fills in by itself."""
-    (tmp_path / "prose.txt").write_text("\n\n".join([PROSE] * 4))  # 6 texts of 128 tokens
+    (tmp_path / "prose.txt").write_text("\n\n".join([PROSE] * 2))  # 3 texts of 128 tokens
     server = start_server(tmp_path / "server.log", {
         "ATLAS_CORPUS_STORE": str(tmp_path / "corpus.sqlite"),
         "ATLAS_CORPUS_SOURCE": str(tmp_path / "prose.txt"),
-        "ATLAS_CORPUS_TEXTS": "6",
+        "ATLAS_CORPUS_TEXTS": "3",
         "ATLAS_CORPUS_MODELS": f'["{SMOLLM2}", "{MINILM}"]',
     })  # fmt: skip
     try:
@@ -91,11 +91,11 @@ def test_the_pages_follow_the_servers_own_corpus_job(browser, tmp_path):
         wait_js(page, "!document.querySelector('#head-progress').hidden", 30)
         waiting = page.inner_text("#head-progress")
         assert "all-MiniLM-L6-v2" in waiting and ("next" in waiting or "describing" in waiting)
-        wait_js(page, "document.querySelectorAll('#head-texts .js-plotly-plot').length >= 6", 120)
-        wait_js(page, "document.querySelector('#head-progress').hidden", 30)
-        assert page.inner_text("#head-summary").startswith("Over 6 texts of")
+        wait_js(page, "document.querySelectorAll('#head-texts .js-plotly-plot').length >= 3", 300)
+        wait_js(page, "document.querySelector('#head-progress').hidden", 60)
+        assert page.inner_text("#head-summary").startswith("Over 3 texts of")
         lines = [line for line in server.log().splitlines() if "corpus job:" in line]
-        assert any(line.endswith("6 of 6 texts, done") or "6 of 6 texts" in line for line in lines)
+        assert any("3 of 3 texts" in line and line.endswith(", done") for line in lines)
         assert "\r" not in server.log()
         page.close()
     finally:

@@ -590,7 +590,9 @@ def test_the_long_test_text_offers_only_what_the_model_takes(page, live_server):
     )
     assert page.eval_on_selector("#zoom-example-length", "s => s.value") == "250"
     assert [value for value, disabled, _ in options if not disabled] == ["100", "250"]
-    assert all("needs" in text and "takes 512" in text for _, disabled, text in options if disabled)
+    assert all(text.endswith("(too long)") for _, disabled, text in options if disabled)
+    why = page.inner_text("#zoom-example-why")
+    assert why == "1,000 × 2 and 2,000 × 2 need 2,002 and 4,002 tokens; this model takes 512."
     page.click("#zoom-example")
     wait_js(page, "!document.querySelector('#zoom-result').hidden", 120)
     assert page.locator("#zoom-error").is_hidden()

@@ -156,17 +156,19 @@ function leave(to) {
 
 const VIEW_WAIT_MS = 60000;
 
-/** On an explorer step, once its view has drawn: the view's first picture in sight above the
- * panel (the step is about it; the explorer itself opens at its top). A key question's own map is
- * brought into view by its question (lesson-questions.js). */
+/** On an explorer step, once its view has drawn: the view's first picture (a key question's own
+ * map) in sight above the panel, kept there while the page above it settles (the step is about
+ * it; the explorer itself opens at its top). */
 function showTheStepsView(step) {
-  if (window.location.pathname !== "/" || step.question?.kind === "key" || !onStep(step.page)) return;
+  if (window.location.pathname !== "/" || !onStep(step.page)) return;
   const started = Date.now();
   let placed = null; // [the picture, the scroll we left it at]
+  const drawn = (node) => !node.classList.contains("js-plotly-plot") || node.data?.length;
   const timer = setInterval(() => {
     if (placed && window.scrollY !== placed[1]) return clearInterval(timer); // the learner scrolled
     const view = document.querySelector("#views > [role=tabpanel]:not([hidden])");
-    const picture = [...(view?.querySelectorAll(".js-plotly-plot, [data-part=grid] > *") ?? [])].find((node) => !node.classList.contains("js-plotly-plot") || node.data?.length);
+    const asked = step.question?.kind === "key" ? [document.querySelector(step.question.map)].filter(Boolean) : null;
+    const picture = (asked ?? [...(view?.querySelectorAll(".js-plotly-plot, [data-part=grid] > *") ?? [])]).find(drawn);
     if (picture) {
       bringIntoView(picture); // again while the page above it settles (its texts fill in)
       placed = [picture, window.scrollY];

@@ -190,10 +190,14 @@ function offerExampleLengths(maxTokens) {
   const kept = Number(select.value);
   select.replaceChildren(...EXAMPLE_LENGTHS.map((length) => {
     const words = `${length.toLocaleString("en")} × 2`;
-    const option = new Option(fits(length) ? words : `${words}: needs ${exampleTokens(length).toLocaleString("en")} tokens, this model takes ${maxTokens.toLocaleString("en")}`, String(length));
+    const option = new Option(fits(length) ? words : `${words} (too long)`, String(length));
     option.disabled = !fits(length);
     return option;
   }));
+  const long = EXAMPLE_LENGTHS.filter((length) => !fits(length));
+  $("#zoom-example-why").textContent = long.length
+    ? `${long.map((l) => `${l.toLocaleString("en")} × 2`).join(" and ")} need${long.length > 1 ? "" : "s"} ${long.map((l) => exampleTokens(l).toLocaleString("en")).join(" and ")} tokens; this model takes ${maxTokens.toLocaleString("en")}.`
+    : "";
   const usable = EXAMPLE_LENGTHS.filter(fits);
   const chosen = usable.includes(kept) && select.dataset.chosen ? kept : usable.includes(DEFAULT_EXAMPLE_LENGTH) ? DEFAULT_EXAMPLE_LENGTH : usable.at(-1);
   select.value = String(chosen ?? "");
