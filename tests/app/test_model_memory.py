@@ -47,7 +47,9 @@ def test_a_gguf_checkpoints_pinned_size_is_its_converted_copys(model_id):
             pytest.skip(f"{checkpoint.label} is not installed")
         pytest.fail(f"{checkpoint.label} is not converted in {CACHE_DIR}: ask for it once")
     assert sized(model_id).parameters == checkpoint.parameters
-    assert tokenizer_file_bytes(folder) == checkpoint.tokenizer_bytes
+    # Within a few bytes: tokenizer_config.json records how it was loaded ("local_files_only":
+    # true or false), which differs between a conversion here and one on a fresh clone.
+    assert abs(tokenizer_file_bytes(folder) - checkpoint.tokenizer_bytes) <= 16
     assert checkpoint.conversion_bytes > sized(model_id).resident
 
 
