@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Prove that Attention Atlas scales by replicas, here on one machine: podman kube play runs
-# deploy/kubernetes.yaml (a Deployment of 2 replicas: one pod each), Debian's nginx balances
-# them on 127.0.0.1 with X-Forwarded-For (which the app believes only from the proxy's
-# network, ATLAS_TRUSTED_PROXIES), and bench/load_test.py loads one replica alone, then both
-# through nginx. Prints throughput, p50/p99 and errors for each; removes what it made.
+# deploy/kubernetes.yaml (its Deployment's 2 replicas, one pod each, each publishing its port on
+# 127.0.0.1 only), Debian's nginx balances them on 127.0.0.1 with X-Forwarded-For (which the app
+# believes only from the proxy's network, ATLAS_TRUSTED_PROXIES), and bench/load_test.py loads
+# one replica alone, then both through nginx. Every load test and probe targets 127.0.0.1: never
+# a pod's own address on podman's network. Prints throughput, p50/p99 and errors for each;
+# removes what it made.
 #
 #   CPUS_PER_REPLICA=1  cores each replica may use (default 1, so that two replicas on this
 #                       2-core machine have what a real cluster gives each pod: its own cores)
+#   REPLICA_PORT=18081  the first replica's port on 127.0.0.1 (the second's is the next one)
 #   LOAD_SECONDS=45 LOAD_CLIENTS=16
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=localhost/attention-atlas:test
 PROXY_PORT=${PROXY_PORT:-18080}
+REPLICA_PORT=${REPLICA_PORT:-18081}
 CPUS=${CPUS_PER_REPLICA:-1}
 SECONDS_EACH=${LOAD_SECONDS:-45}
 CLIENTS=${LOAD_CLIENTS:-16}
@@ -38,39 +42,48 @@ fi
 
 # The manifest as shipped, pointed at the local image, with each replica's CPU limited and the
 # rate limit off (every load-test client comes from 127.0.0.1 here; a class has many addresses).
-"$PY" - "$IMAGE" "$CPUS" > "$WORK/kube.yaml" <<'PY'
-import sys, yaml
-image, cpus = sys.argv[1], sys.argv[2]
+# podman runs a Deployment's replicas as pods that would all publish one host port, so its
+# replicas become that many Deployments of one, the same pod template each, replica i publishing
+# its port on 127.0.0.1:REPLICA_PORT+i alone (hostIP: nothing else on the host reaches it).
+mapfile -t PORTS < <("$PY" - "$IMAGE" "$CPUS" "$REPLICA_PORT" "$WORK/kube.yaml" <<'PY'
+import copy, sys, yaml
+image, cpus, first_port, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 docs = [d for d in yaml.safe_load_all(open("deploy/kubernetes.yaml")) if d]
+played = []
 for doc in docs:
-    if doc["kind"] == "Deployment":
-        container = doc["spec"]["template"]["spec"]["containers"][0]
-        container["image"] = image
-        container["imagePullPolicy"] = "Never"
-        container["resources"]["limits"]["cpu"] = cpus
-        container["resources"]["requests"]["cpu"] = cpus
-        container["env"].append({"name": "ATLAS_RATE_LIMIT_PER_MINUTE", "value": "0"})
-        # podman publishes each containerPort on the host, so two replicas would collide;
-        # nginx reaches each pod on its own address instead, as a Service would.
-        container.pop("ports")
-        for probe in ("readinessProbe", "livenessProbe"):
-            container[probe]["httpGet"]["port"] = 8000
-print(yaml.safe_dump_all(docs, sort_keys=False))
+    if doc["kind"] != "Deployment":
+        played.append(doc)
+        continue
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["image"] = image
+    container["imagePullPolicy"] = "Never"
+    container["resources"]["limits"]["cpu"] = cpus
+    container["resources"]["requests"]["cpu"] = cpus
+    container["env"].append({"name": "ATLAS_RATE_LIMIT_PER_MINUTE", "value": "0"})
+    for probe in ("readinessProbe", "livenessProbe"):  # as a number: podman's health check
+        container[probe]["httpGet"]["port"] = 8000
+    (port,) = container["ports"]
+    for i in range(doc["spec"]["replicas"]):
+        replica = copy.deepcopy(doc)
+        replica["metadata"]["name"] = f"{doc['metadata']['name']}-{i}"
+        replica["spec"]["replicas"] = 1
+        published = {**port, "hostIP": "127.0.0.1", "hostPort": first_port + i}
+        replica["spec"]["template"]["spec"]["containers"][0]["ports"] = [published]
+        played.append(replica)
+        print(first_port + i)
+with open(out, "w") as f:
+    yaml.safe_dump_all(played, f, sort_keys=False)
 PY
+)
+[ "${#PORTS[@]}" = 2 ] || { echo "expected the manifest's 2 replicas, got ports: ${PORTS[*]}"; exit 1; }
 podman kube play --replace "$WORK/kube.yaml" >/dev/null
 mapfile -t CONTAINERS < <(podman ps --format '{{.Names}}' | grep -E 'attention-atlas.*atlas$')
 [ "${#CONTAINERS[@]}" = 2 ] || { echo "expected 2 replicas, got: ${CONTAINERS[*]}"; podman ps -a; exit 1; }
-ADDRESSES=()
-for c in "${CONTAINERS[@]}"; do
-  ip=$(podman inspect "$c" --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')
-  [ -n "$ip" ] || ip=$(podman inspect "$c" --format '{{.NetworkSettings.IPAddress}}')
-  ADDRESSES+=("$ip")
+for port in "${PORTS[@]}"; do
+  for _ in $(seq 1 180); do curl -fsS "http://127.0.0.1:$port/api/health" >/dev/null 2>&1 && break; sleep 0.5; done
+  grep -q '"ok"' <<< "$(curl -fsS "http://127.0.0.1:$port/api/health")"
 done
-for ip in "${ADDRESSES[@]}"; do
-  for _ in $(seq 1 180); do curl -fsS "http://$ip:8000/api/health" >/dev/null 2>&1 && break; sleep 0.5; done
-  grep -q '"ok"' <<< "$(curl -fsS "http://$ip:8000/api/health")"
-done
-step "2 replicas ready: ${ADDRESSES[*]}"
+step "2 replicas ready on 127.0.0.1: ${PORTS[*]}"
 
 cat > "$WORK/nginx.conf" <<CONF
 worker_processes 1;
@@ -87,7 +100,7 @@ http {
   map \$http_x_atlas_key \$atlas_route { "" \$request_id; default \$http_x_atlas_key; }
   upstream atlas {
     hash \$atlas_route consistent;
-$(for ip in "${ADDRESSES[@]}"; do echo "    server $ip:8000 max_fails=2 fail_timeout=5s;"; done)
+$(for port in "${PORTS[@]}"; do echo "    server 127.0.0.1:$port max_fails=2 fail_timeout=5s;"; done)
     keepalive 32;
   }
   server {
@@ -110,7 +123,10 @@ for _ in $(seq 1 40); do curl -fsS "http://127.0.0.1:$PROXY_PORT/api/health" >/d
 step "nginx balancing on 127.0.0.1:$PROXY_PORT"
 
 # The proxy's X-Forwarded-For is believed, a client's forged one is not: nginx appends the
-# peer it saw (127.0.0.1), which is the address the replica logs.
+# peer it saw (127.0.0.1), which is the address the replica logs. A replica sees nginx's
+# connections through its published port coming from podman's network (its gateway, in
+# ATLAS_TRUSTED_PROXIES' 10.0.0.0/8), as an ingress's come from the pod network; 127.0.0.1 itself
+# is not trusted, so the right-most address nginx did not add is the client's.
 curl -fsS -H 'X-Forwarded-For: 203.0.113.99' "http://127.0.0.1:$PROXY_PORT/api/models" >/dev/null
 sleep 1
 logs=$(for c in "${CONTAINERS[@]}"; do podman logs "$c" 2>&1; done)
@@ -120,7 +136,7 @@ grep -q '127.0.0.1:0 - "GET /api/models' <<< "$logs" || { echo "the proxy's forw
 step "forwarded addresses: proxy believed, forgery not"
 
 echo "[replicas-test] load: $CLIENTS clients, $SECONDS_EACH s each, $CPUS core(s) per replica"
-"$PY" -m bench.load_test --url "http://${ADDRESSES[0]}:8000" --clients "$CLIENTS" --seconds "$SECONDS_EACH" | tee "$WORK/one.txt"
+"$PY" -m bench.load_test --url "http://127.0.0.1:${PORTS[0]}" --clients "$CLIENTS" --seconds "$SECONDS_EACH" | tee "$WORK/one.txt"
 "$PY" -m bench.load_test --url "http://127.0.0.1:$PROXY_PORT" --clients "$CLIENTS" --seconds "$SECONDS_EACH" | tee "$WORK/two.txt"
 step "load tests"
 one=$(grep -o '[0-9.]* requests/s' "$WORK/one.txt" | head -1 | cut -d' ' -f1)
