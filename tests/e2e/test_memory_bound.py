@@ -203,4 +203,6 @@ def test_a_flood_of_large_bodies_keeps_rss_under_the_stated_bound(tmp_path):
         server.stop()
     print(f"RSS ready {ready / MiB:.0f} MB, peak {peak / MiB:.0f} MB, bound {bound / MiB:.0f} MB")
     assert peak <= bound, f"peak {peak / MiB:.0f} MB over the bound {bound / MiB:.0f} MB"
-    assert sum(" 503 " in s for s in statuses) >= 150, statuses[:5]
+    # Refused: 503 at once, or 408 once a body that never arrives has held only what arrived
+    # (issue 50.3: a body holds its bytes as they come, not 48 times its claim up front).
+    assert sum(" 503 " in s or " 408 " in s for s in statuses) >= 150, statuses[:5]
