@@ -32,6 +32,7 @@ from pathlib import Path
 import httpx
 
 from app.main import create_app
+from atlas_engine.compute import QUIET_SECONDS
 from atlas_engine.config import Settings
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from bench.compression import prose
@@ -174,7 +175,9 @@ def run(tokens: int, repeats: int, ages_only: bool = False) -> None:
 def beside_corpus(sentences: int) -> None:
     """New MiniLM sentences while the server's own corpus job (make run's) describes SmolLM2
     over python-docs, against the same server once the job is done: the job is the heavy lane's
-    last work, so a sentence should wait at most one layer of one text (AGE_GOAL × idle)."""
+    last work, so a sentence should wait at most one layer of one text (AGE_GOAL × idle).
+    Sentences come QUIET_SECONDS + 0.5 s apart, so that the job has started a text again each
+    time one arrives (closer ones keep the job waiting and would measure nothing)."""
     with tempfile.TemporaryDirectory() as tmp:
         env = {
             "ATLAS_PRELOAD": json.dumps([MINILM_ID]),
@@ -194,8 +197,9 @@ def beside_corpus(sentences: int) -> None:
                 time.sleep(0.5)
             during = []
             for _ in range(sentences):
+                # past the job's quiet second, so each sentence arrives while a text runs
+                time.sleep(QUIET_SECONDS + 0.5)
                 during.append(sentence(short))
-                time.sleep(0.2)
             if job()["state"] != "running":
                 print("the corpus job ended before the sentences did: ask for more texts")
                 return

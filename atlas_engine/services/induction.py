@@ -17,9 +17,11 @@ def induction_text(loaded: LoadedModel, length: int, seed: int) -> str:
     head that looks at the token after the previous occurrence of the current token (an
     induction head) stands out. Only tokens that decode to a whole word of plain letters are
     drawn (" word" in byte-level vocabularies, "word" in WordPiece ones, never a "##" piece),
-    and only words that tokenize back into one piece where the text writes them (after a
-    space, and at its start), so each copy is `length` tokens. Draws are bounded: a vocabulary
-    with too few such words is refused.
+    and only words that tokenize into one piece after a space. Every word, the first one
+    included, is written after a space, so both copies are the same `length` ids (" posts"
+    twice, not "posts" then " posts"); the text is checked by tokenizing it, and a tokenizer
+    whose copies still differ is refused rather than given a text that is not a repeat. Draws
+    are bounded: a vocabulary with too few such words is refused.
     """
     tokenizer = loaded.tokenizer
     g = torch.Generator().manual_seed(seed)
@@ -33,8 +35,7 @@ def induction_text(loaded: LoadedModel, length: int, seed: int) -> str:
         if word.isalpha() and word.isascii() and len(word) >= 3 and _one_piece(tokenizer, word):
             chosen.append(word)
             if len(chosen) == length:
-                sequence = " ".join(chosen)
-                return f"{sequence} {sequence}"
+                return _repeating(loaded, " ".join(chosen * 2), length)
     raise InvalidInput(
         f"'{loaded.id}' gave only {len(chosen)} plain words in {len(ids)} random draws; "
         "its vocabulary does not suit this test text"
@@ -42,8 +43,19 @@ def induction_text(loaded: LoadedModel, length: int, seed: int) -> str:
 
 
 def _one_piece(tokenizer, word: str) -> bool:
-    """Whether `word` is one token both after a space and at the start of a text."""
-    return all(
-        len(tokenizer(text, add_special_tokens=False)["input_ids"]) == 1
-        for text in (word, f" {word}")
+    """Whether `word` is one token after a space."""
+    return len(tokenizer(f" {word}", add_special_tokens=False)["input_ids"]) == 1
+
+
+def _repeating(loaded: LoadedModel, words: str, length: int) -> str:
+    """`words` written so that the tokenizer gives two equal copies of `length` ids: after a
+    space (byte-level and most SentencePiece vocabularies) or, for a tokenizer that puts a
+    space before a text's first word itself, as is. Refused when neither does."""
+    for text in (f" {words}", words):
+        ids = loaded.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(ids) == 2 * length and ids[:length] == ids[length:]:
+            return text
+    raise InvalidInput(
+        f"'{loaded.id}' splits the repeated random words into pieces that do not repeat; "
+        "its tokenizer does not suit this test text"
     )

@@ -41,12 +41,11 @@ def test_smollm2_known_heads_and_its_induction_heads(client):
     assert body["statistics"]["induction"][0][0] is None  # no token repeats in this sentence
 
     text = client.get(f"/api/models/{SMOLLM2_ID}/induction-text?length=40&seed=0").json()["text"]
-    half = text.split(" ")
-    assert half[:40] == half[40:]
+    words = text.split(" ")
+    assert words[0] == "" and words[1:41] == words[41:]  # every word after a space
     repeated = heads(client, SMOLLM2_ID, text)
     assert len(repeated["tokens"]) == 80  # random tokens written twice: 40 pieces each
-    assert repeated["tokens"][41:] == repeated["tokens"][1:40]  # the same pieces (the first
-    # word of the text is written without its space)
+    assert repeated["tokens"][40:] == repeated["tokens"][:40]  # the first word's too
     induction = [
         (layer, h)
         for layer in range(30)

@@ -19,7 +19,17 @@ from app.web.assets import (
 )
 
 # `type: "..."` values in the front end that are not trace types: axes, shapes, inputs.
-NOT_TRACE_TYPES = {"button", "category", "checkbox", "date", "line", "linear", "log", "rect", "text"}
+NOT_TRACE_TYPES = {
+    "button",
+    "category",
+    "checkbox",
+    "date",
+    "line",
+    "linear",
+    "log",
+    "rect",
+    "text",
+}
 
 
 def bundled_trace_types() -> set[str]:
