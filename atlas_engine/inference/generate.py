@@ -23,11 +23,22 @@ from atlas_engine.models.placement import model_device
 
 Strategy = Literal["greedy", "sample"]
 
+CACHED_LOGITS_MAX_ABS_DIFF = 2e-4
+"""A step's logits (computed with the key/value cache, one new position against the cached
+keys) against a full pass over the same tokens without the cache: the same arithmetic on
+matrices of other shapes, so the sums round differently (SmolLM2, measured in
+docs/faithful-numbers.md; tests/atlas_engine/inference/test_generate_bounds.py)."""
+CACHED_PROBABILITY_MAX_ABS_DIFF = CACHED_LOGITS_MAX_ABS_DIFF / 2
+"""What that does to a probability: with every logit moved by at most m, softmax's p_i moves
+by p_i · |Σ_j p_j (Δz_i − Δz_j)| ≤ 2m · p_i (1 − p_i) ≤ m / 2 (to first order in m)."""
+
 
 @dataclass(frozen=True)
 class Step:
     token_id: int
-    probability: float  # of the chosen token, under softmax(logits) at temperature 1
+    probability: float  # of the chosen token, under softmax(logits) at temperature 1: the
+    # step's own logits (the ones the token was chosen from, those of transformers'
+    # generate(output_logits=True)), its softmax computed in float64
 
 
 def next_token(

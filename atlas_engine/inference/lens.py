@@ -47,6 +47,14 @@ class LensGrid:
 
 SUM_BLOCK = 1024
 
+LENS_MAX_ABS_DIFF = 1e-6
+"""Every row's probabilities against the exact (float64) softmax of that row's logits, as the
+model's own final norm and head compute them in its dtype: logsumexp64's relative error on the
+normaliser (under 1e-6) is the only rounding between the two. The last row's logits are the
+model's own; an inner row's are what the same modules give for the stream after that layer.
+A lens computed wholly in float64 (norm and head too) differs by the head's own float32
+rounding of the logits, a different number (docs/faithful-numbers.md)."""
+
 
 def logsumexp64(logits: Tensor, top: Tensor) -> Tensor:
     """log Σ exp(logits) over the last dimension, (n, vocab) -> (n,) float64, given each row's

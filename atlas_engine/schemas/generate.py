@@ -70,7 +70,14 @@ class GeneratedToken(BaseModel):
     )
     token_id: int
     token: str = Field(description="As displayed (␣ marks a leading space)")
-    probability: float = Field(ge=0, le=1, description="The model's probability of this token")
+    probability: float = Field(
+        ge=0,
+        le=1,
+        description="The model's probability of this token at the step that chose it: the "
+        "softmax of that step's own logits (computed with the key/value cache, as transformers' "
+        "generate() computes them), computed in float64 from them. A full pass over the same "
+        "tokens without the cache rounds differently: within 1e-4 of this.",
+    )
     continuation: str = Field(description="The new text so far")
 
 

@@ -94,7 +94,11 @@ class LensResponse(BaseModel):
         "norm), or null where the head reads the last layer directly"
     )
     top_k: int
-    top: list[list[list[Candidate]]] = Field(description="[row][position]: the top-k")
+    top: list[list[list[Candidate]]] = Field(
+        description="[row][position]: the top-k. Every probability is the softmax of the row's "
+        "logits as the model's own final norm and head compute them, within 1e-6 of its exact "
+        "value (the last row's logits are the model's own)."
+    )
     token: ChosenToken
     token_probability: list[list[float]] = Field(description="[row][position]")
     token_rank: list[list[int]] = Field(description="[row][position]: 1 = the most likely")
