@@ -36,9 +36,7 @@ def _inlined(path: Path, urls: dict[Path, str], visiting: set[Path]) -> str:
     def replace(match: re.Match) -> str:
         target = (path.parent / match.group(3)).resolve()
         if target not in urls:
-            source = _inlined(target, urls, visiting)
-            encoded = base64.b64encode(source.encode("utf-8")).decode("ascii")
-            urls[target] = f"data:text/javascript;base64,{encoded}"
+            urls[target] = _data_url(_inlined(target, urls, visiting))
         return f"{match.group(1)}{match.group(2)}{urls[target]}{match.group(2)}"
 
     source = RELATIVE_IMPORT.sub(replace, path.read_text(encoding="utf-8"))
@@ -51,6 +49,25 @@ def widget_esm() -> str:
     """static/js/widget.js as one self-contained module, a str of JavaScript (its imports are
     data: URLs, and one module imported twice is one URL, so it is evaluated once)."""
     return _inlined((JS_DIR / "widget.js").resolve(), {}, set())
+
+
+@lru_cache
+def view_modules() -> dict[str, str]:
+    """Each view the widget offers (the registry's rows with a `widget` need), as
+    {name: static/js/views/<name>.js as a data: URL}: the widget imports them by these names,
+    so it keeps no list of its own. Their imports are inlined as widget_esm's are; a data: URL
+    is its module's text, so a module that several import is one URL, evaluated once."""
+    offered = [name for kind in ("maps", "replay", "writes") for name, _ in widget_views(kind)]
+    urls: dict[Path, str] = {}
+    return {
+        name: _data_url(_inlined((JS_DIR / "views" / f"{name}.js").resolve(), urls, set()))
+        for name in offered
+    }
+
+
+def _data_url(source: str) -> str:
+    encoded = base64.b64encode(source.encode("utf-8")).decode("ascii")
+    return f"data:text/javascript;base64,{encoded}"
 
 
 @lru_cache

@@ -42,6 +42,7 @@ from attention_atlas.bundle import (
     WRITES_VIEWS,
     panels_html,
     plotly_js,
+    view_modules,
     widget_css,
     widget_esm,
 )
@@ -63,6 +64,7 @@ class AttentionWidget(anywidget.AnyWidget):
     _css = traitlets.Unicode(widget_css()).tag(sync=True)
     plotly_js = traitlets.Unicode(plotly_js()).tag(sync=True)
     panels = traitlets.Unicode().tag(sync=True)
+    modules = traitlets.Dict().tag(sync=True)  # {view: its module, a data: URL}
     meta = traitlets.Dict().tag(sync=True)
     maps = traitlets.Bytes().tag(sync=True)  # float32 [layer][head][query][key]
     view = traitlets.Unicode("heatmap").tag(sync=True)
@@ -116,6 +118,7 @@ class AttentionWidget(anywidget.AnyWidget):
                 "replay_note": NO_REPLAY,
                 "projections": projection_methods(),
             },
+            modules={name: view_modules()[name] for name, _ in views},
             maps=maps.astype("<f4").tobytes(),
             view=view,
             layer=layer,

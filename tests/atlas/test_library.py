@@ -10,10 +10,11 @@ import pytest
 import torch
 import transformers as tf
 
+from app.web.explorer_views import VIEWS
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from atlas_engine.models.sources import package_folder
 from attention_atlas import run_model, show
-from attention_atlas.bundle import RELATIVE_IMPORT, widget_esm
+from attention_atlas.bundle import RELATIVE_IMPORT, view_modules, widget_esm
 from attention_atlas.cli import main as atlas_main
 from attention_atlas.cli import model_entry
 from attention_atlas.client import AtlasClient
@@ -194,9 +195,16 @@ def test_widget_lens_and_attribution_are_the_servers_answers(client):
         replay_lens(run_model(MINILM, TEXT), {})
 
 
-def test_the_widget_module_is_self_contained():
+def test_the_widget_module_and_its_views_are_self_contained():
+    """The widget's module and each view module its payload carries (by the registry's rows)
+    import nothing a data: URL could not resolve."""
     esm = widget_esm()
-    pending, seen = [esm], 0
+    views = view_modules()
+    assert set(views) == {name for name, view in VIEWS.items() if view.widget}
+    prefix = "data:text/javascript;base64,"
+    assert all(url.startswith(prefix) for url in views.values())
+    modules = [base64.b64decode(url.removeprefix(prefix)).decode("utf-8") for url in views.values()]
+    pending, seen = [esm, *modules], 0
     while pending:
         source = pending.pop()
         assert not RELATIVE_IMPORT.search(source)  # no './x.js' a data: URL could not resolve

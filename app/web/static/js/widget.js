@@ -1,19 +1,9 @@
 // The notebook widget (anywidget): the explorer's own views, reading a WidgetSession.
-// Python (attention_atlas.widget) sends the panels' markup, the maps and plotly.js with it.
+// Python (attention_atlas.widget) sends the panels' markup, the views' modules, the maps and
+// plotly.js with it.
 
 import { fillIndexSelect } from "./dom.js";
 import { WidgetSession } from "./widget-session.js";
-import * as grid from "./views/grid.js";
-import * as heatmap from "./views/heatmap.js";
-import * as lines from "./views/lines.js";
-import * as qk from "./views/qk.js";
-import * as qkspace from "./views/qkspace.js";
-import * as steps from "./views/steps.js";
-import * as value from "./views/value.js";
-import * as lens from "./views/lens.js";
-import * as attribution from "./views/attribution.js";
-
-const VIEW_MODULES = { heatmap, grid, lines, qk, value, qkspace, steps, lens, attribution };
 
 /** plotly.js once per page, from the copy the Python side sent (nothing from a CDN). */
 function loadPlotly(model) {
@@ -39,6 +29,11 @@ async function render({ model, el }) {
   el.classList.add("atlas-widget");
   el.innerHTML = model.get("panels");
   await loadPlotly(model);
+  // The views this widget offers, by the registry's names: {name: module}, each module sent
+  // by Python (attention_atlas/bundle.py, view_modules) as a data: URL.
+  const VIEW_MODULES = Object.fromEntries(
+    await Promise.all(Object.entries(model.get("modules")).map(async ([name, url]) => [name, await import(url)])),
+  );
   const session = new WidgetSession(model);
   const info = session.meta;
   const root = el.querySelector(".atlas-root");
