@@ -77,5 +77,8 @@ class TilesResponse(BaseModel):
         description="[head][row block][col block]: weights (cell 1) or each block's max or mean"
     )
     error_bound: float = Field(
-        description="|value - transformers' own eager weight| at most this (the replay's bound)"
+        description="|value - transformers' own eager weight (output_attentions=True)| at most "
+        "this: the replay's bound (1e-5 in float32), or 1e-3 for a text long enough that its "
+        "pass ran PyTorch's fused attention, whose rounding the later layers carry on "
+        "(docs/faithful-numbers.md)"
     )

@@ -10,10 +10,10 @@ import torch
 
 from atlas_engine import compute
 from atlas_engine.errors import InvalidInput
-from atlas_engine.inference.forward import count_tokens
+from atlas_engine.inference.forward import count_tokens, pass_kernel
 from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.replay import refused, replayed_qk
-from atlas_engine.models.placement import REPLAY_MAX_ABS_DIFF
+from atlas_engine.models.placement import FUSED_PASS_MAX_ABS_DIFF, REPLAY_MAX_ABS_DIFF
 from atlas_engine.schemas.tiles import MAX_TILE_CELLS, TilesRequest, TilesResponse
 from atlas_engine.serialize import in_order, json_bytes_bound, json_with_float32
 from atlas_engine.services.checks import check_layer_head, indices
@@ -92,8 +92,18 @@ def tiles(
                 "row_tokens": tokens[rows[0] : rows[1] : req.cell],
                 "col_tokens": tokens[cols[0] : cols[1] : req.cell],
                 "values": values,  # (heads, row blocks, col blocks)
-                "error_bound": REPLAY_MAX_ABS_DIFF[passes.manager.placement.dtype_name],
+                "error_bound": error_bound(loaded, seq, passes.manager.placement.dtype_name),
             },
             TilesResponse,
         )
         return json_with_float32(answer), reservation
+
+
+def error_bound(loaded, seq: int, dtype: str) -> float:
+    """|value - transformers' own eager weight| at most this: the replay's bound, or where the
+    pass over `seq` tokens ran the fused kernel, the larger drift of that pass from an eager
+    one (placement.FUSED_PASS_MAX_ABS_DIFF)."""
+    bound = REPLAY_MAX_ABS_DIFF[dtype]
+    if pass_kernel(loaded, seq) == "sdpa":
+        return max(bound, FUSED_PASS_MAX_ABS_DIFF)
+    return bound

@@ -39,3 +39,45 @@ def patching_pair(n_tokens: int) -> tuple[str, str]:
         count = len(tokenizer()(text)["input_ids"])
         assert count == n_tokens, f"{count} tokens, not {n_tokens}: {text!r}"
     return clean, corrupted
+
+
+def kinds_of_text(n_tokens: int) -> dict[str, str]:
+    """Four kinds of text of at most n_tokens SmolLM2 tokens (as many as fit in the API's
+    MAX_TEXT_CHARS): random vocabulary words (short ones, drawn with a fixed seed: the model
+    can predict nothing), the project's prose, its prose of 300 tokens written again and
+    again, and its own Python code."""
+    import random
+
+    from atlas_engine.schemas.attention import MAX_TEXT_CHARS
+    from bench.compression import prose
+
+    tok = tokenizer()
+    draw = random.Random(0)
+    words = [i for i in range(len(tok)) if _short_word(tok.decode([i]))]
+    code = "\n".join(path.read_text() for path in sorted((REPO / "atlas_engine").rglob("*.py")))
+    again = tok(prose(tok, 302), add_special_tokens=False)["input_ids"]
+    return {
+        "random words": _fit(
+            [draw.choice(words) for _ in range(n_tokens)], n_tokens, MAX_TEXT_CHARS
+        ),
+        "repeated text": _fit(again * (n_tokens // len(again) + 1), n_tokens, MAX_TEXT_CHARS),
+        "prose": _fit(tok(prose(tok, n_tokens + 2))["input_ids"], n_tokens, MAX_TEXT_CHARS),
+        "code": _fit(tok(code)["input_ids"], n_tokens, MAX_TEXT_CHARS),
+    }
+
+
+def _short_word(piece: str) -> bool:
+    return (
+        piece.startswith(" ") and 2 <= len(piece) <= 4 and piece[1:].isalpha() and piece.isascii()
+    )
+
+
+def _fit(ids: list[int], n_tokens: int, chars: int) -> str:
+    """The longest decoded prefix of ids that reads back as at most n_tokens tokens within
+    `chars` characters."""
+    tok = tokenizer()
+    for cut in range(n_tokens, 0, -8):
+        text = tok.decode(ids[:cut])
+        if len(text) <= chars and len(tok(text)["input_ids"]) <= n_tokens:
+            return text
+    raise ValueError("no prefix fits")
