@@ -41,23 +41,27 @@ export function textFields(defaults) {
  * browser never sends to the server: request lines stay short whatever the text. */
 export const TEXT_IN_QUERY_LIMIT = 2000;
 
-/** The URL's parameters: the query's, and the fragment's for the long text that lives there. */
-function urlParams() {
+/** The URL's parameters: the query's, and the fragment's for the long text and the fields
+ * that live there (`hidden`, their parameters). */
+function urlParams(hidden) {
   const params = new URLSearchParams(window.location.search);
   const fragment = new URLSearchParams(window.location.hash.slice(1));
-  if (!params.has("text") && fragment.has("text")) params.set("text", fragment.get("text"));
+  for (const name of ["text", ...hidden]) if (!params.has(name) && fragment.has(name)) params.set(name, fragment.get(name));
   return params;
 }
 
 /**
- * A page's state. `fields`: [{key, param, type, default, choices}] (the explorer's are its
- * registry's rows, app/web/explorer_views.py); `overrides`: defaults the page sets itself (the
- * explorer's model and example text). Options: `views`, the names a `view` parameter may take;
- * `always`, the keys written even at their default; `keepEmpty`, write an emptied field as
- * `name=` rather than leave it out (a cleared box stays cleared in the link).
+ * A page's state. `fields`: [{key, param, type, default, choices, fragment}] (the explorer's are
+ * its registry's rows, app/web/explorer_views.py; `fragment`: always in the fragment, never sent
+ * to the server); `overrides`: defaults the page sets itself (the explorer's model and example
+ * text). Options: `views`, the names a `view` parameter may take; `always`, the keys written even
+ * at their default; `keepEmpty`, write an emptied field as `name=` rather than leave it out (a
+ * cleared box stays cleared in the link); `keepOthers`, leave the URL's other parameters as they
+ * are (a lab page whose forms each keep their own).
  */
-export function createState(fields, overrides = {}, { views = null, always = EXPLORER_ALWAYS, keepEmpty = false } = {}) {
+export function createState(fields, overrides = {}, { views = null, always = EXPLORER_ALWAYS, keepEmpty = false, keepOthers = false } = {}) {
   const FIELDS = fieldTypes(fields);
+  const HIDDEN = new Set(fields.filter((f) => f.fragment).map((f) => f.param));
   const ALWAYS = new Set(always);
   const defaults = { ...Object.fromEntries(fields.map((f) => [f.key, f.default])), ...overrides };
   const state = { ...defaults };
@@ -66,7 +70,7 @@ export function createState(fields, overrides = {}, { views = null, always = EXP
   /** Reads the URL into the state; returns whether it named any state at all (a link, which
    * the page runs at once, with the example sentence where it names no text). */
   function readUrl() {
-    const params = urlParams();
+    const params = urlParams(HIDDEN);
     let named = false;
     for (const [key, [name, type]] of Object.entries(FIELDS)) {
       if (!params.has(name)) continue;
@@ -79,20 +83,27 @@ export function createState(fields, overrides = {}, { views = null, always = EXP
   }
 
   function writeUrl() {
-    const params = new URLSearchParams();
-    const fragment = new URLSearchParams();
+    const params = new URLSearchParams(keepOthers ? window.location.search : "");
+    const fragment = new URLSearchParams(keepOthers ? window.location.hash.slice(1) : "");
+    let touched = false; // whether the fragment holds any of ours: else a page's own #anchor stays as it is
     for (const [key, [name, type]] of Object.entries(FIELDS)) {
       const value = state[key];
+      params.delete(name);
+      if (fragment.has(name)) touched = true;
+      fragment.delete(name);
       if (value === null || value === undefined || (value === "" && !keepEmpty)) continue;
       if (value === defaults[key] && !ALWAYS.has(key)) continue;
-      params.set(name, type.format(value));
+      if (HIDDEN.has(name)) touched = true;
+      (HIDDEN.has(name) ? fragment : params).set(name, type.format(value));
     }
     if (new URLSearchParams({ text: params.get("text") ?? "" }).toString().length > TEXT_IN_QUERY_LIMIT) {
+      touched = true;
       fragment.set("text", params.get("text"));
       params.delete("text");
     }
-    const hash = fragment.size ? `#${fragment}` : "";
-    window.history.replaceState(null, "", `${window.location.pathname}?${params}${hash}`);
+    const hash = keepOthers && !touched ? window.location.hash : fragment.size ? `#${fragment}` : "";
+    const query = keepOthers && !params.size ? "" : `?${params}`; // a lab page at its defaults keeps a bare address
+    window.history.replaceState(null, "", `${window.location.pathname}${query}${hash}`);
   }
 
   return {

@@ -1,7 +1,10 @@
-// A lab page's inputs, kept in the URL: a reload or a shared link shows the same thing.
+// A lab page's inputs, kept in the URL: a reload or a shared link shows the same thing. A thin
+// binding of a form's inputs to the pages' one URL state (state.js, createState).
+
+import { createState, textFields } from "./state.js";
 
 /** What a page runs on: in its link even at the page's default, so a link names it. */
-const ALWAYS = new Set(["model", "text", "a", "b"]);
+const ALWAYS = ["model", "text", "a", "b"];
 
 function valueOf(input) {
   return input.type === "checkbox" ? (input.checked ? "1" : "0") : input.value;
@@ -15,25 +18,19 @@ function valueOf(input) {
  * first computes.
  */
 export function keepInputsInUrl(fields) {
-  const defaults = Object.fromEntries(Object.entries(fields).map(([name, input]) => [name, valueOf(input)]));
-  const params = new URLSearchParams(window.location.search);
-  for (const [name, input] of Object.entries(fields)) {
-    if (!params.has(name)) continue;
-    if (input.type === "checkbox") input.checked = params.get(name) === "1";
-    else input.value = params.get(name);
+  const inputs = Object.entries(fields);
+  const values = () => Object.fromEntries(inputs.map(([name, input]) => [name, valueOf(input)]));
+  const state = createState(textFields(values()), {}, { always: ALWAYS, keepEmpty: true, keepOthers: true });
+  state.readUrl();
+  for (const [name, input] of inputs) {
+    const value = state.get()[name];
+    if (input.type === "checkbox") input.checked = value === "1";
+    else input.value = value;
   }
-  const write = () => {
-    const out = new URLSearchParams(window.location.search);
-    for (const [name, input] of Object.entries(fields)) {
-      if (valueOf(input) !== defaults[name] || ALWAYS.has(name)) out.set(name, valueOf(input));
-      else out.delete(name);
-    }
-    const query = out.toString();
-    window.history.replaceState(null, "", `${window.location.pathname}${query ? `?${query}` : ""}${window.location.hash}`);
-  };
-  for (const input of Object.values(fields)) {
+  const write = () => state.set(values());
+  for (const [, input] of inputs) {
     input.addEventListener("input", write);
     input.addEventListener("change", write);
   }
-  write();
+  state.writeUrl();
 }

@@ -5,6 +5,7 @@
 import { api } from "../api.js";
 import { followCorpus } from "../corpus-progress.js";
 import { $, el, metricCard, readPageData, showError } from "../dom.js";
+import { createState, textFields } from "../state.js";
 import { drawChart, drawHeatmap, plotlyReady, warmPlotlySoon, weightScale } from "../views/plot.js";
 
 const page = readPageData();
@@ -12,16 +13,11 @@ const { model, layer, head } = page;
 const DESCRIBE = Object.fromEntries(page.statistics);
 const label = (name) => page.labels[name] ?? name;
 const SHOWN = ["entropy", "first", "previous", "self", "induction", "distance", "max_weight", "local"];
-const params = new URLSearchParams(location.search);
+// The statistic shown, the corpus run and the user's own text: all in the link.
+const state = createState(textFields({ metric: null, run: null, text: "" }), {}, { always: [] });
+state.readUrl();
+const value = (name) => state.get()[name];
 const error = $("#head-error");
-
-function writeUrl(change) {
-  for (const [name, value] of Object.entries(change)) {
-    if (value === null || value === "") params.delete(name);
-    else params.set(name, value);
-  }
-  history.replaceState(null, "", `${location.pathname}?${params}`);
-}
 
 const explorerLink = (text) =>
   `/?${new URLSearchParams({ model, text, layer, head, view: "heatmap" })}`;
@@ -114,7 +110,7 @@ function repeatsASpan(tokens) {
 async function compareText(dashboard) {
   const text = $("#head-text").value.trim();
   const verdict = $("#head-verdict");
-  writeUrl({ text });
+  state.set({ text });
   if (!text) return;
   verdict.textContent = "Running the model on your text…";
   const found = await api.heads({ model, text, layers: [layer] });
@@ -139,13 +135,13 @@ async function compareText(dashboard) {
 async function main() {
   document.title = `Layer ${layer} head ${head} of ${model} over a corpus · Attention Atlas`;
   $("#head-title").textContent = `Layer ${layer} head ${head} of ${model}, over a corpus`;
-  $("#head-all").href = `/heads/${model}${params.has("run") ? `?run=${params.get("run")}` : ""}`;
+  $("#head-all").href = `/heads/${model}${value("run") !== null ? `?run=${value("run")}` : ""}`;
   $("#head-explorer").href = `/?${new URLSearchParams({ model, layer, head })}`;
   const select = $("#head-metric");
   let dashboard = null;
   let run = null;
   const show = async () => {
-    const metric = params.get("metric");
+    const metric = value("metric");
     dashboard = await api.corpusHead(run.id, layer, head, metric ? { metric, per_decile: 1 } : { per_decile: 1 });
     select.value = dashboard.metric;
     $("#head-summary").textContent = `Over ${run.done.toLocaleString("en")} texts of ${run.corpus} (up to ${run.sequence_tokens} tokens each): ${dashboard.roles.length ? `its roles are ${dashboard.roles.join(", ")}` : "no role passes its threshold on average"}; texts ranked by ${label(dashboard.metric)}.`;
@@ -164,7 +160,7 @@ async function main() {
     await drawHistograms(dashboard);
     await drawTexts(dashboard);
   };
-  const first = await followCorpus(model, Number(params.get("run")), $("#head-progress"), {
+  const first = await followCorpus(model, Number(value("run")), $("#head-progress"), {
     onRun: async (found) => {
       const firstRun = run === null;
       run = found;
@@ -181,15 +177,15 @@ async function main() {
   });
   if (!first) return;
   select.addEventListener("change", async () => {
-    writeUrl({ metric: select.value });
+    state.set({ metric: select.value });
     await show().catch((err) => showError(error, err.message));
   });
-  $("#head-text").value = params.get("text") || "";
+  $("#head-text").value = value("text");
   $("#head-compare").addEventListener("submit", (event) => {
     event.preventDefault();
     compareText(dashboard).catch((err) => showError(error, err.message));
   });
-  if (params.get("text")) await compareText(dashboard);
+  if (value("text")) await compareText(dashboard);
 }
 
 warmPlotlySoon();

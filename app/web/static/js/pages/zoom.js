@@ -6,6 +6,7 @@
 import { api } from "../api.js";
 import { $, fillIndexSelect, readPageData, showError } from "../dom.js";
 import { exportCurrent } from "../export.js";
+import { createState } from "../state.js";
 import { formatNumber, nextTask, plotlyReady, warmPlotly, weightScale } from "../views/plot.js";
 import { aroundMatch, findTokens, MARKED, matchShapes } from "./zoom-find.js";
 import { headFinder } from "./zoom-heads.js";
@@ -72,22 +73,29 @@ function openHead(layer, head, { focus = true } = {}) {
 
 const finder = headFinder(state, Object.fromEntries(page.statistics), { open: openHead, writeUrl });
 
+/** The page's state in the URL (state.js): the settings in the query, the text and the search
+ * in the fragment; the map's settings only once there is a map. */
+const url = createState([
+  { key: "model", param: "model", type: "text", default: page.default_model },
+  { key: "layer", param: "layer", type: "int", default: null },
+  { key: "head", param: "head", type: "int", default: null },
+  { key: "reduce", param: "reduce", type: "choice", choices: ["max", "mean"], default: "max" },
+  { key: "colours", param: "colours", type: "choice", choices: ["log", "linear"], default: null },
+  { key: "window", param: "win", type: "ints", default: null },
+  { key: "stat", param: "stat", type: "text", default: null },
+  { key: "readFrom", param: "from", type: "choice", choices: ["later", "last"], default: "later" },
+  { key: "text", param: "text", type: "text", default: "", fragment: true },
+  { key: "find", param: "find", type: "text", default: "", fragment: true },
+], {}, { always: ["model", "layer", "head"] });
+
 function writeUrl() {
-  const query = new URLSearchParams();
-  query.set("model", state.model);
-  if (state.pass) {
-    query.set("layer", String(state.layer));
-    query.set("head", String(state.head));
-    if (state.reduce !== "max") query.set("reduce", state.reduce);
-    if (state.colours) query.set("colours", state.colours);
-    if (state.window) query.set("win", state.window.join(","));
-    if (state.stat && finder.ready) query.set("stat", state.stat);
-    if (state.readFrom === "last") query.set("from", "last");
-  }
-  const hidden = new URLSearchParams(state.text ? { text: state.text } : {});
-  if (state.find) hidden.set("find", state.find);
-  const fragment = hidden.size ? `#${hidden}` : "";
-  window.history.replaceState(null, "", `${window.location.pathname}?${query}${fragment}`);
+  const map = state.pass ? state : {}; // before a map, the link names the model and the text
+  url.set({
+    model: state.model, layer: map.layer ?? null, head: map.head ?? null, reduce: map.reduce ?? "max",
+    colours: map.colours ?? null, window: map.window ?? null, stat: (finder.ready && map.stat) || null,
+    readFrom: map.readFrom ?? "later", text: state.text, find: state.find,
+  });
+  url.writeUrl();
   linkExplorer();
 }
 
@@ -110,20 +118,18 @@ function colours() {
 }
 
 function readUrl() {
-  const query = new URLSearchParams(window.location.search);
-  const fragment = new URLSearchParams(window.location.hash.slice(1));
-  const int = (name) => (/^\d+$/.test(query.get(name) || "") ? Number(query.get(name)) : undefined);
-  if (query.get("model")) state.model = query.get("model");
-  state.layer = int("layer") ?? 0;
-  state.head = int("head") ?? 0;
-  if (query.get("reduce") === "mean") state.reduce = "mean";
-  if (["log", "linear"].includes(query.get("colours"))) state.colours = query.get("colours");
-  if (query.get("from") === "last") state.readFrom = "last";
-  if (/^[a-z_]+$/.test(query.get("stat") || "")) state.stat = query.get("stat");
-  const win = (query.get("win") || "").split(",").map(Number);
-  if (win.length === 4 && win.every((v) => Number.isInteger(v) && v >= 0)) state.window = win;
-  state.text = fragment.get("text") || "";
-  state.find = fragment.get("find") || "";
+  url.readUrl();
+  const read = url.get();
+  state.model = read.model || page.default_model;
+  state.layer = read.layer ?? 0;
+  state.head = read.head ?? 0;
+  state.reduce = read.reduce;
+  state.colours = read.colours;
+  state.readFrom = read.readFrom;
+  if (/^[a-z_]+$/.test(read.stat || "")) state.stat = read.stat;
+  if (read.window?.length === 4) state.window = read.window;
+  state.text = read.text;
+  state.find = read.find;
 }
 
 /** Finds state.find in the text's tokens: the matches listed (each a button that zooms to
