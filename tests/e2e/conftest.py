@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from attention_atlas.cli import main as atlas
+from tests.e2e.pages import MINILM, PROSE
 from tests.support.live import start_server
 
 CHROMIUM = "/usr/bin/chromium"
@@ -60,3 +62,16 @@ def page(browser):
     pg.errors = errors
     yield pg
     context.close()
+
+
+@pytest.fixture(scope="module")
+def corpus_server(tmp_path_factory):
+    """A server reading a small MiniLM corpus run made with the CLI (the head and heads pages)."""
+    root = tmp_path_factory.mktemp("corpus")
+    (root / "prose.txt").write_text(PROSE)
+    store = root / "corpus.sqlite"
+    atlas(["corpus", "run", "--model", MINILM, "--corpus", str(root / "prose.txt"),
+           "--texts", "6", "--tokens", "40", "--store", str(store)])  # fmt: skip
+    server = start_server(root / "server.log", {"ATLAS_CORPUS_STORE": str(store)})
+    yield server.base
+    server.stop()

@@ -60,3 +60,10 @@ def _tab_drawn(page, tab: str) -> None:
     if tab == "grid":
         wait_js(page, "document.querySelector('#grid-status').textContent.includes('shown')", 60)
     settle(page)
+
+
+PROSE = "\n\n".join(
+    f"The {w} paragraph is here so that the heads of the model have some running English to "
+    f"read: every {w} sentence ends, and the next one starts where the last one left off."
+    for w in ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"]
+)

@@ -8,30 +8,11 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from atlas_engine.models.registry import SMOLLM2_ID as SMOLLM2
-from attention_atlas.cli import main as atlas
 from tests.e2e.helpers import wait_js
-from tests.e2e.pages import MINILM
+from tests.e2e.pages import MINILM, PROSE
 from tests.support.live import start_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
-
-PROSE = "\n\n".join(
-    f"The {w} paragraph is here so that the heads of the model have some running English to "
-    f"read: every {w} sentence ends, and the next one starts where the last one left off."
-    for w in ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"]
-)
-
-
-@pytest.fixture(scope="module")
-def corpus_server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("corpus")
-    (root / "prose.txt").write_text(PROSE)
-    store = root / "corpus.sqlite"
-    atlas(["corpus", "run", "--model", MINILM, "--corpus", str(root / "prose.txt"),
-           "--texts", "6", "--tokens", "40", "--store", str(store)])  # fmt: skip
-    server = start_server(root / "server.log", {"ATLAS_CORPUS_STORE": str(store)})
-    yield server.base
-    server.stop()
 
 
 @pytest.mark.parametrize("width", [1280, 390])
