@@ -60,6 +60,9 @@ class View:
     # What the notebook widget needs to offer it (attention_atlas/widget.py): "maps" (any maps),
     # "replay" (a model's weights) or "writes" (its predictions); "" where it does not.
     widget: str = ""
+    # Whether it reads the token a click on the text chooses: such a click keeps it shown, and
+    # opens the first view that does from any other.
+    token: bool = False
 
 
 GROUPS: dict[str, Group] = {
@@ -124,6 +127,7 @@ VIEWS: dict[str, View] = {
         "token",
         "one token as a query and as a key, every layer",
         fields=(text("summary", "sum", "mean"),),  # each layer's heads "mean" or "max"
+        token=True,
     ),
     "aggregate": View(
         "Average & rollout",
@@ -131,6 +135,7 @@ VIEWS: dict[str, View] = {
         "a layer's heads averaged; rollout through layers",
         # "average" or "rollout"; the rollout's identity share
         fields=(text("agg", "agg", "average"), Field("residual", "res", "number", 0.5)),
+        token=True,
     ),
     # Not in the first group: no model Atlas ships is an encoder-decoder (docs/models.md).
     "decoder": View(
@@ -146,6 +151,7 @@ VIEWS: dict[str, View] = {
         "a token's query against every key",
         ("step-by-step", "scoring"),
         widget="replay",
+        token=True,
     ),
     "steps": View(
         "Step by step",
@@ -228,8 +234,11 @@ VIEWS: dict[str, View] = {
 
 
 def page_views() -> list[dict]:
-    """The views in tab order, for the page's script: [{name, label, group}]."""
-    return [{"name": name, "label": v.label, "group": v.group} for name, v in VIEWS.items()]
+    """The views in tab order, for the page's script: [{name, label, group, token}]."""
+    return [
+        {"name": name, "label": v.label, "group": v.group, "token": v.token}
+        for name, v in VIEWS.items()
+    ]
 
 
 def widget_views(kind: str) -> list[tuple[str, str]]:

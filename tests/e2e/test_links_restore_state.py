@@ -4,6 +4,8 @@ of every head and a lab page. The state is set through the controls, as a user s
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlparse
+
 import pytest
 
 from tests.e2e.helpers import click_view, wait_js
@@ -50,6 +52,18 @@ def test_the_explorer_reopens_on_its_view_layer_and_head(page, live_server, fres
         "#layer": "2", "#head": "5", "#text": SENTENCE,
     }  # fmt: skip
     assert other.is_hidden("#view-heatmap")
+
+
+def test_a_token_chosen_opens_a_view_about_it_and_reopens_there(page, live_server, fresh):
+    """A click on a token from a view about no one token opens the first that is (the
+    registry's rows say which), and the link keeps the token."""
+    open_view(page, live_server, "explorer:heatmap")
+    page.locator("#tokens .token").nth(3).click()
+    wait_js(page, "new URLSearchParams(location.search).get('q') === '3'")
+    assert parse_qs(urlparse(page.url).query)["view"] == ["follow"]
+    other = fresh(page.url)
+    other.wait_for_selector("#view-follow:not([hidden])", timeout=90_000)
+    wait_js(other, "document.querySelector('#tokens [data-index=\"3\"]')?.ariaPressed === 'true'")
 
 
 def test_deep_zoom_reopens_on_its_head_settings_and_search(page, live_server, fresh):

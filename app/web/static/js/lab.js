@@ -153,8 +153,9 @@ export function headThumbnails(container, maps, { label, chosen = -1, onPick, hr
   );
 }
 
-/** The explorer's URL for a model, text, layer and head (its heatmap view). */
+/** The explorer's URL for a model, text, layer and head (on the view a head opens in, the
+ * explorer's default: no view named). */
 export function explorerLink(model, text, layer, head = 0) {
-  const params = new URLSearchParams({ model, text, layer: String(layer), head: String(head), view: "heatmap" });
+  const params = new URLSearchParams({ model, text, layer: String(layer), head: String(head) });
   return `/?${params}`;
 }

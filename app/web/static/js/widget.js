@@ -56,7 +56,8 @@ async function render({ model, el }) {
     draw();
   }
 
-  const open = (layer, head) => set({ layer, head, view: "heatmap" });
+  const headView = Object.keys(VIEW_MODULES)[0]; // a head opens in the first view, the registry's map of one head
+  const open = (layer, head) => set({ layer, head, view: headView });
   for (const [name, module] of Object.entries(VIEW_MODULES)) if (views[name] && module.bind) module.bind(views[name], set);
   layerSelect.addEventListener("change", () => set({ layer: Number(layerSelect.value) }));
   headSelect.addEventListener("change", () => set({ head: Number(headSelect.value) }));

@@ -11,6 +11,8 @@ import { plotlyReady, warmPlotlySoon } from "../views/plot.js";
 
 const page = readPageData();
 const VIEWS = page.views.map((v) => v.name); // app/web/explorer_views.py, in tab order
+const HEAD_VIEW = page.fields.find((f) => f.key === "view").default; // where a head opens: the page's first view
+const TOKEN_VIEWS = page.views.filter((v) => v.token).map((v) => v.name); // views about one chosen token
 // layer and head stay null until a link or the user names them: the first run then opens the
 // head with the clearest role on the text (chooseHead).
 const state = createState(page.fields, { model: page.default_model, text: page.example_text }, { views: VIEWS });
@@ -49,7 +51,7 @@ let exported = null; // what the shown view's render returned: the export button
 
 /** Opens one head in the heatmap (views call it when a head is clicked). */
 function open(layer, head, { focusView = false } = {}) {
-  state.set({ layer, head, view: "heatmap" });
+  state.set({ layer, head, view: HEAD_VIEW });
   document.dispatchEvent(new CustomEvent("atlas:open-head", { detail: { layer, head } })); // a lesson's question listens
   if (focusView) el.views.focus(); // keyboard users land in the view they opened
 }
@@ -117,8 +119,6 @@ function syncPickers() {
   }
 }
 
-const TOKEN_VIEWS = ["follow", "qk", "aggregate"]; // views about one chosen token
-
 function showTokens(meta) {
   const { generated } = state.get();
   el.tokens.replaceChildren(
@@ -142,7 +142,7 @@ function showTokens(meta) {
       // One click answers "what does this token attend to, layer by layer?"
       chip.addEventListener("click", () => {
         const { view } = state.get();
-        state.set({ query: i, view: TOKEN_VIEWS.includes(view) ? view : "follow" });
+        state.set({ query: i, view: TOKEN_VIEWS.includes(view) ? view : TOKEN_VIEWS[0] });
       });
       return chip;
     }),

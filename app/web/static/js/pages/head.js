@@ -20,7 +20,7 @@ const value = (name) => state.get()[name];
 const error = $("#head-error");
 
 const explorerLink = (text) =>
-  `/?${new URLSearchParams({ model, text, layer, head, view: "heatmap" })}`;
+  `/?${new URLSearchParams({ model, text, layer, head })}`; // the view a head opens in, the explorer's default
 const zoomLink = (text) =>
   `/zoom?${new URLSearchParams({ model, layer, head })}#${new URLSearchParams({ text })}`;
 
