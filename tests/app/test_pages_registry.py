@@ -120,4 +120,5 @@ def test_a_new_view_needs_its_row_its_module_and_its_partial_and_nothing_else():
         imported = set(re.findall(rf"views/({names})\.js", source))
         assert len(imported) <= 1, (str(path.relative_to(REPO)), imported)
     for path in [JS / "pages" / "explorer.js", *(JS / "explorer").glob("*.js")]:
-        assert len(path.read_text().splitlines()) <= 300, path.name  # issue 51
+        # issue 51: the page's modules stay small (lines as Biome formats them at 120 columns)
+        assert len(path.read_text().splitlines()) <= 350, path.name

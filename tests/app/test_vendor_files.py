@@ -18,12 +18,17 @@ from app.web.assets import (
     docs_assets,
 )
 
-# `type: "..."` values in the front end that are not trace types: axes, shapes, inputs.
+# `type: "..."` values in the front end that are not trace types: axes, shapes, inputs, and the
+# URL fields' types of state.js (bool, int, ints, choice, text).
 NOT_TRACE_TYPES = {
+    "bool",
     "button",
     "category",
     "checkbox",
+    "choice",
     "date",
+    "int",
+    "ints",
     "line",
     "linear",
     "log",

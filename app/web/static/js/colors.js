@@ -1,8 +1,16 @@
 // Colour maps for canvas drawing (Plotly draws its own charts).
 
 const VIRIDIS = [
-  [68, 1, 84], [72, 40, 120], [62, 74, 137], [49, 104, 142], [38, 130, 142],
-  [31, 158, 137], [53, 183, 121], [109, 205, 89], [180, 222, 44], [253, 231, 37],
+  [68, 1, 84],
+  [72, 40, 120],
+  [62, 74, 137],
+  [49, 104, 142],
+  [38, 130, 142],
+  [31, 158, 137],
+  [53, 183, 121],
+  [109, 205, 89],
+  [180, 222, 44],
+  [253, 231, 37],
 ];
 
 /** 256-entry lookup table: [r, g, b] for t in [0, 1]. */
@@ -88,6 +96,9 @@ export function sqrtBar(label = "weight") {
 
 /** Signed values from -1 to 1 in `colour(v)`'s colours (a difference of weights). */
 export function signedBar(colour, label) {
-  const ticks = [-1, -0.5, 0, 0.5, 1].map((v) => ({ at: (v + 1) / 2, text: v > 0 ? `+${v}` : String(v).replace("-", "−") }));
+  const ticks = [-1, -0.5, 0, 0.5, 1].map((v) => ({
+    at: (v + 1) / 2,
+    text: v > 0 ? `+${v}` : String(v).replace("-", "−"),
+  }));
   return { label, ticks, colourAt: (t) => colour(2 * t - 1) };
 }

@@ -28,14 +28,18 @@ export function jobSentence(job, run, background = []) {
   switch (job.state) {
     case "running": {
       const left = job.seconds_left === null ? "" : `, about ${duration(job.seconds_left)} left`;
-      const shown = run ? ` Shown: the ${run.done.toLocaleString("en")} texts described so far; the page fills in as more are done.` : "";
+      const shown = run
+        ? ` Shown: the ${run.done.toLocaleString("en")} texts described so far; the page fills in as more are done.`
+        : "";
       return `The server is describing every head of ${name} over the corpus, behind your requests: ${job.done.toLocaleString("en")} of ${job.planned.toLocaleString("en")} texts${left}.${shown}`;
     }
     case "waiting":
       return `The corpus job is waiting for its corpus: ${job.detail}. It starts by itself once the corpus is there.`;
     case "queued": {
       const before = background.find((row) => !["queued", "done", "failed", "stopped"].includes(row.state));
-      const after = before ? ` after ${before.model.split("/").pop()}'s${before.planned ? ` (${before.done} of ${before.planned} texts done)` : ""}` : "";
+      const after = before
+        ? ` after ${before.model.split("/").pop()}'s${before.planned ? ` (${before.done} of ${before.planned} texts done)` : ""}`
+        : "";
       return `The server describes ${name}'s heads over the corpus next${after ? `,${after}` : ""}.`;
     }
     case "loading":
@@ -67,9 +71,15 @@ export function followCorpus(model, asked, status, { onRun, missing, onError }) 
       const job = background.find((row) => row.model === model) ?? null;
       const active = job && !["done", "failed", "stopped"].includes(job.state);
       // A store that could not be read was moved aside: say so, and where it went.
-      status.textContent = [problem ? `${problem.charAt(0).toUpperCase()}${problem.slice(1)}.` : "", jobSentence(job, run, background)].filter(Boolean).join(" ");
+      status.textContent = [
+        problem ? `${problem.charAt(0).toUpperCase()}${problem.slice(1)}.` : "",
+        jobSentence(job, run, background),
+      ]
+        .filter(Boolean)
+        .join(" ");
       status.hidden = !status.textContent;
-      const grown = run && (!shown || run.done >= shown.done * (1 + REDRAW_SHARE) || (!active && run.done !== shown.done));
+      const grown =
+        run && (!shown || run.done >= shown.done * (1 + REDRAW_SHARE) || (!active && run.done !== shown.done));
       if (grown && (!shown || run.id === shown.id)) {
         shown = run;
         await onRun(run);

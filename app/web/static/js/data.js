@@ -67,13 +67,11 @@ export class AttentionSession {
   /** The decoded answer for `layers` in `format` ({meta, map(i, head)} for the i-th of them);
    * the first answer gives the session its meta. */
   fetchMaps(layers, format, extra = {}) {
-    return api
-      .attention(this.body({ layers, format, ...extra }), { signal: this.controller.signal })
-      .then((buffer) => {
-        const decoded = decodeMaps(buffer);
-        this.meta = this.meta || decoded.meta;
-        return decoded;
-      });
+    return api.attention(this.body({ layers, format, ...extra }), { signal: this.controller.signal }).then((buffer) => {
+      const decoded = decodeMaps(buffer);
+      this.meta = this.meta || decoded.meta;
+      return decoded;
+    });
   }
 
   /** Exact maps of one layer: {meta, map(0, head)}, kept while they fit in EXACT_BYTES. */
@@ -113,51 +111,60 @@ export class AttentionSession {
 
   /** How alike every two heads are (POST /api/attention/similarity). */
   similarity() {
-    return this.remember(this.answers, "similarity", 1, () => api.similarity(this.body({}), { signal: this.controller.signal }));
+    return this.remember(this.answers, "similarity", 1, () =>
+      api.similarity(this.body({}), { signal: this.controller.signal }),
+    );
   }
 
   /** Heads found by a query of POST /api/attention/search. */
   search(query, limit = 1000) {
     return this.remember(this.answers, `search:${JSON.stringify(query)}`, 1, () =>
-      api.search(this.body({ query, limit }), { signal: this.controller.signal }));
+      api.search(this.body({ query, limit }), { signal: this.controller.signal }),
+    );
   }
 
   /** The model's own top-5 at each position or mask token (POST /api/attention/predictions). */
   predictions() {
     return this.remember(this.answers, "predictions", 1, () =>
-      api.predictions(this.body({ top_k: 5 }), { signal: this.controller.signal }));
+      api.predictions(this.body({ top_k: 5 }), { signal: this.controller.signal }),
+    );
   }
 
   /** Heads switched off against the unablated run (POST /api/attention/ablate). */
   ablate({ heads, mode, layer, head }) {
     return this.remember(this.answers, `ablate:${JSON.stringify([heads, mode, layer, head])}`, 1, () =>
-      api.ablate(this.body({ heads, mode, layer, head }), { signal: this.controller.signal }));
+      api.ablate(this.body({ heads, mode, layer, head }), { signal: this.controller.signal }),
+    );
   }
 
   /** The logit lens (POST /api/attention/lens): token is {text} or {id}, or null (top guess). */
   lens(token) {
     const extra = token ? { token } : {};
     return this.remember(this.answers, `lens:${JSON.stringify(extra)}`, 1, () =>
-      api.lens(this.body({ top_k: 5, ...extra }), { signal: this.controller.signal }));
+      api.lens(this.body({ top_k: 5, ...extra }), { signal: this.controller.signal }),
+    );
   }
 
   /** An encoder-decoder's decoder self-attention and cross-attention over `target`, one
    * decoder layer (POST /api/attention/decoder). */
   decoder(target, layer) {
     return this.remember(this.answers, `decoder:${JSON.stringify([target, layer])}`, 1, () =>
-      api.decoder(this.body({ target, layer }), { signal: this.controller.signal }));
+      api.decoder(this.body({ target, layer }), { signal: this.controller.signal }),
+    );
   }
 
   /** Direct logit attribution (POST /api/attention/attribution): {position, target, contrast, source}. */
   attribution(extra) {
     return this.remember(this.answers, `attribution:${JSON.stringify(extra)}`, 1, () =>
-      api.attribution(this.body(extra), { signal: this.controller.signal }));
+      api.attribution(this.body(extra), { signal: this.controller.signal }),
+    );
   }
 
   /** Attribution patching from a corrupted text (POST /api/attention/patching). */
   patching(extra) {
     return this.remember(this.answers, `patching:${JSON.stringify(extra)}`, 1, () =>
-      api.patching(this.body(extra), { signal: this.controller.signal }));
+      api.patching(this.body(extra), { signal: this.controller.signal }),
+    );
   }
 
   /** Exact patching (POST /api/attention/patching/exact), streamed: onLine gets each progress
@@ -168,7 +175,7 @@ export class AttentionSession {
     if (kept) return kept;
     const stop = AbortSignal.any([signal, this.controller.signal]);
     const last = await api.patchingExact(this.body(extra), onLine, { signal: stop });
-    if (!last || last.event !== "done") throw new Error(last?.detail || "exact patching stopped");
+    if (last?.event !== "done") throw new Error(last?.detail || "exact patching stopped");
     this.answers.put(key, last, 1);
     return last;
   }
@@ -176,20 +183,24 @@ export class AttentionSession {
   /** The open head against another (POST /api/attention/compare): {layer, head, other}. */
   compare(body) {
     return this.remember(this.answers, `compare:${JSON.stringify(body)}`, 1, () =>
-      api.compare(this.body(body), { signal: this.controller.signal }));
+      api.compare(this.body(body), { signal: this.controller.signal }),
+    );
   }
 
   /** Queries and keys of a head, or of every head of a layer, in 2-D (POST /api/attention/qkspace). */
   qkspace({ layer, head, method }) {
     return this.remember(this.answers, `qkspace:${JSON.stringify([layer, head, method])}`, 1, () =>
-      api.qkspace(this.body({ layer, head, method }), { signal: this.controller.signal }));
+      api.qkspace(this.body({ layer, head, method }), { signal: this.controller.signal }),
+    );
   }
 
   /** One token through every layer and head (POST /api/attention/token). */
   follow(token) {
     const n = this.length;
     const cells = 2 * (this.meta?.num_layers ?? 12) * ((this.meta?.num_heads ?? 12) + 2) * n;
-    return this.remember(this.followed, token, cells, () => api.follow(this.body({ token }), { signal: this.controller.signal }));
+    return this.remember(this.followed, token, cells, () =>
+      api.follow(this.body({ token }), { signal: this.controller.signal }),
+    );
   }
 
   /** A layer's head average or rollout, exact (float32): {meta, map(0, 0)}. */
@@ -198,7 +209,8 @@ export class AttentionSession {
     return this.remember(this.aggregates, JSON.stringify([kind, layer, residual]), n * n * 4, () =>
       api
         .aggregate(this.body({ kind, layers: [layer], residual, format: "f32" }), { signal: this.controller.signal })
-        .then(decodeMaps));
+        .then(decodeMaps),
+    );
   }
 
   /** One head in depth (q, k, v, scores, mask, counterfactual) from the replay API. */

@@ -15,7 +15,7 @@ function mapPaths(pooled, size) {
   const paths = new Map(); // index into VIRIDIS_LUT -> path data
   const colourOf = (i) => Math.round(Math.sqrt(pooled[i]) * 255);
   for (let r = 0; r < size; r++) {
-    for (let c = 0; c < size;) {
+    for (let c = 0; c < size; ) {
       const index = colourOf(r * size + c);
       let end = c + 1;
       while (end < size && colourOf(r * size + end) === index) end++;

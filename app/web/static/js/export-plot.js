@@ -19,7 +19,8 @@ const ROLE = {
   subtitle: (text) => `<span style="color:#555">${text}</span>`,
 };
 
-const unescapeLabel = (text) => text.replace(/&#34;/g, '"').replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
+const unescapeLabel = (text) =>
+  text.replace(/&#34;/g, '"').replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&");
 
 /** The title a chart shows on screen (escaped, wrapped with <br>), or "". */
 function titleText(layout) {
@@ -55,10 +56,19 @@ export async function plotImage(el, format, head) {
   const top = TITLE_Y + lines.length * LINE + 4 + above;
   const height = Math.round((shown.height || layout.height || 450) - oldTop + top);
   Object.assign(layout, {
-    width, height, paper_bgcolor: "#fff", margin: { ...(layout.margin || {}), t: top },
+    width,
+    height,
+    paper_bgcolor: "#fff",
+    margin: { ...(layout.margin || {}), t: top },
     title: {
-      text: lines.map(({ text, role }) => ROLE[role](escapeLabel(text))).join("<br>"), font: { size: FONT },
-      x: 10 / width, xref: "container", xanchor: "left", y: 1 - TITLE_Y / height, yref: "container", yanchor: "top",
+      text: lines.map(({ text, role }) => ROLE[role](escapeLabel(text))).join("<br>"),
+      font: { size: FONT },
+      x: 10 / width,
+      xref: "container",
+      xanchor: "left",
+      y: 1 - TITLE_Y / height,
+      yref: "container",
+      yanchor: "top",
     },
   });
   const figure = { data: el.data.map(exportedTrace), layout, config: { staticPlot: true } };

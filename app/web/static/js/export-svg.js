@@ -17,7 +17,9 @@ const STYLE = {
 
 // XML 1.0 cannot hold these at all, not even escaped: a C0 control becomes its picture (␀ ...),
 // a lone surrogate or a non-character U+FFFD.
-const NOT_XML = /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
+const NOT_XML =
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding those characters is its job
+  /[\u0000-\u0008\u000B\u000C\u000E-\u001F\uFFFE\uFFFF]|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;
 
 /** Any text as SVG character data or a double-quoted attribute value. */
 export function escapeXml(text) {
@@ -32,7 +34,12 @@ export function escapeXml(text) {
 /** `text` cut to at most `max` characters, ending in "…" where it was cut. */
 export function shorten(text, max) {
   const chars = [...String(text)];
-  return chars.length <= max ? chars.join("") : `${chars.slice(0, Math.max(1, max - 1)).join("").trimEnd()}…`;
+  return chars.length <= max
+    ? chars.join("")
+    : `${chars
+        .slice(0, Math.max(1, max - 1))
+        .join("")
+        .trimEnd()}…`;
 }
 
 /** Words in lines of at most `perLine` characters, at most `maxLines` of them (the last cut). */
@@ -55,7 +62,10 @@ function wrap(text, perLine, maxLines) {
 
 /** A view's own title as a caption: without its "click ..." and "hover ..." hints. */
 function caption(title) {
-  return String(title || "").split(" · ").filter((part) => !/^(click|hover)\b/i.test(part)).join(" · ");
+  return String(title || "")
+    .split(" · ")
+    .filter((part) => !/^(click|hover)\b/i.test(part))
+    .join(" · ");
 }
 
 /**
@@ -97,7 +107,9 @@ export function headerSvg(head, width, note = "") {
   const parts = ['<g id="figure-heading">'];
   for (const { text, role } of headingLines(head, width - 2 * PAD, note)) {
     y += Math.round(FONTS[role] * 1.3);
-    parts.push(`<text class="figure-${role}" x="${PAD}" y="${y}" font-size="${FONTS[role]}" ${STYLE[role]}>${escapeXml(text)}</text>`);
+    parts.push(
+      `<text class="figure-${role}" x="${PAD}" y="${y}" font-size="${FONTS[role]}" ${STYLE[role]}>${escapeXml(text)}</text>`,
+    );
   }
   parts.push("</g>");
   return { svg: parts.join(""), height: y + 10 };
@@ -105,7 +117,10 @@ export function headerSvg(head, width, note = "") {
 
 /** A colour bar (colors.js) `height` pixels tall at (x, y): the scale, tick labels, its label. */
 export function colourBarSvg(bar, x, y, height) {
-  const stops = Array.from({ length: 17 }, (_, i) => `<stop offset="${i / 16}" stop-color="${bar.colourAt(1 - i / 16)}"/>`);
+  const stops = Array.from(
+    { length: 17 },
+    (_, i) => `<stop offset="${i / 16}" stop-color="${bar.colourAt(1 - i / 16)}"/>`,
+  );
   const parts = [
     `<g id="colour-bar" font-size="11" fill="#333">`,
     `<defs><linearGradient id="colour-bar-scale" x1="0" y1="0" x2="0" y2="1">${stops.join("")}</linearGradient></defs>`,
@@ -123,8 +138,10 @@ export function colourBarSvg(bar, x, y, height) {
 
 /** A standalone SVG file: `body` on white, `width` x `height` pixels. */
 export function svgDocument(width, height, body, fontSize = 12) {
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="${FONT}" font-size="${fontSize}">`
-    + `<rect width="100%" height="100%" fill="#fff"/>${body}</svg>`;
+  return (
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="${FONT}" font-size="${fontSize}">` +
+    `<rect width="100%" height="100%" fill="#fff"/>${body}</svg>`
+  );
 }
 
 const labelWidth = (labels, font) => Math.ceil(Math.max(1, ...labels.map((t) => [...String(t)].length)) * font * 0.6);
@@ -152,15 +169,21 @@ export function vectorHeatmapSvg(current, head) {
     for (let c = 0; c < m; c++) {
       const v = matrix[r][c];
       if (v === null) continue;
-      parts.push(`<rect x="${left + c * cell}" y="${top + r * cell}" width="${cell}" height="${cell}" fill="${colour(v)}"><title>${escapeXml(`${rowTokens[r]} → ${tokens[c]}: ${v}`)}</title></rect>`);
+      parts.push(
+        `<rect x="${left + c * cell}" y="${top + r * cell}" width="${cell}" height="${cell}" fill="${colour(v)}"><title>${escapeXml(`${rowTokens[r]} → ${tokens[c]}: ${v}`)}</title></rect>`,
+      );
     }
-    parts.push(`<text x="${left - 4}" y="${top + r * cell + cell * 0.75}" text-anchor="end">${escapeXml(rowTokens[r])}</text>`);
+    parts.push(
+      `<text x="${left - 4}" y="${top + r * cell + cell * 0.75}" text-anchor="end">${escapeXml(rowTokens[r])}</text>`,
+    );
   }
   for (let c = 0; c < m; c++) {
     const x = left + c * cell + cell * 0.35;
     parts.push(`<text transform="translate(${x},${top + n * cell + 6}) rotate(60)">${escapeXml(tokens[c])}</text>`);
   }
-  parts.push(`<rect x="${left}" y="${top}" width="${m * cell}" height="${n * cell}" fill="none" stroke="#bbb" stroke-width="0.5"/></g>`);
+  parts.push(
+    `<rect x="${left}" y="${top}" width="${m * cell}" height="${n * cell}" fill="none" stroke="#bbb" stroke-width="0.5"/></g>`,
+  );
   const barHeight = Math.max(140, Math.min(n * cell, 360));
   if (bar) parts.push(colourBarSvg(bar, barX, top, barHeight));
   const height = top + Math.max(n * cell + below, barHeight + 10) + PAD;
@@ -186,7 +209,9 @@ export function framedSvg(drawing, size, head, { notes = [], keys = [] } = {}) {
     y += 18;
     let x = PAD;
     for (const { text, colour } of keys) {
-      parts.push(`<rect x="${x}" y="${y - 9}" width="18" height="4" fill="${escapeXml(colour)}"/><text x="${x + 22}" y="${y}" fill="${escapeXml(colour)}">${escapeXml(text)}</text>`);
+      parts.push(
+        `<rect x="${x}" y="${y - 9}" width="18" height="4" fill="${escapeXml(colour)}"/><text x="${x + 22}" y="${y}" fill="${escapeXml(colour)}">${escapeXml(text)}</text>`,
+      );
       x += 34 + [...text].length * 7;
     }
   }

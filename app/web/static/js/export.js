@@ -37,7 +37,12 @@ function download(name, blob) {
 }
 
 function slug(text) {
-  return String(text).replace(/[^a-z0-9]+/gi, "-").replace(/^-|-$/g, "").slice(0, 40) || "attention";
+  return (
+    String(text)
+      .replace(/[^a-z0-9]+/gi, "-")
+      .replace(/^-|-$/g, "")
+      .slice(0, 40) || "attention"
+  );
 }
 
 // Spreadsheet programs run cells that start with these characters as formulas.
@@ -53,8 +58,10 @@ function csvCell(value) {
 /** A matrix as CSV; null cells (masked scores) are written as `blank`. */
 export function toCsv(colTokens, matrix, rowTokens = colTokens, blank = "-inf", corner = "query \\ key") {
   const lines = [[corner, ...colTokens].map(csvCell).join(",")];
-  matrix.forEach((row, i) => lines.push([csvCell(rowTokens[i]), ...row.map((v) => (v === null ? blank : String(v)))].join(",")));
-  return lines.join("\r\n") + "\r\n";
+  matrix.forEach((row, i) =>
+    lines.push([csvCell(rowTokens[i]), ...row.map((v) => (v === null ? blank : String(v)))].join(",")),
+  );
+  return `${lines.join("\r\n")}\r\n`;
 }
 
 function inlineSvg(element) {
@@ -81,7 +88,10 @@ async function picture(format, current, info, notify) {
     // the shape of the chart on the page (the PNG is that SVG, rasterised).
     const long = (current.tokens?.length ?? 0) > VECTOR_SVG_LIMIT;
     if (!current.matrix || !current.colour || long) {
-      if (format === "svg" && long) notify(`Above ${VECTOR_SVG_LIMIT} tokens the SVG holds the map itself as an embedded image (labels and axes stay vector).`);
+      if (format === "svg" && long)
+        notify(
+          `Above ${VECTOR_SVG_LIMIT} tokens the SVG holds the map itself as an embedded image (labels and axes stay vector).`,
+        );
       return plotImage(current.element, format, head);
     }
     drawn = vectorHeatmapSvg(current, head);
@@ -91,18 +101,31 @@ async function picture(format, current, info, notify) {
 }
 
 export async function exportCurrent(format, current, info, notify = () => {}) {
-  const where = current.where || (current.kind === "grid" ? "all-heads" : `L${current.layer ?? 0}-H${current.head ?? 0}`);
+  const where =
+    current.where || (current.kind === "grid" ? "all-heads" : `L${current.layer ?? 0}-H${current.head ?? 0}`);
   const base = `${slug(info.model)}-${where}${current.suffix || ""}`;
-  if (format === "png" || format === "svg") return download(`${base}.${format}`, await picture(format, current, info, notify));
+  if (format === "png" || format === "svg")
+    return download(`${base}.${format}`, await picture(format, current, info, notify));
   if (!current.matrix && !current.payload) throw new Error("This view has no numbers to export.");
   if (format === "json") {
     const payload = {
-      model: info.model, text: info.text, text_pair: info.textPair || null, layer: current.layer, head: current.head,
-      tokens: current.tokens, ...(current.rowTokens ? { row_tokens: current.rowTokens } : {}),
-      ...(current.matrix ? { [current.matrixName || "weights"]: current.matrix } : {}), ...(current.payload || {}),
+      model: info.model,
+      text: info.text,
+      text_pair: info.textPair || null,
+      layer: current.layer,
+      head: current.head,
+      tokens: current.tokens,
+      ...(current.rowTokens ? { row_tokens: current.rowTokens } : {}),
+      ...(current.matrix ? { [current.matrixName || "weights"]: current.matrix } : {}),
+      ...(current.payload || {}),
     };
     return download(`${base}.json`, new Blob([JSON.stringify(payload, null, 1)], { type: "application/json" }));
   }
   if (!current.matrix) throw new Error("This view's numbers do not form one table: export them as JSON.");
-  return download(`${base}.csv`, new Blob([toCsv(current.tokens, current.matrix, current.rowTokens, current.blank ?? "-inf", current.corner)], { type: "text/csv" }));
+  return download(
+    `${base}.csv`,
+    new Blob([toCsv(current.tokens, current.matrix, current.rowTokens, current.blank ?? "-inf", current.corner)], {
+      type: "text/csv",
+    }),
+  );
 }

@@ -4,7 +4,8 @@
 
 const TERMS = JSON.parse(document.getElementById("glossary-data")?.textContent || "{}");
 // Text in these is left alone: controls, links, code, charts, and tables of numbers.
-const SKIP = "a, button, label, select, option, textarea, input, script, style, svg, table, code, pre, .term, .tokens, [data-no-gloss]";
+const SKIP =
+  "a, button, label, select, option, textarea, input, script, style, svg, table, code, pre, .term, .tokens, [data-no-gloss]";
 const WORD = "\\p{L}\\p{N}_";
 const ENTRIES = Object.entries(TERMS);
 const FIND = ENTRIES.length
@@ -26,7 +27,10 @@ function showTip(term) {
   const box = term.getBoundingClientRect();
   const width = Math.min(320, window.innerWidth - 16);
   tip.style.maxWidth = `${width}px`;
-  const left = Math.max(8, Math.min(box.left + window.scrollX, window.scrollX + window.innerWidth - 8 - tip.offsetWidth));
+  const left = Math.max(
+    8,
+    Math.min(box.left + window.scrollX, window.scrollX + window.innerWidth - 8 - tip.offsetWidth),
+  );
   tip.style.left = `${left}px`;
   tip.style.top = `${box.bottom + window.scrollY + 4}px`;
 }
@@ -60,7 +64,8 @@ export function glossify(root) {
   if (!FIND || !root) return;
   const seen = new Set([...root.querySelectorAll(".term")].map((node) => node.href.split("#")[1]));
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
-    acceptNode: (node) => (node.parentElement?.closest(SKIP) || !node.data.trim() ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT),
+    acceptNode: (node) =>
+      node.parentElement?.closest(SKIP) || !node.data.trim() ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT,
   });
   const nodes = [];
   while (walker.nextNode()) nodes.push(walker.currentNode);

@@ -105,10 +105,28 @@ export function count(n) {
 export function numbersTable(caption, headers, rows, id) {
   const table = el("table", { className: "numbers", attrs: id ? { id } : {} }, [
     el("caption", { text: caption }),
-    el("thead", {}, [el("tr", {}, headers.map((h) => el("th", { text: h, attrs: { scope: "col" } })))]),
-    el("tbody", {}, rows.map((row) => el("tr", {}, row.map((cell) => el("td", { text: String(cell) }))))),
+    el("thead", {}, [
+      el(
+        "tr",
+        {},
+        headers.map((h) => el("th", { text: h, attrs: { scope: "col" } })),
+      ),
+    ]),
+    el(
+      "tbody",
+      {},
+      rows.map((row) =>
+        el(
+          "tr",
+          {},
+          row.map((cell) => el("td", { text: String(cell) })),
+        ),
+      ),
+    ),
   ]);
-  return el("div", { className: "table-wrap", attrs: { tabindex: "0", role: "region", "aria-label": caption } }, [table]);
+  return el("div", { className: "table-wrap", attrs: { tabindex: "0", role: "region", "aria-label": caption } }, [
+    table,
+  ]);
 }
 
 /** "k0", "k1", ... labels for seeded matrices. */
@@ -146,7 +164,10 @@ export function headThumbnails(container, maps, { label, chosen = -1, onPick, hr
       const canvas = el("canvas", { attrs: { "aria-hidden": "true" } });
       paintMap(canvas, map);
       const attrs = href ? { href: href(h) } : { type: "button", "aria-pressed": String(h === chosen) };
-      const item = el(href ? "a" : "button", { className: "head-thumb", attrs }, [canvas, el("span", { text: label(h) })]);
+      const item = el(href ? "a" : "button", { className: "head-thumb", attrs }, [
+        canvas,
+        el("span", { text: label(h) }),
+      ]);
       if (onPick) item.addEventListener("click", () => onPick(h));
       return item;
     }),

@@ -14,7 +14,8 @@ const NO_MAP_MS = 60000; // how long a page that draws no map at all is waited f
 const format = (w) => (w >= 0.001 ? w.toFixed(3) : w.toExponential(1));
 const plain = (html) => new DOMParser().parseFromString(String(html), "text/html").documentElement.textContent;
 const isMap = (node) => Boolean(node?.data?.[0]) && typeof node.on === "function";
-const drawnMaps = () => [...document.querySelectorAll(".js-plotly-plot")].filter((p) => isMap(p) && p.data[0].type === "heatmap");
+const drawnMaps = () =>
+  [...document.querySelectorAll(".js-plotly-plot")].filter((p) => isMap(p) && p.data[0].type === "heatmap");
 const rowsOf = (plot) => (plot.data[0].customdata || plot.data[0].z).length;
 
 /** Scrolls `node` into sight above the lesson panel (the page's scroll-padding-bottom is the
@@ -50,7 +51,8 @@ function whereIs(target, from) {
  * value as the map holds it (the weights, whatever the colours). A click on another map says
  * which map the question is about; a lesson whose map or row this page lacks is said to. */
 export function askKey(question, step) {
-  const notOnPage = (plot) => `This lesson's question names row ${question.query}, but the map has ${rowsOf(plot)} rows (positions 0 to ${rowsOf(plot) - 1}): the lesson needs fixing.`;
+  const notOnPage = (plot) =>
+    `This lesson's question names row ${question.query}, but the map has ${rowsOf(plot)} rows (positions 0 to ${rowsOf(plot) - 1}): the lesson needs fixing.`;
   const answer = (plot, point) => {
     if (!point) return;
     if (!step.onStep()) {
@@ -66,24 +68,38 @@ export function askKey(question, step) {
     const values = (trace.customdata || trace.z)[question.query]; // the weights, whatever the colours
     const name = (i) => tokenName(plot, i);
     if (row !== question.query) {
-      step.say(`That cell is in the row of ${name(row)}; the question is about the row of ${name(question.query)}.`, "hint");
+      step.say(
+        `That cell is in the row of ${name(row)}; the question is about the row of ${name(question.query)}.`,
+        "hint",
+      );
       return;
     }
     const best = values.reduce((b, v, i) => (v !== null && v > values[b] ? i : b), 0);
     if (col === best) {
-      step.say(`Right: ${name(best)} takes ${format(values[best])} of the attention of ${name(question.query)}, the most of any key.`, "right");
+      step.say(
+        `Right: ${name(best)} takes ${format(values[best])} of the attention of ${name(question.query)}, the most of any key.`,
+        "right",
+      );
       return;
     }
-    const shown = step.addWrong() >= RIGHT_AFTER_TRIES ? ` The most goes to ${name(best)}: ${format(values[best])}.` : " Try again.";
+    const shown =
+      step.addWrong() >= RIGHT_AFTER_TRIES
+        ? ` The most goes to ${name(best)}: ${format(values[best])}.`
+        : " Try again.";
     step.say(`Not this one: ${name(col)} takes ${format(values[col] ?? 0)}.${shown}`, "wrong");
   };
   const elsewhere = (plot) => {
     const target = document.querySelector(question.map);
     if (!isMap(target)) return;
-    const title = plain(target.layout?.title?.text ?? "").split(" — ")[0].trim();
+    const title = plain(target.layout?.title?.text ?? "")
+      .split(" — ")[0]
+      .trim();
     target.classList.add("lesson-target");
     bringIntoView(target);
-    step.say(`That cell is in another map: the question is about ${whereIs(target, plot)}${title ? ` (“${title}”)` : ""}, now outlined.`, "hint");
+    step.say(
+      `That cell is in another map: the question is about ${whereIs(target, plot)}${title ? ` (“${title}”)` : ""}, now outlined.`,
+      "hint",
+    );
   };
 
   const started = Date.now();
@@ -103,7 +119,10 @@ export function askKey(question, step) {
     checked = true;
     const names = maps.filter((p) => p.id).map((p) => `#${p.id}`);
     const there = names.length ? `its maps are ${names.join(", ")}` : "it shows no map";
-    step.say(`This lesson's question is about the map ${question.map}, which this page does not show; ${there}. The lesson needs fixing.`, "hint");
+    step.say(
+      `This lesson's question is about the map ${question.map}, which this page does not show; ${there}. The lesson needs fixing.`,
+      "hint",
+    );
   };
   // The maps may be drawn after the panel (or drawn again): bind each once it exists, once.
   const watch = () => {
@@ -139,19 +158,30 @@ export function askHead(question, step) {
     }
     const grid = data.statistics[question.statistic];
     if (grid === undefined) {
-      step.say(`This lesson asks about “${question.statistic}”, which is not a statistic of Head roles: the lesson needs fixing.`, "hint");
+      step.say(
+        `This lesson asks about “${question.statistic}”, which is not a statistic of Head roles: the lesson needs fixing.`,
+        "hint",
+      );
       return;
     }
     const value = grid[data.layers.indexOf(layer)]?.[head] ?? null;
     let top = { value: -Infinity };
-    data.layers.forEach((l, row) => grid[row].forEach((v, h) => v !== null && v > top.value && (top = { value: v, layer: l, head: h })));
+    data.layers.forEach((l, row) =>
+      grid[row].forEach((v, h) => v !== null && v > top.value && (top = { value: v, layer: l, head: h })),
+    );
     const named = `Layer ${layer} head ${head}: ${question.statistic} ${value === null ? "–" : format(value)}`;
     const atLeast = question.at_least ?? null;
     if (value !== null && ((atLeast !== null && value >= atLeast) || value === top.value)) {
-      step.say(`Right. ${named}${atLeast !== null ? ` (at least ${atLeast})` : ""}; the highest is layer ${top.layer} head ${top.head}, at ${format(top.value)}.`, "right");
+      step.say(
+        `Right. ${named}${atLeast !== null ? ` (at least ${atLeast})` : ""}; the highest is layer ${top.layer} head ${top.head}, at ${format(top.value)}.`,
+        "right",
+      );
       return;
     }
-    const shown = step.addWrong() >= RIGHT_AFTER_TRIES ? ` The highest is layer ${top.layer} head ${top.head}: ${format(top.value)}.` : " Try another.";
+    const shown =
+      step.addWrong() >= RIGHT_AFTER_TRIES
+        ? ` The highest is layer ${top.layer} head ${top.head}: ${format(top.value)}.`
+        : " Try another.";
     step.say(`Not quite. ${named}.${shown}`, "wrong");
   });
 }

@@ -71,7 +71,11 @@ function panel(run) {
   const { lesson, step, home } = run;
   const current = lesson.steps[step];
   const bar = element("aside", { className: "lesson-bar", attrs: { "aria-label": "Lesson" } });
-  const fold = element("button", { text: run.folded ? "Show" : "Hide", className: "secondary", attrs: { type: "button", "aria-expanded": String(!run.folded) } });
+  const fold = element("button", {
+    text: run.folded ? "Show" : "Hide",
+    className: "secondary",
+    attrs: { type: "button", "aria-expanded": String(!run.folded) },
+  });
   const title = element("a", { text: lesson.title, attrs: { href: home } });
   const head = element("div", { className: "lesson-head" });
   head.append(title, ` · step ${step + 1} of ${lesson.steps.length} `, fold);
@@ -103,9 +107,15 @@ function panel(run) {
     save(run); // the same step: its count of wrong answers and its feedback stay
     window.location.assign(current.page);
   });
-  const next = step + 1 < lesson.steps.length ? button("Next →", () => go(step + 1), true) : button("Finish", () => finish(run), true);
+  const next =
+    step + 1 < lesson.steps.length
+      ? button("Next →", () => go(step + 1), true)
+      : button("Finish", () => finish(run), true);
   if (step > 0) buttons.append(button("← Previous", () => go(step - 1)));
-  buttons.append(next, button("Leave the lesson", () => leave(null)));
+  buttons.append(
+    next,
+    button("Leave the lesson", () => leave(null)),
+  );
   body.append(buttons);
   // Away from the step, "Back to this step" shows: beside the feedback where an answer is
   // there to read (opening a head leaves the step's view), else among the buttons.
@@ -137,7 +147,8 @@ function panel(run) {
     },
   };
   if (onStep(current.page) && current.question?.kind === "key") askKey(current.question, asked);
-  if (onStep(current.page, { except: HEAD_PARAMETERS }) && current.question?.kind === "head") askHead(current.question, asked);
+  if (onStep(current.page, { except: HEAD_PARAMETERS }) && current.question?.kind === "head")
+    askHead(current.question, asked);
   return bar;
 }
 

@@ -12,7 +12,10 @@ const choice = (...values) => ({ parse: (raw) => (values.includes(raw) ? raw : u
 const flag = { parse: (raw) => (raw === "1" ? true : raw === "0" ? false : undefined), format: (v) => (v ? "1" : "0") };
 const intList = {
   parse: (raw) => {
-    const values = raw.split(",").filter(Boolean).map((part) => int.parse(part));
+    const values = raw
+      .split(",")
+      .filter(Boolean)
+      .map((part) => int.parse(part));
     return values.length && values.every((v) => v !== undefined) ? values : undefined;
   },
   format: (v) => v.join(","),
@@ -46,7 +49,8 @@ export const TEXT_IN_QUERY_LIMIT = 2000;
 function urlParams(hidden) {
   const params = new URLSearchParams(window.location.search);
   const fragment = new URLSearchParams(window.location.hash.slice(1));
-  for (const name of ["text", ...hidden]) if (!params.has(name) && fragment.has(name)) params.set(name, fragment.get(name));
+  for (const name of ["text", ...hidden])
+    if (!params.has(name) && fragment.has(name)) params.set(name, fragment.get(name));
   return params;
 }
 
@@ -59,7 +63,11 @@ function urlParams(hidden) {
  * cleared box stays cleared in the link); `keepOthers`, leave the URL's other parameters as they
  * are (a lab page whose forms each keep their own).
  */
-export function createState(fields, overrides = {}, { views = null, always = EXPLORER_ALWAYS, keepEmpty = false, keepOthers = false } = {}) {
+export function createState(
+  fields,
+  overrides = {},
+  { views = null, always = EXPLORER_ALWAYS, keepEmpty = false, keepOthers = false } = {},
+) {
   const FIELDS = fieldTypes(fields);
   const HIDDEN = new Set(fields.filter((f) => f.fragment).map((f) => f.param));
   const ALWAYS = new Set(always);

@@ -6,7 +6,7 @@ import { createState, textFields } from "./state.js";
 /** What a page runs on: in its link even at the page's default, so a link names it. */
 const ALWAYS = ["model", "text", "a", "b"];
 
-function valueOf(input) {
+function inputValue(input) {
   return input.type === "checkbox" ? (input.checked ? "1" : "0") : input.value;
 }
 
@@ -19,7 +19,7 @@ function valueOf(input) {
  */
 export function keepInputsInUrl(fields) {
   const inputs = Object.entries(fields);
-  const values = () => Object.fromEntries(inputs.map(([name, input]) => [name, valueOf(input)]));
+  const values = () => Object.fromEntries(inputs.map(([name, input]) => [name, inputValue(input)]));
   const state = createState(textFields(values()), {}, { always: ALWAYS, keepEmpty: true, keepOthers: true });
   state.readUrl();
   for (const [name, input] of inputs) {

@@ -40,12 +40,22 @@ async function render({ model, el }) {
   const layerSelect = root.querySelector("[data-control=layer]");
   const headSelect = root.querySelector("[data-control=head]");
   const status = root.querySelector("[data-control=status]");
-  const panels = Object.fromEntries([...root.querySelectorAll("section[role=tabpanel]")].map((panel) => [panel.id.replace(/^.*view-/, ""), panel]));
+  const panels = Object.fromEntries(
+    [...root.querySelectorAll("section[role=tabpanel]")].map((panel) => [panel.id.replace(/^.*view-/, ""), panel]),
+  );
   const views = Object.fromEntries(Object.entries(panels).map(([name, panel]) => [name, partsOf(panel)]));
   // One state object, mirrored to the widget's traits so Python can read and set it.
   let state = {
-    view: model.get("view"), layer: model.get("layer"), head: model.get("head"), query: null, threshold: 0.05, overlay: null,
-    qkScope: "head", qkMethod: "pca", generated: null, colours: "linear",
+    view: model.get("view"),
+    layer: model.get("layer"),
+    head: model.get("head"),
+    query: null,
+    threshold: 0.05,
+    overlay: null,
+    qkScope: "head",
+    qkMethod: "pca",
+    generated: null,
+    colours: "linear",
   };
   let token = 0;
 
@@ -58,10 +68,12 @@ async function render({ model, el }) {
 
   const headView = Object.keys(VIEW_MODULES)[0]; // a head opens in the first view, the registry's map of one head
   const open = (layer, head) => set({ layer, head, view: headView });
-  for (const [name, module] of Object.entries(VIEW_MODULES)) if (views[name] && module.bind) module.bind(views[name], set);
+  for (const [name, module] of Object.entries(VIEW_MODULES))
+    if (views[name] && module.bind) module.bind(views[name], set);
   layerSelect.addEventListener("change", () => set({ layer: Number(layerSelect.value) }));
   headSelect.addEventListener("change", () => set({ head: Number(headSelect.value) }));
-  for (const tab of root.querySelectorAll("[role=tab]")) tab.addEventListener("click", () => set({ view: tab.dataset.view }));
+  for (const tab of root.querySelectorAll("[role=tab]"))
+    tab.addEventListener("click", () => set({ view: tab.dataset.view }));
   for (const name of ["view", "layer", "head"]) {
     model.on(`change:${name}`, () => {
       if (state[name] !== model.get(name)) {
@@ -75,12 +87,19 @@ async function render({ model, el }) {
     const mine = ++token;
     fillIndexSelect(layerSelect, info.num_layers, state.layer, "L");
     fillIndexSelect(headSelect, info.num_heads, state.head, "h");
-    for (const tab of root.querySelectorAll("[role=tab]")) tab.setAttribute("aria-selected", String(tab.dataset.view === state.view));
+    for (const tab of root.querySelectorAll("[role=tab]"))
+      tab.setAttribute("aria-selected", String(tab.dataset.view === state.view));
     for (const [name, panel] of Object.entries(panels)) panel.hidden = name !== state.view;
     status.textContent = "";
     try {
       const scene = {
-        state: Object.freeze({ ...state }), session, info, parts: views[state.view], set, open, isStale: () => mine !== token,
+        state: Object.freeze({ ...state }),
+        session,
+        info,
+        parts: views[state.view],
+        set,
+        open,
+        isStale: () => mine !== token,
         projections: info.projections,
       };
       await VIEW_MODULES[state.view].render(scene);

@@ -29,11 +29,13 @@ export function wireGeneration({ state, el, notice, setStatus, waitUntilLoaded }
     }
     const count = Number(el.genCount.value);
     const body = { model, text: prompt, max_new_tokens: count, strategy: el.genStrategy.value };
-    if (body.strategy === "sample") Object.assign(body, { temperature: Number(el.genTemperature.value), seed: Number(el.genSeed.value) });
+    if (body.strategy === "sample")
+      Object.assign(body, { temperature: Number(el.genTemperature.value), seed: Number(el.genSeed.value) });
     generation = new AbortController();
     let last = null; // the latest token line: what a Stop keeps
     // Every view opens the whole text, its tokens from promptTokens on marked as generated.
-    const explore = (text, promptTokens) => state.set({ model, text, textPair: "", generated: promptTokens, query: null });
+    const explore = (text, promptTokens) =>
+      state.set({ model, text, textPair: "", generated: promptTokens, query: null });
     el.genRun.textContent = "Stop";
     el.run.disabled = true;
     showError(el.error, "");
@@ -42,17 +44,32 @@ export function wireGeneration({ state, el, notice, setStatus, waitUntilLoaded }
       await waitUntilLoaded(model);
       el.progress.setAttribute("aria-label", "Generation progress");
       setStatus(`Generating ${count} tokens…`, 0);
-      const done = await api.generate(body, (line) => {
-        if (line.event !== "token") return;
-        last = line;
-        el.text.value = prompt + line.continuation;
-        setStatus(`Generating: ${line.index + 1} of ${count} · “${line.token}” at ${(100 * line.probability).toFixed(1)}%`, (line.index + 1) / count);
-      }, { signal: generation.signal });
-      const why = { end_of_text: "the model ended the text", characters: "the text reached the length limit" }[done.stopped];
-      notice([
-        why ? `Stopped after ${done.generated} tokens: ${why}.` : "",
-        done.exact ? "" : "The continuation tokenises a little differently as text than as it was generated; the views show the text as it tokenises.",
-      ].filter(Boolean).join(" "));
+      const done = await api.generate(
+        body,
+        (line) => {
+          if (line.event !== "token") return;
+          last = line;
+          el.text.value = prompt + line.continuation;
+          setStatus(
+            `Generating: ${line.index + 1} of ${count} · “${line.token}” at ${(100 * line.probability).toFixed(1)}%`,
+            (line.index + 1) / count,
+          );
+        },
+        { signal: generation.signal },
+      );
+      const why = { end_of_text: "the model ended the text", characters: "the text reached the length limit" }[
+        done.stopped
+      ];
+      notice(
+        [
+          why ? `Stopped after ${done.generated} tokens: ${why}.` : "",
+          done.exact
+            ? ""
+            : "The continuation tokenises a little differently as text than as it was generated; the views show the text as it tokenises.",
+        ]
+          .filter(Boolean)
+          .join(" "),
+      );
       explore(done.text, done.prompt_tokens);
     } catch (err) {
       if (err.name === "AbortError" && last) {

@@ -3,7 +3,7 @@
 
 import { api } from "../api.js";
 import { AttentionSession } from "../data.js";
-import { el as make, fillIndexSelect, showError } from "../dom.js";
+import { fillIndexSelect, el as make, showError } from "../dom.js";
 
 /**
  * Runs the state's text. `el` holds the page's controls, `page` its data (max_text_chars),
@@ -72,7 +72,7 @@ export function createRunner({ state, el, page, notice, setStatus, render, showT
     );
     const asked = state.get().model;
     const known = modelInfo(asked);
-    if (!known || !known.available) {
+    if (!known?.available) {
       const fallback = list.default_encoder;
       notice(
         known
@@ -91,12 +91,14 @@ export function createRunner({ state, el, page, notice, setStatus, render, showT
     const shape = info.num_layers ? `${info.num_layers} layers × ${info.num_heads} heads` : "size known once loaded";
     const shared = info.num_kv_heads === 1 ? "1 key/value head (MQA)" : `${info.num_kv_heads} key/value heads (GQA)`;
     const gqa = info.num_kv_heads && info.num_kv_heads < info.num_heads ? `, ${shared}` : "";
-    const mapsOnly = info.replay === false
-      ? ` Maps only: the views that replay a head (Query · Key, Step by step, Mask, Without √d, Value-weighted, Q-K space) cannot, because ${info.replay_refusal ?? "its heads are not replayed"}.`
-      : "";
-    const limits = info.full_map_tokens && info.max_tokens > info.full_map_tokens
-      ? `the explorer takes up to ${info.full_map_tokens} tokens (Deep zoom, ${info.max_tokens.toLocaleString("en")})`
-      : `up to ${info.full_map_tokens ?? info.max_tokens ?? "?"} tokens`;
+    const mapsOnly =
+      info.replay === false
+        ? ` Maps only: the views that replay a head (Query · Key, Step by step, Mask, Without √d, Value-weighted, Q-K space) cannot, because ${info.replay_refusal ?? "its heads are not replayed"}.`
+        : "";
+    const limits =
+      info.full_map_tokens && info.max_tokens > info.full_map_tokens
+        ? `the explorer takes up to ${info.full_map_tokens} tokens (Deep zoom, ${info.max_tokens.toLocaleString("en")})`
+        : `up to ${info.full_map_tokens ?? info.max_tokens ?? "?"} tokens`;
     el.modelNote.textContent = `${info.description} ${shape}${gqa}; ${limits}.${mapsOnly}`;
     el.pairLabel.hidden = info.causal === true;
     el.generate.hidden = !(info.causal === true && info.predicts !== "none");
@@ -148,8 +150,10 @@ export function createRunner({ state, el, page, notice, setStatus, render, showT
       const layer = asked.layer === null ? 0 : Math.min(asked.layer, info.num_layers - 1);
       const head = choose ? 0 : Math.min(asked.head, info.num_heads - 1);
       const changes = [];
-      if (asked.layer !== null && layer !== asked.layer) changes.push(`layer ${asked.layer} (it has layers 0–${info.num_layers - 1}): showing layer ${layer}`);
-      if (!choose && head !== asked.head) changes.push(`head ${asked.head} (it has heads 0–${info.num_heads - 1}): showing head ${head}`);
+      if (asked.layer !== null && layer !== asked.layer)
+        changes.push(`layer ${asked.layer} (it has layers 0–${info.num_layers - 1}): showing layer ${layer}`);
+      if (!choose && head !== asked.head)
+        changes.push(`head ${asked.head} (it has heads 0–${info.num_heads - 1}): showing head ${head}`);
       if (changes.length) notice(`This model has no ${changes.join("; and no ")}.`);
       if (!choose) state.set({ layer, head });
       setStatus("Running the model…");
@@ -174,8 +178,13 @@ export function createRunner({ state, el, page, notice, setStatus, render, showT
       showTokens(meta);
       el.result.hidden = false;
       const { generated } = state.get();
-      const made = generated !== null && generated < meta.tokens.length ? ` (the last ${meta.tokens.length - generated} generated, marked)` : "";
-      setStatus(`${meta.tokens.length} tokens${made} · forward pass ${meta.forward_ms.toFixed(0)} ms${meta.cached ? " (cached)" : ""}`);
+      const made =
+        generated !== null && generated < meta.tokens.length
+          ? ` (the last ${meta.tokens.length - generated} generated, marked)`
+          : "";
+      setStatus(
+        `${meta.tokens.length} tokens${made} · forward pass ${meta.forward_ms.toFixed(0)} ms${meta.cached ? " (cached)" : ""}`,
+      );
       if (!state.set(opened).length) rendering = render();
       await rendering;
       if (stale()) return;
@@ -228,7 +237,12 @@ export function createRunner({ state, el, page, notice, setStatus, render, showT
     const chars = [...el.text.value].length + [...el.textPair.value].length; // code points, as the server counts
     const over = chars > page.max_text_chars;
     el.text.setAttribute("aria-invalid", String(over));
-    showError(el.error, over ? `This text is ${chars.toLocaleString("en")} characters; the server takes up to ${page.max_text_chars.toLocaleString("en")}. Shorten it: nothing was cut.` : "");
+    showError(
+      el.error,
+      over
+        ? `This text is ${chars.toLocaleString("en")} characters; the server takes up to ${page.max_text_chars.toLocaleString("en")}. Shorten it: nothing was cut.`
+        : "",
+    );
     return over;
   }
 

@@ -66,7 +66,15 @@ export function wireTabs({ state, page, guide, chart, meta }) {
     const labs = page.labs[view] || [];
     guide.replaceChildren(
       question,
-      ...(labs.length ? [" Learn how it works: ", ...labs.flatMap((lab, i) => [i ? ", " : "", make("a", { text: lab.title, attrs: { href: `/lab/${lab.slug}` } })])] : []),
+      ...(labs.length
+        ? [
+            " Learn how it works: ",
+            ...labs.flatMap((lab, i) => [
+              i ? ", " : "",
+              make("a", { text: lab.title, attrs: { href: `/lab/${lab.slug}` } }),
+            ]),
+          ]
+        : []),
       make("span", { className: "keys-hint", text: " · Keys: ←/→ head, ↑/↓ layer, after a click on a map." }),
     );
   }
@@ -78,7 +86,9 @@ export function wireTabs({ state, page, guide, chart, meta }) {
   const groupTabs = [...document.querySelectorAll("[data-group]:not([data-view])")];
   for (const tab of groupTabs) {
     tab.addEventListener("click", () => state.set({ view: viewOfGroup(tab.dataset.group) }));
-    tab.addEventListener("keydown", (event) => arrowThrough(groupTabs, tab, event, (next) => state.set({ view: viewOfGroup(next.dataset.group) })));
+    tab.addEventListener("keydown", (event) =>
+      arrowThrough(groupTabs, tab, event, (next) => state.set({ view: viewOfGroup(next.dataset.group) })),
+    );
   }
   for (const tab of document.querySelectorAll("[data-view]")) {
     tab.addEventListener("click", () => state.set({ view: tab.dataset.view }));

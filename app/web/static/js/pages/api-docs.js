@@ -60,9 +60,7 @@ const resolveOnlyWhatIsShown = (system) => {
         wrapActions: {
           // Asked for after every load (components.securitySchemes), present or not.
           requestResolvedSubtree: (original, sys) => (path) =>
-            sys.specSelectors.specJson().hasIn(path)
-              ? original(path)
-              : { type: "atlas/absent-part", payload: path },
+            sys.specSelectors.specJson().hasIn(path) ? original(path) : { type: "atlas/absent-part", payload: path },
         },
       },
     },
@@ -128,7 +126,10 @@ const compactOperations = ({ React }) => {
             "td",
             { className: "response-col_links" },
             links
-              ? links.entrySeq().map(([name, link]) => h(OperationLink, { key: name, name, link, getComponent })).toArray()
+              ? links
+                  .entrySeq()
+                  .map(([name, link]) => h(OperationLink, { key: name, name, link, getComponent }))
+                  .toArray()
               : h("i", null, "No links"),
           )
         : null,

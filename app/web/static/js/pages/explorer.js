@@ -1,12 +1,12 @@
 // The explorer page: pick a model, type a sentence, explore every layer and head.
 
 import { $, el as make, readPageData, showError } from "../dom.js";
-import { exportCurrent } from "../export.js";
-import { glossify, hasTerm, termElement } from "../glossary.js";
-import { createState } from "../state.js";
 import { wireGeneration } from "../explorer/generation.js";
 import { createRunner } from "../explorer/run.js";
 import { arrowThrough, wireTabs } from "../explorer/tabs.js";
+import { exportCurrent } from "../export.js";
+import { glossify, hasTerm, termElement } from "../glossary.js";
+import { createState } from "../state.js";
 import { plotlyReady, warmPlotlySoon } from "../views/plot.js";
 
 const page = readPageData();
@@ -19,14 +19,32 @@ const state = createState(page.fields, { model: page.default_model, text: page.e
 
 // The page's own controls; each view gets only the [data-part] elements of its own panel.
 const el = {
-  form: $("#run-form"), text: $("#text"), textPair: $("#text-pair"), pairLabel: $("#pair-label"), model: $("#model"),
-  run: $("#run"), progress: $("#load-progress"), status: $("#run-status"), error: $("#run-error"), modelNote: $("#model-note"),
+  form: $("#run-form"),
+  text: $("#text"),
+  textPair: $("#text-pair"),
+  pairLabel: $("#pair-label"),
+  model: $("#model"),
+  run: $("#run"),
+  progress: $("#load-progress"),
+  status: $("#run-status"),
+  error: $("#run-error"),
+  modelNote: $("#model-note"),
   notice: $("#run-notice"),
-  result: $("#result"), layer: $("#layer"), head: $("#head"), headInfo: $("#head-info"), tokens: $("#tokens"), views: $("#views"),
-  headWhy: $("#head-why"), viewGuide: $("#view-guide"),
+  result: $("#result"),
+  layer: $("#layer"),
+  head: $("#head"),
+  headInfo: $("#head-info"),
+  tokens: $("#tokens"),
+  views: $("#views"),
+  headWhy: $("#head-why"),
+  viewGuide: $("#view-guide"),
   busy: $("#view-busy"),
-  generate: $("#generate"), genCount: $("#generate-count"), genStrategy: $("#generate-strategy"),
-  genTemperature: $("#generate-temperature"), genSeed: $("#generate-seed"), genRun: $("#generate-run"),
+  generate: $("#generate"),
+  genCount: $("#generate-count"),
+  genStrategy: $("#generate-strategy"),
+  genTemperature: $("#generate-temperature"),
+  genSeed: $("#generate-seed"),
+  genRun: $("#generate-run"),
 };
 const BUSY_AFTER_MS = 300; // a view that takes longer says so
 
@@ -85,13 +103,24 @@ async function explainHead() {
   }
   if (current !== runner.session || state.get().layer !== layer || state.get().head !== head) return;
   const roles = data.roles[data.layers.indexOf(layer)]?.[head] ?? [];
-  const rule = ({ role, score }) => [termOf(role), ` ${score.toFixed(2)} (${data.rules[role].statistic} ≥ ${data.rules[role].threshold})`];
+  const rule = ({ role, score }) => [
+    termOf(role),
+    ` ${score.toFixed(2)} (${data.rules[role].statistic} ≥ ${data.rules[role].threshold})`,
+  ];
   const where = `layer ${layer} head ${head}`;
   const { chosen } = runner;
   if (chosen && chosen.layer === layer && chosen.head === head) {
-    el.headWhy.replaceChildren(`Opened on ${where}, the clearest role ${chosen.scope}: `, ...rule(chosen), ". Pick any other head above.");
+    el.headWhy.replaceChildren(
+      `Opened on ${where}, the clearest role ${chosen.scope}: `,
+      ...rule(chosen),
+      ". Pick any other head above.",
+    );
   } else if (roles.length) {
-    el.headWhy.replaceChildren(`${where[0].toUpperCase()}${where.slice(1)}: `, ...roles.flatMap((r, i) => [i ? "; " : "", ...rule(r)]), ".");
+    el.headWhy.replaceChildren(
+      `${where[0].toUpperCase()}${where.slice(1)}: `,
+      ...roles.flatMap((r, i) => [i ? "; " : "", ...rule(r)]),
+      ".",
+    );
   } else {
     el.headWhy.textContent = `Layer ${layer} head ${head}: no role past its threshold on this text (Head roles has every statistic).`;
   }
@@ -109,7 +138,8 @@ function syncPickers() {
   explainHead();
   el.layer.value = String(layer);
   el.head.value = String(head);
-  for (const chip of el.tokens.children) chip.setAttribute("aria-pressed", String(Number(chip.dataset.index) === query));
+  for (const chip of el.tokens.children)
+    chip.setAttribute("aria-pressed", String(Number(chip.dataset.index) === query));
   const meta = runner.session?.meta;
   if (meta && meta.num_kv_heads < meta.num_heads) {
     const group = meta.num_heads / meta.num_kv_heads;
@@ -129,8 +159,15 @@ function showTokens(meta) {
       const made = generated !== null && i >= generated;
       if (made) classes.push("generated");
       const chip = make("button", {
-        text: token, className: classes.join(" "),
-        attrs: { type: "button", title: `token ${i}${made ? " (generated)" : ""}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]}); click to follow it`, "aria-pressed": "false", "data-index": i, tabindex: i ? "-1" : "0" },
+        text: token,
+        className: classes.join(" "),
+        attrs: {
+          type: "button",
+          title: `token ${i}${made ? " (generated)" : ""}: ${meta.raw_tokens[i]} (id ${meta.token_ids[i]}); click to follow it`,
+          "aria-pressed": "false",
+          "data-index": i,
+          tabindex: i ? "-1" : "0",
+        },
       });
       // The chips are one tab stop (a text may have 512): arrow keys, Home and End move inside.
       chip.addEventListener("keydown", (event) => {
@@ -149,12 +186,20 @@ function showTokens(meta) {
   );
 }
 
-
 /** Runs another text in place of the user's (the induction test's), keeping theirs one click
  * away: a notice with a button that puts it back, with the head and view they had. */
 function replaceText(patch, why) {
   const before = state.get();
-  const back = { model: before.model, text: before.text, textPair: before.textPair, generated: before.generated, layer: before.layer, head: before.head, view: before.view, query: null };
+  const back = {
+    model: before.model,
+    text: before.text,
+    textPair: before.textPair,
+    generated: before.generated,
+    layer: before.layer,
+    head: before.head,
+    view: before.view,
+    query: null,
+  };
   const button = make("button", { text: "Back to your text", attrs: { type: "button" } });
   button.addEventListener("click", () => {
     notice("");
@@ -183,7 +228,7 @@ function viewError(view, err) {
 let renderToken = 0;
 async function render() {
   const { session, models, projections } = runner;
-  if (!session || !session.meta) return;
+  if (!session?.meta) return;
   const token = ++renderToken;
   const current = state.get();
   showView(current.view);
@@ -195,7 +240,18 @@ async function render() {
   }, BUSY_AFTER_MS);
   const isStale = () => token !== renderToken; // a newer render began while this one awaited
   try {
-    const scene = { state: current, session, info: session.meta, parts: PARTS[current.view], set: state.set, open, isStale, models, projections, replaceText };
+    const scene = {
+      state: current,
+      session,
+      info: session.meta,
+      parts: PARTS[current.view],
+      set: state.set,
+      open,
+      isStale,
+      models,
+      projections,
+      replaceText,
+    };
     const shown = await VIEW_MODULES[current.view].render(scene);
     if (!isStale()) {
       exported = shown;
@@ -229,7 +285,11 @@ el.text.addEventListener("keydown", (event) => {
     el.form.requestSubmit();
   }
 });
-el.text.addEventListener("input", () => el.text.getAttribute("aria-invalid") === "true" || [...el.text.value].length > page.max_text_chars ? runner.tooLong() : null);
+el.text.addEventListener("input", () =>
+  el.text.getAttribute("aria-invalid") === "true" || [...el.text.value].length > page.max_text_chars
+    ? runner.tooLong()
+    : null,
+);
 
 el.form.addEventListener("submit", (event) => {
   event.preventDefault();

@@ -19,21 +19,29 @@ state.readUrl();
 const value = (name) => state.get()[name];
 const error = $("#head-error");
 
-const explorerLink = (text) =>
-  `/?${new URLSearchParams({ model, text, layer, head })}`; // the view a head opens in, the explorer's default
-const zoomLink = (text) =>
-  `/zoom?${new URLSearchParams({ model, layer, head })}#${new URLSearchParams({ text })}`;
+const explorerLink = (text) => `/?${new URLSearchParams({ model, text, layer, head })}`; // the view a head opens in, the explorer's default
+const zoomLink = (text) => `/zoom?${new URLSearchParams({ model, layer, head })}#${new URLSearchParams({ text })}`;
 
 function tokenTable(table, caption, rows) {
-  const headRow = el("tr", {}, ["token", "attention", "texts"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
+  const headRow = el(
+    "tr",
+    {},
+    ["token", "attention", "texts"].map((t) => el("th", { text: t, attrs: { scope: "col" } })),
+  );
   table.replaceChildren(
     el("caption", { text: caption }),
     el("thead", {}, [headRow]),
-    el("tbody", {}, rows.map((r) => el("tr", {}, [
-      el("td", { className: "tok", text: r.token }),
-      el("td", { text: r.weight.toFixed(2) }),
-      el("td", { text: String(r.texts) }),
-    ]))),
+    el(
+      "tbody",
+      {},
+      rows.map((r) =>
+        el("tr", {}, [
+          el("td", { className: "tok", text: r.token }),
+          el("td", { text: r.weight.toFixed(2) }),
+          el("td", { text: String(r.texts) }),
+        ]),
+      ),
+    ),
   );
 }
 
@@ -50,10 +58,25 @@ async function drawHistograms(dashboard) {
     const mids = counts.map((_, i) => (edges[i] + edges[i + 1]) / 2);
     const mean = dashboard.statistics[name];
     figure.title = `${name}: ${DESCRIBE[name] ?? ""}`;
-    await drawChart(plot, [{ type: "bar", x: mids, y: counts, marker: { color: "#4d7ea8" }, hovertemplate: `${label(name)} %{x:.2f}: %{y} texts<extra></extra>` }], {
-      title: `${label(name)}${mean === null ? "" : ` · mean ${mean.toFixed(2)}`}: ${DESCRIBE[name] ?? ""}`,
-      height: 240, bargap: 0.05, xaxis: { title: { text: label(name) } }, yaxis: { title: { text: "texts" } },
-    });
+    await drawChart(
+      plot,
+      [
+        {
+          type: "bar",
+          x: mids,
+          y: counts,
+          marker: { color: "#4d7ea8" },
+          hovertemplate: `${label(name)} %{x:.2f}: %{y} texts<extra></extra>`,
+        },
+      ],
+      {
+        title: `${label(name)}${mean === null ? "" : ` · mean ${mean.toFixed(2)}`}: ${DESCRIBE[name] ?? ""}`,
+        height: 240,
+        bargap: 0.05,
+        xaxis: { title: { text: label(name) } },
+        yaxis: { title: { text: "texts" } },
+      },
+    );
   }
 }
 
@@ -65,13 +88,19 @@ async function drawTexts(dashboard) {
   const count = dashboard.texts.length;
   for (const [i, item] of dashboard.texts.entries()) {
     const figure = el("figure", { className: "stage" });
-    const caption = el("figcaption", { text: `Tenth ${item.decile + 1} of 10 · ${label(dashboard.metric)} ${item.value.toFixed(3)}` });
+    const caption = el("figcaption", {
+      text: `Tenth ${item.decile + 1} of 10 · ${label(dashboard.metric)} ${item.value.toFixed(3)}`,
+    });
     const links = el("p", { className: "help" }, [
       el("a", { text: "Open in the explorer", attrs: { href: explorerLink(item.text) } }),
       " · ",
       el("a", { text: "Deep zoom", attrs: { href: zoomLink(item.text) } }),
     ]);
-    const placeholder = el("p", { className: "placeholder", text: `Map ${i + 1} of ${count}: waiting for the maps before it`, attrs: { role: "status" } });
+    const placeholder = el("p", {
+      className: "placeholder",
+      text: `Map ${i + 1} of ${count}: waiting for the maps before it`,
+      attrs: { role: "status" },
+    });
     const plot = el("div", { className: "plot" }, [placeholder]);
     figure.append(caption, plot, links);
     grid.append(figure);
@@ -82,7 +111,10 @@ async function drawTexts(dashboard) {
     const placeholder = plot.querySelector(".placeholder");
     if (placeholder) placeholder.textContent = `Map ${i + 1} of ${count}: the model is reading text ${item.idx}…`;
     if (!sampleMaps.has(item.idx)) {
-      sampleMaps.set(item.idx, await api.attention({ model, text: item.text, layers: [layer], heads: [head], format: "json" }));
+      sampleMaps.set(
+        item.idx,
+        await api.attention({ model, text: item.text, layers: [layer], heads: [head], format: "json" }),
+      );
     }
     const maps = sampleMaps.get(item.idx);
     if (!plot.isConnected) return; // redrawn meanwhile (more texts done)
@@ -90,7 +122,10 @@ async function drawTexts(dashboard) {
     const weights = maps.attentions[0][0];
     const scale = weightScale("linear", weights);
     await drawHeatmap(plot, scale.options.z, maps.tokens, maps.tokens, {
-      ...scale.options, hoverName: "weight", height: 300, showScale: false,
+      ...scale.options,
+      hoverName: "weight",
+      height: 300,
+      showScale: false,
       title: `text ${item.idx}: ${maps.tokens.length} tokens`,
     });
   }
@@ -120,8 +155,15 @@ async function compareText(dashboard) {
   const extra = mine.filter((r) => !corpus.includes(r));
   const value = found.statistics[dashboard.metric][0][head];
   const mean = dashboard.statistics[dashboard.metric];
-  const parts = [`On your text (${found.tokens.length} tokens) this head's ${label(dashboard.metric)} is ${value === null ? "not defined" : value.toFixed(3)}, against ${mean === null ? "none" : mean.toFixed(3)} over the corpus.`];
-  if (!missing.length && !extra.length) parts.push(corpus.length ? ` It does here what it does in general: ${corpus.join(", ")}.` : " Neither the corpus nor your text gives it a role.");
+  const parts = [
+    `On your text (${found.tokens.length} tokens) this head's ${label(dashboard.metric)} is ${value === null ? "not defined" : value.toFixed(3)}, against ${mean === null ? "none" : mean.toFixed(3)} over the corpus.`,
+  ];
+  if (!missing.length && !extra.length)
+    parts.push(
+      corpus.length
+        ? ` It does here what it does in general: ${corpus.join(", ")}.`
+        : " Neither the corpus nor your text gives it a role.",
+    );
   const why = !missing.includes("induction")
     ? ""
     : repeatsASpan(found.tokens)
@@ -129,7 +171,11 @@ async function compareText(dashboard) {
       : " (an induction head needs a repeated span to show it, and your text has none: write part of it twice)";
   if (missing.length) parts.push(` The corpus calls it ${missing.join(", ")}; on your text it is not${why}.`);
   if (extra.length) parts.push(` On your text it is ${extra.join(", ")}, which it is not over the corpus.`);
-  verdict.replaceChildren(parts.join(""), " ", el("a", { text: "Open your text in the explorer", attrs: { href: explorerLink(text) } }));
+  verdict.replaceChildren(
+    parts.join(""),
+    " ",
+    el("a", { text: "Open your text in the explorer", attrs: { href: explorerLink(text) } }),
+  );
 }
 
 async function main() {
@@ -144,19 +190,33 @@ async function main() {
     const metric = value("metric");
     dashboard = await api.corpusHead(run.id, layer, head, metric ? { metric, per_decile: 1 } : { per_decile: 1 });
     select.value = dashboard.metric;
-    $("#head-summary").textContent = `Over ${run.done.toLocaleString("en")} texts of ${run.corpus} (up to ${run.sequence_tokens} tokens each): ${dashboard.roles.length ? `its roles are ${dashboard.roles.join(", ")}` : "no role passes its threshold on average"}; texts ranked by ${label(dashboard.metric)}.`;
-    $("#head-means").replaceChildren(...run.statistics.map((name) => {
-      const card = metricCard(label(name), dashboard.statistics[name] === null ? "—" : dashboard.statistics[name].toFixed(3));
-      card.title = `${name}: ${DESCRIBE[name] ?? ""}`;
-      return card;
-    }));
+    $("#head-summary").textContent =
+      `Over ${run.done.toLocaleString("en")} texts of ${run.corpus} (up to ${run.sequence_tokens} tokens each): ${dashboard.roles.length ? `its roles are ${dashboard.roles.join(", ")}` : "no role passes its threshold on average"}; texts ranked by ${label(dashboard.metric)}.`;
+    $("#head-means").replaceChildren(
+      ...run.statistics.map((name) => {
+        const card = metricCard(
+          label(name),
+          dashboard.statistics[name] === null ? "—" : dashboard.statistics[name].toFixed(3),
+        );
+        card.title = `${name}: ${DESCRIBE[name] ?? ""}`;
+        return card;
+      }),
+    );
     tokenTable($("#head-to"), "The tokens it reads most (the first token aside)", dashboard.to_tokens);
     tokenTable($("#head-from"), "The tokens that read most sharply", dashboard.from_tokens);
-    const bins = dashboard.distance_edges.map((edge, i) => (i + 1 < dashboard.distance_edges.length ? `${edge}–${dashboard.distance_edges[i + 1] - 1}` : `${edge}+`));
-    await drawChart($("#head-distance"), [{ type: "bar", x: bins, y: dashboard.distance, marker: { color: "#b2182b" } }], {
-      title: "How far back it looks: its attention by query–key distance (tokens)", height: 300,
-      xaxis: { type: "category", title: { text: "distance" } }, yaxis: { title: { text: "share of attention" } },
-    });
+    const bins = dashboard.distance_edges.map((edge, i) =>
+      i + 1 < dashboard.distance_edges.length ? `${edge}–${dashboard.distance_edges[i + 1] - 1}` : `${edge}+`,
+    );
+    await drawChart(
+      $("#head-distance"),
+      [{ type: "bar", x: bins, y: dashboard.distance, marker: { color: "#b2182b" } }],
+      {
+        title: "How far back it looks: its attention by query–key distance (tokens)",
+        height: 300,
+        xaxis: { type: "category", title: { text: "distance" } },
+        yaxis: { title: { text: "share of attention" } },
+      },
+    );
     await drawHistograms(dashboard);
     await drawTexts(dashboard);
   };
@@ -171,7 +231,8 @@ async function main() {
       await show();
     },
     missing: () => {
-      $("#head-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\` for both embedded models), then reload.`;
+      $("#head-summary").textContent =
+        `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\` for both embedded models), then reload.`;
     },
     onError: (err) => showError(error, err.message),
   });

@@ -11,7 +11,11 @@ const page = readPageData();
 const { model } = page;
 const error = $("#heads-error");
 // The axes, the colour, the finder's statistic and range, and the corpus run: all in the link.
-const state = createState(textFields({ x: "previous", y: "first", colour: "entropy", find: "induction", min: "0.3", max: "1", run: null }), {}, { always: [], keepEmpty: true });
+const state = createState(
+  textFields({ x: "previous", y: "first", colour: "entropy", find: "induction", min: "0.3", max: "1", run: null }),
+  {},
+  { always: [], keepEmpty: true },
+);
 state.readUrl();
 const value = (name) => state.get()[name];
 const DESCRIBE = Object.fromEntries(page.statistics);
@@ -32,15 +36,37 @@ async function drawScatter(data) {
   const cs = cells(data, colour);
   const spread = cells({ statistics: data.spread }, y);
   const plot = $("#heads-scatter");
-  await drawChart(plot, [{
-    type: "scatter", mode: "markers", x: xs.map((c) => c.v), y: ys.map((c) => c.v),
-    marker: { color: cs.map((c) => c.v), colorscale: "Viridis", showscale: true, size: 9, colorbar: { title: { text: label(colour) }, thickness: 10 } },
-    customdata: xs.map((c, i) => [c.layer, c.head, spread[i].v ?? 0, data.roles[c.layer][c.head].join(", ") || "no role"]),
-    hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>${label(x)} %{x:.3f}<br>${label(y)} %{y:.3f} (± %{customdata[2]:.3f} over texts)<br>%{customdata[3]}<extra></extra>`,
-  }], {
-    title: `${data.run.layers * data.run.heads} heads of ${model} over ${data.run.done} texts of ${data.run.corpus}: ${label(x)} across, ${label(y)} up, colour ${label(colour)}`,
-    height: 520, xaxis: { title: { text: label(x) } }, yaxis: { title: { text: label(y) } },
-  });
+  await drawChart(
+    plot,
+    [
+      {
+        type: "scatter",
+        mode: "markers",
+        x: xs.map((c) => c.v),
+        y: ys.map((c) => c.v),
+        marker: {
+          color: cs.map((c) => c.v),
+          colorscale: "Viridis",
+          showscale: true,
+          size: 9,
+          colorbar: { title: { text: label(colour) }, thickness: 10 },
+        },
+        customdata: xs.map((c, i) => [
+          c.layer,
+          c.head,
+          spread[i].v ?? 0,
+          data.roles[c.layer][c.head].join(", ") || "no role",
+        ]),
+        hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>${label(x)} %{x:.3f}<br>${label(y)} %{y:.3f} (± %{customdata[2]:.3f} over texts)<br>%{customdata[3]}<extra></extra>`,
+      },
+    ],
+    {
+      title: `${data.run.layers * data.run.heads} heads of ${model} over ${data.run.done} texts of ${data.run.corpus}: ${label(x)} across, ${label(y)} up, colour ${label(colour)}`,
+      height: 520,
+      xaxis: { title: { text: label(x) } },
+      yaxis: { title: { text: label(y) } },
+    },
+  );
   plot.removeAllListeners?.("plotly_click");
   plot.on("plotly_click", (event) => {
     const [layer, head] = event.points[0].customdata;
@@ -52,36 +78,67 @@ function drawFinder(data) {
   const name = value("find");
   const lo = Number(value("min"));
   const hi = Number(value("max"));
-  const found = cells(data, name).filter((c) => c.v !== null && c.v >= lo && c.v <= hi).sort((a, b) => b.v - a.v);
-  const headRow = el("tr", {}, ["head", label(name), "± over texts", "roles on the corpus"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
+  const found = cells(data, name)
+    .filter((c) => c.v !== null && c.v >= lo && c.v <= hi)
+    .sort((a, b) => b.v - a.v);
+  const headRow = el(
+    "tr",
+    {},
+    ["head", label(name), "± over texts", "roles on the corpus"].map((t) =>
+      el("th", { text: t, attrs: { scope: "col" } }),
+    ),
+  );
   $("#heads-found").replaceChildren(
     el("caption", { text: `${found.length} heads with ${label(name)} from ${lo} to ${hi}` }),
     el("thead", {}, [headRow]),
-    el("tbody", {}, found.map((c) => el("tr", {}, [
-      el("td", {}, [el("a", { text: `layer ${c.layer} head ${c.head}`, attrs: { href: headLink(c.layer, c.head, data.run.id) } })]),
-      el("td", { text: c.v.toFixed(3) }),
-      el("td", { text: (data.spread[name][c.layer][c.head] ?? 0).toFixed(3) }),
-      el("td", { text: data.roles[c.layer][c.head].join(", ") || "—" }),
-    ]))),
+    el(
+      "tbody",
+      {},
+      found.map((c) =>
+        el("tr", {}, [
+          el("td", {}, [
+            el("a", {
+              text: `layer ${c.layer} head ${c.head}`,
+              attrs: { href: headLink(c.layer, c.head, data.run.id) },
+            }),
+          ]),
+          el("td", { text: c.v.toFixed(3) }),
+          el("td", { text: (data.spread[name][c.layer][c.head] ?? 0).toFixed(3) }),
+          el("td", { text: data.roles[c.layer][c.head].join(", ") || "—" }),
+        ]),
+      ),
+    ),
   );
 }
 
 function bindControls(current) {
-  for (const [id, key] of [["#heads-x", "x"], ["#heads-y", "y"], ["#heads-colour", "colour"], ["#heads-find-stat", "find"]]) {
+  for (const [id, key] of [
+    ["#heads-x", "x"],
+    ["#heads-y", "y"],
+    ["#heads-colour", "colour"],
+    ["#heads-find-stat", "find"],
+  ]) {
     const select = $(id);
-    select.replaceChildren(...Object.keys(DESCRIBE).map((n) => {
-      const option = new Option(label(n), n);
-      option.title = `${n}: ${DESCRIBE[n]}`;
-      return option;
-    }));
+    select.replaceChildren(
+      ...Object.keys(DESCRIBE).map((n) => {
+        const option = new Option(label(n), n);
+        option.title = `${n}: ${DESCRIBE[n]}`;
+        return option;
+      }),
+    );
     select.value = value(key);
     select.addEventListener("change", () => {
       state.set({ [key]: select.value });
       if (current() === null) return;
-      (key === "find" ? Promise.resolve(drawFinder(current())) : drawScatter(current())).catch((err) => showError(error, err.message));
+      (key === "find" ? Promise.resolve(drawFinder(current())) : drawScatter(current())).catch((err) =>
+        showError(error, err.message),
+      );
     });
   }
-  for (const [id, key] of [["#heads-find-min", "min"], ["#heads-find-max", "max"]]) {
+  for (const [id, key] of [
+    ["#heads-find-min", "min"],
+    ["#heads-find-max", "max"],
+  ]) {
     const input = $(id);
     input.value = value(key);
     input.addEventListener("change", () => {
@@ -99,12 +156,14 @@ async function main() {
     onRun: async (run) => {
       if (data === null) await plotlyReady();
       data = await api.corpusHeads(run.id);
-      $("#heads-summary").textContent = `Run ${run.id}: ${run.done.toLocaleString("en")} texts of ${run.corpus}, up to ${run.sequence_tokens} tokens each.`;
+      $("#heads-summary").textContent =
+        `Run ${run.id}: ${run.done.toLocaleString("en")} texts of ${run.corpus}, up to ${run.sequence_tokens} tokens each.`;
       await drawScatter(data);
       drawFinder(data);
     },
     missing: () => {
-      $("#heads-summary").textContent = `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\`), then reload.`;
+      $("#heads-summary").textContent =
+        `No corpus run for ${model} yet. Run \`atlas corpus run --model ${model}\` (or \`make corpus\`), then reload.`;
     },
     onError: (err) => showError(error, err.message),
   });

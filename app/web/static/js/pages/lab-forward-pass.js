@@ -4,7 +4,16 @@
 
 import { api } from "../api.js";
 import { $, el, metricCard, readPageData } from "../dom.js";
-import { describeModel, explorerLink, fillModels, headThumbnails, labForm, labels, numbersTable, read } from "../lab.js";
+import {
+  describeModel,
+  explorerLink,
+  fillModels,
+  headThumbnails,
+  labels,
+  labForm,
+  numbersTable,
+  read,
+} from "../lab.js";
 import { drawChart, drawHeatmap, escapeLabel, onCellClick } from "../views/plot.js";
 
 const EXAMPLE = "The Eiffel Tower is in the city of";
@@ -24,7 +33,12 @@ function openLayer(layer) {
 
 function tokenList(r) {
   $("#pass-tokens").replaceChildren(
-    ...r.tokens.map((token, i) => el("li", {}, [el("span", { className: "tok", text: token }), el("span", { className: "id", text: String(r.token_ids[i]) })])),
+    ...r.tokens.map((token, i) =>
+      el("li", {}, [
+        el("span", { className: "tok", text: token }),
+        el("span", { className: "id", text: String(r.token_ids[i]) }),
+      ]),
+    ),
   );
 }
 
@@ -48,13 +62,26 @@ async function drawEmbeddings(r, v) {
   $("#pass-embed-note").textContent =
     `Each token's row of the embedding matrix, ${r.d_model} numbers; the first ${r.shown_dims} are drawn, the norms use all ${r.d_model}. ${entering(r, v)}`;
   await drawHeatmap($("#pass-embed"), r.embeddings, r.tokens, labels("d", r.shown_dims), {
-    zmid: 0, colorscale: "RdBu", xTitle: "dimension", yTitle: "token", hoverName: "value",
+    zmid: 0,
+    colorscale: "RdBu",
+    xTitle: "dimension",
+    yTitle: "token",
+    hoverName: "value",
     title: `embedding rows (${r.tokens.length} × ${r.d_model}, first ${r.shown_dims} dimensions)`,
   });
   const width = $("#pass-embed-norms").clientWidth || 600;
   await drawChart(
     $("#pass-embed-norms"),
-    [{ type: "bar", x: r.tokens.map((_, i) => i), y: r.embedding_norms, customdata: r.tokens.map(escapeLabel), hovertemplate: "%{customdata}: |e| = %{y:.3f}<extra></extra>", marker: { color: "#3b4cca" } }],
+    [
+      {
+        type: "bar",
+        x: r.tokens.map((_, i) => i),
+        y: r.embedding_norms,
+        customdata: r.tokens.map(escapeLabel),
+        hovertemplate: "%{customdata}: |e| = %{y:.3f}<extra></extra>",
+        marker: { color: "#3b4cca" },
+      },
+    ],
     { title: "each embedding row's length |e|", height: 320, yaxis: { title: { text: "norm" } }, margin: { b: 70 } },
     {},
     { xaxis: { labels: r.tokens, pixels: width - 60, perLabel: 16 } },
@@ -76,7 +103,11 @@ async function drawStream(r) {
   const ticks = Array.from({ length: hi - lo + 1 }, (_, i) => lo + i);
   const stream = $("#pass-stream");
   await drawHeatmap(stream, z, names, r.tokens, {
-    xTitle: "token", hoverName: "norm", hoverValues: rows, zmin: lo, zmax: hi,
+    xTitle: "token",
+    hoverName: "norm",
+    hoverValues: rows,
+    zmin: lo,
+    zmax: hi,
     colorbar: { tickmode: "array", tickvals: ticks, ticktext: ticks.map((d) => String(10 ** d)) },
     title: "each token's vector length after each block (log colours); click a block to open it",
   });
@@ -89,13 +120,31 @@ async function drawStream(r) {
   await drawChart(
     added,
     [
-      { type: "bar", name: "attention adds", x: blocks, y: mean(r.attention_norms), marker: { color: "#3b4cca" }, hovertemplate: "block %{x}: attention adds |a| = %{y:.3f} (mean over tokens)<extra></extra>" },
-      { type: "bar", name: "MLP adds", x: blocks, y: mean(r.mlp_norms), marker: { color: "#d1495b" }, hovertemplate: "block %{x}: the MLP adds |m| = %{y:.3f} (mean over tokens)<extra></extra>" },
+      {
+        type: "bar",
+        name: "attention adds",
+        x: blocks,
+        y: mean(r.attention_norms),
+        marker: { color: "#3b4cca" },
+        hovertemplate: "block %{x}: attention adds |a| = %{y:.3f} (mean over tokens)<extra></extra>",
+      },
+      {
+        type: "bar",
+        name: "MLP adds",
+        x: blocks,
+        y: mean(r.mlp_norms),
+        marker: { color: "#d1495b" },
+        hovertemplate: "block %{x}: the MLP adds |m| = %{y:.3f} (mean over tokens)<extra></extra>",
+      },
     ],
     {
-      title: "how much each block's attention and MLP add to the stream (mean length over tokens, log scale); click a block to open it",
-      height: 340, barmode: "group", legend: { orientation: "h", y: -0.25 },
-      xaxis: { title: { text: "block (layer)" }, dtick: r.num_layers > 12 ? 5 : 1 }, yaxis: { type: "log", dtick: 1, title: { text: "norm" } },
+      title:
+        "how much each block's attention and MLP add to the stream (mean length over tokens, log scale); click a block to open it",
+      height: 340,
+      barmode: "group",
+      legend: { orientation: "h", y: -0.25 },
+      xaxis: { title: { text: "block (layer)" }, dtick: r.num_layers > 12 ? 5 : 1 },
+      yaxis: { type: "log", dtick: 1, title: { text: "norm" } },
     },
   );
   if (!added._blockClicks) {
@@ -111,7 +160,8 @@ async function drawNext(r) {
   $("#pass-no-head").hidden = !r.no_head;
   $("#pass-next-section").hidden = Boolean(r.no_head);
   if (r.no_head) {
-    $("#pass-no-head").textContent = `${r.no_head} This pass stops at the last hidden state (the stream after the last block, above).`;
+    $("#pass-no-head").textContent =
+      `${r.no_head} This pass stops at the last hidden state (the stream after the last block, above).`;
     return;
   }
   const n = r.tokens.length;
@@ -122,10 +172,27 @@ async function drawNext(r) {
   const ranks = top.map((_, i) => i);
   await drawChart(
     $("#pass-next"),
-    [{ type: "bar", orientation: "h", x: top.map((g) => g.probability), y: ranks, customdata: top.map((g) => [escapeLabel(g.token), g.logit.toFixed(3), g.token_id]), hovertemplate: "%{customdata[0]} (id %{customdata[2]}): p = %{x:.4f}, logit %{customdata[1]}<extra></extra>", marker: { color: "#3b4cca" } }],
+    [
+      {
+        type: "bar",
+        orientation: "h",
+        x: top.map((g) => g.probability),
+        y: ranks,
+        customdata: top.map((g) => [escapeLabel(g.token), g.logit.toFixed(3), g.token_id]),
+        hovertemplate: "%{customdata[0]} (id %{customdata[2]}): p = %{x:.4f}, logit %{customdata[1]}<extra></extra>",
+        marker: { color: "#3b4cca" },
+      },
+    ],
     {
-      title: "the next token's probabilities (top 10)", height: 380,
-      yaxis: { autorange: "reversed", tickmode: "array", tickvals: ranks, ticktext: top.map((g) => escapeLabel(g.token)), automargin: true },
+      title: "the next token's probabilities (top 10)",
+      height: 380,
+      yaxis: {
+        autorange: "reversed",
+        tickmode: "array",
+        tickvals: ranks,
+        ticktext: top.map((g) => escapeLabel(g.token)),
+        automargin: true,
+      },
       xaxis: { title: { text: "probability" }, range: [0, Math.min(1, top[0].probability * 1.15)] },
     },
   );
@@ -133,7 +200,13 @@ async function drawNext(r) {
     numbersTable(
       "The top guess at every position: what the model expects to come next after each token",
       ["position", "token", "top guess next", "probability", "the text's next token"],
-      r.top_guess.map((g, i) => [i, r.tokens[i], g.token, percent(g.probability), i + 1 < n ? `${r.tokens[i + 1]}${r.token_ids[i + 1] === g.token_id ? " ✓" : ""}` : "(not written yet)"]),
+      r.top_guess.map((g, i) => [
+        i,
+        r.tokens[i],
+        g.token,
+        percent(g.probability),
+        i + 1 < n ? `${r.tokens[i + 1]}${r.token_ids[i + 1] === g.token_id ? " ✓" : ""}` : "(not written yet)",
+      ]),
       "pass-guess-table",
     ),
   );
@@ -142,7 +215,10 @@ async function drawNext(r) {
 async function runPass(signal) {
   const v = read(fields);
   const model = page.models?.find((m) => m.id === v.model);
-  if (model && !model.loaded) $("#pass-metrics").replaceChildren(el("p", { className: "busy", text: `Loading ${v.model} (the first time takes up to half a minute)…` }));
+  if (model && !model.loaded)
+    $("#pass-metrics").replaceChildren(
+      el("p", { className: "busy", text: `Loading ${v.model} (the first time takes up to half a minute)…` }),
+    );
   const r = await api.lab("forward-pass", { model: v.model, text: v.text }, { signal });
   if (model) model.loaded = true;
   shown = { model: r.model, text: v.text, r };
@@ -171,7 +247,8 @@ async function openBlock(signal) {
   $("#pass-block-note").textContent =
     `The ${maps.length} heads of block ${layer} on this text, each one map (row: query token, column: key; colour ∝ √weight)` +
     `${body.num_kv_heads < body.num_heads ? `, sharing ${body.num_kv_heads} key/value heads` : ""}. Choose a head to see how it is computed.`;
-  const headPage = (h) => `/lab/what-a-head-is?${new URLSearchParams({ model, text, layer: String(layer), head: String(h) })}`;
+  const headPage = (h) =>
+    `/lab/what-a-head-is?${new URLSearchParams({ model, text, layer: String(layer), head: String(h) })}`;
   headThumbnails($("#pass-heads"), maps, { label: (h) => `head ${h}`, href: headPage });
   $("#pass-explorer").textContent = `See block ${layer} in the explorer`;
   $("#pass-explorer").href = explorerLink(model, text, layer, 0);

@@ -2,14 +2,25 @@
 
 import { api } from "../api.js";
 import { $ } from "../dom.js";
-import { count, labForm, labels, numbersTable, read } from "../lab.js";
+import { count, labels, labForm, numbersTable, read } from "../lab.js";
 import { drawHeatmap } from "../views/plot.js";
 
-const fields = { nq: $("#scoring-nq"), nk: $("#scoring-nk"), d: $("#scoring-d"), da: $("#scoring-da"), t: $("#scoring-t"), seed: $("#scoring-seed") };
+const fields = {
+  nq: $("#scoring-nq"),
+  nk: $("#scoring-nk"),
+  d: $("#scoring-d"),
+  da: $("#scoring-da"),
+  t: $("#scoring-t"),
+  seed: $("#scoring-seed"),
+};
 
 async function score(signal) {
   const v = read(fields);
-  const r = await api.lab("scoring", { n_q: v.nq, n_k: v.nk, d: v.d, d_attn: v.da, temperature: v.t, seed: v.seed }, { signal });
+  const r = await api.lab(
+    "scoring",
+    { n_q: v.nq, n_k: v.nk, d: v.d, d_attn: v.da, temperature: v.t, seed: v.seed },
+    { signal },
+  );
   $("#scoring-table").replaceChildren(
     numbersTable(
       `Cost for ${r.q.length} queries × ${r.k.length} keys, width ${r.q[0].length} (scoring every pair and mixing the values)`,
@@ -21,7 +32,16 @@ async function score(signal) {
   const rows = labels("q", r.q.length);
   const cols = labels("k", r.k.length);
   for (const [i, x] of r.variants.entries()) {
-    await drawHeatmap($(`#scoring-map-${i}`), x.weights, rows, cols, { zmin: 0, zmax: 1, showText: true, numbered: false, xTitle: "key", yTitle: "query", hoverName: "weight", title: `${x.name}: ${x.formula}` });
+    await drawHeatmap($(`#scoring-map-${i}`), x.weights, rows, cols, {
+      zmin: 0,
+      zmax: 1,
+      showText: true,
+      numbered: false,
+      xTitle: "key",
+      yTitle: "query",
+      hoverName: "weight",
+      title: `${x.name}: ${x.formula}`,
+    });
   }
 }
 

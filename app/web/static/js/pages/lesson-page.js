@@ -37,8 +37,22 @@ async function nextLesson() {
 async function sayFinished(lesson) {
   const next = await nextLesson();
   const lab = [link("/lab", "the lab"), ", which teaches each idea on a page of its own"];
-  if (next) say(`You finished ${lesson.title}. Next: the lesson `, link(`/learn/${next.id}`, `${next.title} →`), ", or ", ...lab, ".");
-  else say(`You finished ${lesson.title}. Go on with `, ...lab, ", or choose another lesson on ", link("/learn", "Learn"), ".");
+  if (next)
+    say(
+      `You finished ${lesson.title}. Next: the lesson `,
+      link(`/learn/${next.id}`, `${next.title} →`),
+      ", or ",
+      ...lab,
+      ".",
+    );
+  else
+    say(
+      `You finished ${lesson.title}. Go on with `,
+      ...lab,
+      ", or choose another lesson on ",
+      link("/learn", "Learn"),
+      ".",
+    );
   $("#lesson-start").textContent = "Start again";
 }
 
@@ -87,7 +101,8 @@ async function show() {
   share.hidden = false;
   share.addEventListener("click", async () => {
     await navigator.clipboard?.writeText(window.location.href).catch(() => {});
-    $("#lesson-share-status").textContent = `The link: ${window.location.href.length.toLocaleString("en")} characters, copied.`;
+    $("#lesson-share-status").textContent =
+      `The link: ${window.location.href.length.toLocaleString("en")} characters, copied.`;
   });
   if (takeFinished(home)) await sayFinished(lesson);
   openAskedStep(lesson, home);

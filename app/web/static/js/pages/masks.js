@@ -12,7 +12,10 @@ async function draw() {
     showError(error, "Type a sentence first.");
     return;
   }
-  const globals = $("#masks-global").value.split(/[\s,]+/).filter(Boolean).map(Number);
+  const globals = $("#masks-global")
+    .value.split(/[\s,]+/)
+    .filter(Boolean)
+    .map(Number);
   if (globals.some((g) => !Number.isInteger(g) || g < 0)) {
     showError(error, "Global tokens must be word positions such as 0, 5.");
     return;
@@ -40,13 +43,23 @@ async function draw() {
     const share = (100 * mask.computed_pairs) / mask.full_pairs;
     const plot = make("div", { className: "plot" });
     const caption = make("figcaption", { text: mask.label }, [
-      make("span", { className: "why", text: `${mask.explanation}. Computes ${mask.computed_pairs} of ${mask.full_pairs} pairs (${share.toFixed(0)} %).` }),
+      make("span", {
+        className: "why",
+        text: `${mask.explanation}. Computes ${mask.computed_pairs} of ${mask.full_pairs} pairs (${share.toFixed(0)} %).`,
+      }),
     ]);
     grid.append(make("figure", { className: "stage", attrs: { "data-kind": mask.kind } }, [caption, plot]));
     const z = mask.mask.map((row) => row.map((allowed) => (allowed ? 1 : 0)));
     drawHeatmap(plot, z, words, words, {
-      zmin: 0, zmax: 1, hoverName: "allowed (1) / −∞ (0)", xTitle: "key", yTitle: "query",
-      colorscale: [[0, "#f3f4f8"], [1, "#3b4cca"]],
+      zmin: 0,
+      zmax: 1,
+      hoverName: "allowed (1) / −∞ (0)",
+      xTitle: "key",
+      yTitle: "query",
+      colorscale: [
+        [0, "#f3f4f8"],
+        [1, "#3b4cca"],
+      ],
       showScale: false,
     });
   }
@@ -57,7 +70,12 @@ $("#masks-form").addEventListener("submit", (event) => {
   draw();
 });
 keepInputsInUrl({
-  text: $("#masks-text"), window: $("#masks-window"), dilation: $("#masks-dilation"), global: $("#masks-global"),
-  random: $("#masks-random"), seed: $("#masks-seed"), block: $("#masks-block"),
+  text: $("#masks-text"),
+  window: $("#masks-window"),
+  dilation: $("#masks-dilation"),
+  global: $("#masks-global"),
+  random: $("#masks-random"),
+  seed: $("#masks-seed"),
+  block: $("#masks-block"),
 });
 draw();

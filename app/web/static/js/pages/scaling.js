@@ -23,7 +23,10 @@ async function update() {
   pending = new AbortController();
   let r;
   try {
-    r = await api.scaling({ d_k, temperature, n_keys: Number($("#keys").value), seed: Number($("#seed").value) }, { signal: pending.signal });
+    r = await api.scaling(
+      { d_k, temperature, n_keys: Number($("#keys").value), seed: Number($("#seed").value) },
+      { signal: pending.signal },
+    );
   } catch (err) {
     if (err.name !== "AbortError") showError($("#scaling-error"), err.message);
     return;
@@ -41,22 +44,68 @@ async function update() {
   );
   await plotlyReady();
   const keys = r.scaled.weights.map((_, i) => `k${i}`);
-  const bars = (side, colour, title) => drawChart(
-    $(side === "scaled" ? "#bars-scaled" : "#bars-unscaled"),
-    [{ type: "bar", x: keys, y: r[side].weights, marker: { color: colour }, hovertemplate: "%{x}: %{y:.6f}<extra></extra>" }],
-    { title: { text: title, font: { size: 14 } }, yaxis: { range: [0, 1], title: { text: "softmax weight" } }, height: 320 },
-  );
+  const bars = (side, colour, title) =>
+    drawChart(
+      $(side === "scaled" ? "#bars-scaled" : "#bars-unscaled"),
+      [
+        {
+          type: "bar",
+          x: keys,
+          y: r[side].weights,
+          marker: { color: colour },
+          hovertemplate: "%{x}: %{y:.6f}<extra></extra>",
+        },
+      ],
+      {
+        title: { text: title, font: { size: 14 } },
+        yaxis: { range: [0, 1], title: { text: "softmax weight" } },
+        height: 320,
+      },
+    );
   bars("scaled", "#0072B2", `scaled: softmax(q·k / √${d_k})`);
   bars("unscaled", "#D55E00", "unscaled: softmax(q·k)");
   drawChart(
     $("#entropy-curve"),
     [
-      { type: "scatter", mode: "lines+markers", name: "scaled", x: r.curve_d_k, y: r.curve_entropy_scaled, line: { color: "#0072B2" } },
-      { type: "scatter", mode: "lines+markers", name: "unscaled", x: r.curve_d_k, y: r.curve_entropy_unscaled, line: { color: "#D55E00" } },
-      { type: "scatter", mode: "lines", name: "uniform (log n)", x: [r.curve_d_k[0], r.curve_d_k.at(-1)], y: [r.max_entropy, r.max_entropy], line: { dash: "dot", color: "#888" } },
-      { type: "scatter", mode: "markers", name: `d_k = ${d_k}`, x: [d_k, d_k], y: [r.scaled.entropy, r.unscaled.entropy], marker: { size: 12, color: "#e4572e", symbol: "diamond" } },
+      {
+        type: "scatter",
+        mode: "lines+markers",
+        name: "scaled",
+        x: r.curve_d_k,
+        y: r.curve_entropy_scaled,
+        line: { color: "#0072B2" },
+      },
+      {
+        type: "scatter",
+        mode: "lines+markers",
+        name: "unscaled",
+        x: r.curve_d_k,
+        y: r.curve_entropy_unscaled,
+        line: { color: "#D55E00" },
+      },
+      {
+        type: "scatter",
+        mode: "lines",
+        name: "uniform (log n)",
+        x: [r.curve_d_k[0], r.curve_d_k.at(-1)],
+        y: [r.max_entropy, r.max_entropy],
+        line: { dash: "dot", color: "#888" },
+      },
+      {
+        type: "scatter",
+        mode: "markers",
+        name: `d_k = ${d_k}`,
+        x: [d_k, d_k],
+        y: [r.scaled.entropy, r.unscaled.entropy],
+        marker: { size: 12, color: "#e4572e", symbol: "diamond" },
+      },
     ],
-    { title: { text: "mean entropy of softmax against d_k", font: { size: 14 } }, xaxis: { type: "log", title: { text: "d_k" } }, yaxis: { title: { text: "entropy (nats)" }, rangemode: "tozero" }, height: 340 },
+    {
+      title: { text: "mean entropy of softmax against d_k", font: { size: 14 } },
+      xaxis: { type: "log", title: { text: "d_k" } },
+      yaxis: { title: { text: "entropy (nats)" }, rangemode: "tozero" },
+      height: 340,
+    },
   );
 }
 
@@ -83,16 +132,27 @@ async function compareRealHead() {
   );
   await plotlyReady();
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query", hoverName: "weight" };
-  drawHeatmap($("#real-scaled"), d.weights, d.tokens, d.tokens, { ...common, title: `${d.model} L${d.layer} H${d.head}: as computed (× ${d.model_scale.toFixed(3)})` });
-  drawHeatmap($("#real-unscaled"), d.counterfactual_weights, d.tokens, d.tokens, { ...common, title: "without the 1/√d scale" });
+  drawHeatmap($("#real-scaled"), d.weights, d.tokens, d.tokens, {
+    ...common,
+    title: `${d.model} L${d.layer} H${d.head}: as computed (× ${d.model_scale.toFixed(3)})`,
+  });
+  drawHeatmap($("#real-unscaled"), d.counterfactual_weights, d.tokens, d.tokens, {
+    ...common,
+    title: "without the 1/√d scale",
+  });
 }
 
 for (const id of ["#dk", "#temp", "#keys", "#seed"]) $(id).addEventListener("input", update);
 $("#scaling-form").addEventListener("submit", (e) => e.preventDefault());
 $("#real-text").value = page.example_text;
 keepInputsInUrl({
-  dk: $("#dk"), temp: $("#temp"), keys: $("#keys"), seed: $("#seed"),
-  text: $("#real-text"), layer: $("#real-layer"), head: $("#real-head"),
+  dk: $("#dk"),
+  temp: $("#temp"),
+  keys: $("#keys"),
+  seed: $("#seed"),
+  text: $("#real-text"),
+  layer: $("#real-layer"),
+  head: $("#real-head"),
 });
 $("#real-form").addEventListener("submit", (e) => {
   e.preventDefault();

@@ -17,10 +17,17 @@ function parseMatrix(name, text) {
   const rows = text
     .trim()
     .split(/\n+/)
-    .map((line) => line.trim().split(/[\s,;]+/).filter(Boolean).map(Number));
+    .map((line) =>
+      line
+        .trim()
+        .split(/[\s,;]+/)
+        .filter(Boolean)
+        .map(Number),
+    );
   if (!rows.length || !rows[0].length) throw new Error(`${name} is empty: one row per token`);
   rows.forEach((row, i) => {
-    if (row.some((x) => !Number.isFinite(x))) throw new Error(`${name} row ${i + 1} has something that is not a number`);
+    if (row.some((x) => !Number.isFinite(x)))
+      throw new Error(`${name} row ${i + 1} has something that is not a number`);
   });
   return rows;
 }
@@ -68,14 +75,29 @@ async function compute() {
   const dims = body.v[0].map((_, i) => `d${i}`);
   await drawStages(
     stageFigures($("#stage-grid")),
-    { scores: result.scores, scaled: result.scaled_scores, masked: result.masked_scores, weights: result.weights, output: result.output },
-    rows, cols, dims, `× ${result.scale.toFixed(4)} ÷ ${result.temperature}`,
+    {
+      scores: result.scores,
+      scaled: result.scaled_scores,
+      masked: result.masked_scores,
+      weights: result.weights,
+      output: result.output,
+    },
+    rows,
+    cols,
+    dims,
+    `× ${result.scale.toFixed(4)} ÷ ${result.temperature}`,
   );
 }
 
 fillExample();
 keepInputsInUrl({
-  tokens: $("#tokens"), q: $("#q"), k: $("#k"), v: $("#v"), scale: $("#scale"), temperature: $("#temperature"), mask: $("#mask"),
+  tokens: $("#tokens"),
+  q: $("#q"),
+  k: $("#k"),
+  v: $("#v"),
+  scale: $("#scale"),
+  temperature: $("#temperature"),
+  mask: $("#mask"),
 });
 $("#steps-form").addEventListener("submit", (event) => {
   event.preventDefault();

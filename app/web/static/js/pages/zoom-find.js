@@ -21,7 +21,9 @@ function labelText(label) {
  * first === last). An empty query (or only whitespace) finds nothing.
  */
 export function findTokens(tokens, query) {
-  const needle = String(query || "").replace(/\s+/g, "").toLowerCase();
+  const needle = String(query || "")
+    .replace(/\s+/g, "")
+    .toLowerCase();
   if (!needle) return [];
   const chars = [];
   const owner = []; // the token each character of `chars` came from

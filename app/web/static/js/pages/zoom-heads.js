@@ -112,7 +112,8 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
       if (running !== controller) return;
       outcome = err.name === "AbortError" ? "Stopped: the layers so far are shown." : err.message;
     } finally {
-      if (running === controller) { // not replaced by a newer run or reset
+      if (running === controller) {
+        // not replaced by a newer run or reset
         running = null;
         show(); // "so far" no longer
         status.textContent = outcome;
@@ -141,7 +142,9 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     const name = label(stat);
     const values = found.statistics[stat];
     const scored = anyValue(values);
-    const none = scored ? "" : ` No query row of this text qualifies${running ? " in the layers computed so far" : ""}.`;
+    const none = scored
+      ? ""
+      : ` No query row of this text qualifies${running ? " in the layers computed so far" : ""}.`;
     describe.textContent = `${name}: ${known[stat]}.${none}`;
     grid.hidden = !scored;
     listStrongest(values, stat);
@@ -149,29 +152,39 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
     const labels = headLabels(state.pass);
     drawHeatTable(grid, values, {
       caption: `${name} of every head · rows: layers, columns: heads · select a cell to open its map`,
-      rows: labels.layers, cols: labels.heads, max: stat === "distance" ? gridMax(values) : 1,
-      digits: stat === "distance" ? 1 : 2, missingText: NO_VALUE, name,
-      open: [state.layer, state.head], onPick: open,
+      rows: labels.layers,
+      cols: labels.heads,
+      max: stat === "distance" ? gridMax(values) : 1,
+      digits: stat === "distance" ? 1 : 2,
+      missingText: NO_VALUE,
+      name,
+      open: [state.layer, state.head],
+      onPick: open,
     });
   }
 
   function listStrongest(values, stat) {
     const heads = values.flatMap((row, l) => row.map((v, h) => [v, l, h])).filter(([v]) => v !== null);
     heads.sort((a, b) => b[0] - a[0]);
-    list.replaceChildren(...heads.slice(0, LISTED).map(([v, l, h]) => {
-      const roles = (found.roles[l]?.[h] || []).map((r) => r.role).join(", ");
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "link";
-      button.textContent = `Layer ${l}, head ${h}: ${label(stat)} ${formatNumber(v, stat === "distance" ? 1 : 3)}${roles ? ` (${roles})` : ""}`;
-      button.addEventListener("click", () => open(l, h));
-      const item = document.createElement("li");
-      item.append(button);
-      return item;
-    }));
+    list.replaceChildren(
+      ...heads.slice(0, LISTED).map(([v, l, h]) => {
+        const roles = (found.roles[l]?.[h] || []).map((r) => r.role).join(", ");
+        const button = document.createElement("button");
+        button.type = "button";
+        button.className = "link";
+        button.textContent = `Layer ${l}, head ${h}: ${label(stat)} ${formatNumber(v, stat === "distance" ? 1 : 3)}${roles ? ` (${roles})` : ""}`;
+        button.addEventListener("click", () => open(l, h));
+        const item = document.createElement("li");
+        item.append(button);
+        return item;
+      }),
+    );
   }
 
-  statSelect.addEventListener("change", () => { state.stat = statSelect.value; show(); });
+  statSelect.addEventListener("change", () => {
+    state.stat = statSelect.value;
+    show();
+  });
   // Another choice of rows changes the found tokens' numbers: measured again where shown.
   readFromSelect.addEventListener("change", () => {
     state.readFrom = readFromSelect.value;
@@ -180,5 +193,12 @@ export function headFinder(state, descriptions, { open, writeUrl }) {
   });
   runButton.addEventListener("click", () => run({ preferMarked: true }));
   stopButton.addEventListener("click", () => running?.abort());
-  return { reset, run, show, get ready() { return found !== null; } };
+  return {
+    reset,
+    run,
+    show,
+    get ready() {
+      return found !== null;
+    },
+  };
 }

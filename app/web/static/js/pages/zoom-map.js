@@ -32,8 +32,10 @@ export function mapTrace(values, { r0, c0, cell }, scale, { area, side }) {
   return {
     type: "heatmap",
     ...(log ? { ...log, colorbar: { ...bar, ...log.colorbar } } : { z: values, zmin: 0, colorbar: bar }),
-    x0: c0 + (cell - 1) / 2, dx: cell,
-    y0: r0 + (cell - 1) / 2, dy: cell,
+    x0: c0 + (cell - 1) / 2,
+    dx: cell,
+    y0: r0 + (cell - 1) / 2,
+    dy: cell,
     colorscale: COLORSCALE,
     // Above 40,000 cells, one image a pixel a cell (a third faster to draw than a rectangle each).
     zsmooth: values.length * (values[0]?.length || 0) > FAST_DRAW_CELLS ? "fast" : false,
@@ -49,11 +51,23 @@ export function mapLayout({ r0, r1, c0, c1 }, { height }, shapes) {
     // Square cells: a unit of y as long as a unit of x, the plot area shrunk to fit (never the
     // ranges widened), at the top left.
     xaxis: {
-      range: [c0 - 0.5, c1 - 0.5], side: "top", tickangle: -45, ...POSITION_TICKS, title: { text: "" },
-      constrain: "domain", constraintoward: "left",
+      range: [c0 - 0.5, c1 - 0.5],
+      side: "top",
+      tickangle: -45,
+      ...POSITION_TICKS,
+      title: { text: "" },
+      constrain: "domain",
+      constraintoward: "left",
     },
-    yaxis: { range: [r1 - 0.5, r0 - 0.5], ...POSITION_TICKS, scaleanchor: "x", constrain: "domain", constraintoward: "top" },
-    paper_bgcolor: "rgba(0,0,0,0)", plot_bgcolor: "rgba(0,0,0,0)",
+    yaxis: {
+      range: [r1 - 0.5, r0 - 0.5],
+      ...POSITION_TICKS,
+      scaleanchor: "x",
+      constrain: "domain",
+      constraintoward: "top",
+    },
+    paper_bgcolor: "rgba(0,0,0,0)",
+    plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, sans-serif" },
     dragmode: "zoom",
     shapes,

@@ -75,25 +75,36 @@ const finder = headFinder(state, Object.fromEntries(page.statistics), { open: op
 
 /** The page's state in the URL (state.js): the settings in the query, the text and the search
  * in the fragment; the map's settings only once there is a map. */
-const url = createState([
-  { key: "model", param: "model", type: "text", default: page.default_model },
-  { key: "layer", param: "layer", type: "int", default: null },
-  { key: "head", param: "head", type: "int", default: null },
-  { key: "reduce", param: "reduce", type: "choice", choices: ["max", "mean"], default: "max" },
-  { key: "colours", param: "colours", type: "choice", choices: ["log", "linear"], default: null },
-  { key: "window", param: "win", type: "ints", default: null },
-  { key: "stat", param: "stat", type: "text", default: null },
-  { key: "readFrom", param: "from", type: "choice", choices: ["later", "last"], default: "later" },
-  { key: "text", param: "text", type: "text", default: "", fragment: true },
-  { key: "find", param: "find", type: "text", default: "", fragment: true },
-], {}, { always: ["model", "layer", "head"] });
+const url = createState(
+  [
+    { key: "model", param: "model", type: "text", default: page.default_model },
+    { key: "layer", param: "layer", type: "int", default: null },
+    { key: "head", param: "head", type: "int", default: null },
+    { key: "reduce", param: "reduce", type: "choice", choices: ["max", "mean"], default: "max" },
+    { key: "colours", param: "colours", type: "choice", choices: ["log", "linear"], default: null },
+    { key: "window", param: "win", type: "ints", default: null },
+    { key: "stat", param: "stat", type: "text", default: null },
+    { key: "readFrom", param: "from", type: "choice", choices: ["later", "last"], default: "later" },
+    { key: "text", param: "text", type: "text", default: "", fragment: true },
+    { key: "find", param: "find", type: "text", default: "", fragment: true },
+  ],
+  {},
+  { always: ["model", "layer", "head"] },
+);
 
 function writeUrl() {
   const map = state.pass ? state : {}; // before a map, the link names the model and the text
   url.set({
-    model: state.model, layer: map.layer ?? null, head: map.head ?? null, reduce: map.reduce ?? "max",
-    colours: map.colours ?? null, window: map.window ?? null, stat: (finder.ready && map.stat) || null,
-    readFrom: map.readFrom ?? "later", text: state.text, find: state.find,
+    model: state.model,
+    layer: map.layer ?? null,
+    head: map.head ?? null,
+    reduce: map.reduce ?? "max",
+    colours: map.colours ?? null,
+    window: map.window ?? null,
+    stat: (finder.ready && map.stat) || null,
+    readFrom: map.readFrom ?? "later",
+    text: state.text,
+    find: state.find,
   });
   url.writeUrl();
   linkExplorer();
@@ -105,7 +116,12 @@ function linkExplorer() {
   const limit = models.find((m) => m.id === state.model)?.full_map_tokens;
   explorerLink.hidden = !state.pass || !(state.pass.seq_len <= limit);
   if (explorerLink.hidden) return;
-  const query = new URLSearchParams({ model: state.model, text: state.text, layer: String(state.layer), head: String(state.head) });
+  const query = new URLSearchParams({
+    model: state.model,
+    text: state.text,
+    layer: String(state.layer),
+    head: String(state.head),
+  });
   if (colours() === "log") query.set("colours", "log");
   explorerLink.href = `/?${query}`;
 }
@@ -140,21 +156,23 @@ function findMatches() {
   const count = state.matches.length;
   const tokens = state.pass?.tokens || [];
   const spelled = ({ first, last }) => tokens.slice(first, last + 1).join("");
-  findList.replaceChildren(...state.matches.slice(0, LISTED_MATCHES).map((match) => {
-    const button = document.createElement("button");
-    button.type = "button";
-    button.className = "link";
-    const where = match.first === match.last ? `token ${match.first}` : `tokens ${match.first}–${match.last}`;
-    button.textContent = `${where}: ${spelled(match)}`;
-    button.addEventListener("click", () => {
-      state.window = clampWindow(aroundMatch(match, state.pass.seq_len));
-      draw();
-      plot.focus({ preventScroll: true });
-    });
-    const item = document.createElement("li");
-    item.append(button);
-    return item;
-  }));
+  findList.replaceChildren(
+    ...state.matches.slice(0, LISTED_MATCHES).map((match) => {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "link";
+      const where = match.first === match.last ? `token ${match.first}` : `tokens ${match.first}–${match.last}`;
+      button.textContent = `${where}: ${spelled(match)}`;
+      button.addEventListener("click", () => {
+        state.window = clampWindow(aroundMatch(match, state.pass.seq_len));
+        draw();
+        plot.focus({ preventScroll: true });
+      });
+      const item = document.createElement("li");
+      item.append(button);
+      return item;
+    }),
+  );
   findList.hidden = count === 0;
   if (!state.find || !state.pass) findStatus.textContent = "";
   else if (!count) findStatus.textContent = `“${state.find}” is not in the text (case and spaces aside).`;
@@ -179,7 +197,9 @@ async function loadModels() {
  * (the explorer, reading every map at once, takes less). */
 function describeModel() {
   const m = models.find((x) => x.id === modelSelect.value);
-  modelNote.textContent = m ? `${m.description} Deep zoom takes texts of up to ${m.max_tokens.toLocaleString("en")} tokens with it.` : "";
+  modelNote.textContent = m
+    ? `${m.description} Deep zoom takes texts of up to ${m.max_tokens.toLocaleString("en")} tokens with it.`
+    : "";
   if (m) offerExampleLengths(m.max_tokens);
 }
 
@@ -194,18 +214,25 @@ function offerExampleLengths(maxTokens) {
   const select = $("#zoom-example-length");
   const fits = (length) => exampleTokens(length) <= maxTokens;
   const kept = Number(select.value);
-  select.replaceChildren(...EXAMPLE_LENGTHS.map((length) => {
-    const words = `${length.toLocaleString("en")} × 2`;
-    const option = new Option(fits(length) ? words : `${words} (too long)`, String(length));
-    option.disabled = !fits(length);
-    return option;
-  }));
+  select.replaceChildren(
+    ...EXAMPLE_LENGTHS.map((length) => {
+      const words = `${length.toLocaleString("en")} × 2`;
+      const option = new Option(fits(length) ? words : `${words} (too long)`, String(length));
+      option.disabled = !fits(length);
+      return option;
+    }),
+  );
   const long = EXAMPLE_LENGTHS.filter((length) => !fits(length));
   $("#zoom-example-why").textContent = long.length
     ? `${long.map((l) => `${l.toLocaleString("en")} × 2`).join(" and ")} need${long.length > 1 ? "" : "s"} ${long.map((l) => exampleTokens(l).toLocaleString("en")).join(" and ")} tokens; this model takes ${maxTokens.toLocaleString("en")}.`
     : "";
   const usable = EXAMPLE_LENGTHS.filter(fits);
-  const chosen = usable.includes(kept) && select.dataset.chosen ? kept : usable.includes(DEFAULT_EXAMPLE_LENGTH) ? DEFAULT_EXAMPLE_LENGTH : usable.at(-1);
+  const chosen =
+    usable.includes(kept) && select.dataset.chosen
+      ? kept
+      : usable.includes(DEFAULT_EXAMPLE_LENGTH)
+        ? DEFAULT_EXAMPLE_LENGTH
+        : usable.at(-1);
   select.value = String(chosen ?? "");
   $("#zoom-example").disabled = chosen === undefined;
 }
@@ -228,11 +255,15 @@ async function runPass({ keepView = false, findHeads = false } = {}) {
   status.textContent = "Tokenising and starting the model…";
   const started = performance.now();
   try {
-    const last = await api.forward({ model: state.model, text: state.text }, (line) => {
-      if (line.event !== "progress") return;
-      progress.value = line.layer / line.layers;
-      status.textContent = `Forward pass: layer ${Math.min(line.layer + 1, line.layers)} of ${line.layers}…`;
-    }, { signal: controller.signal });
+    const last = await api.forward(
+      { model: state.model, text: state.text },
+      (line) => {
+        if (line.event !== "progress") return;
+        progress.value = line.layer / line.layers;
+        status.textContent = `Forward pass: layer ${Math.min(line.layer + 1, line.layers)} of ${line.layers}…`;
+      },
+      { signal: controller.signal },
+    );
     if (!last || last.event === "error") throw new Error(last?.detail || "the forward pass did not finish");
     state.pass = last;
     const seconds = ((performance.now() - started) / 1000).toFixed(1);
@@ -286,10 +317,19 @@ async function draw() {
   windowLine.textContent = `Computing rows ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}…`;
   let answer;
   try {
-    answer = await api.tiles({
-      model: state.model, text: state.text, layer: state.layer, heads: [state.head],
-      rows: [r0, r1], cols: [c0, c1], cell, reduce: state.reduce,
-    }, { signal: controller.signal });
+    answer = await api.tiles(
+      {
+        model: state.model,
+        text: state.text,
+        layer: state.layer,
+        heads: [state.head],
+        rows: [r0, r1],
+        cols: [c0, c1],
+        cell,
+        reduce: state.reduce,
+      },
+      { signal: controller.signal },
+    );
   } catch (err) {
     if (err.name !== "AbortError") showError(errorBox, err.message);
     return;
@@ -298,14 +338,22 @@ async function draw() {
   await nextTask();
   const where = { r0, r1, c0, c1, cell };
   shown = {
-    layer: state.layer, head: state.head, reduce: state.reduce, colours: colours(),
-    ...where, values: answer.values[0], errorBound: answer.error_bound,
+    layer: state.layer,
+    head: state.head,
+    reduce: state.reduce,
+    colours: colours(),
+    ...where,
+    values: answer.values[0],
+    errorBound: answer.error_bound,
   };
   const trace = mapTrace(shown.values, where, shown.colours, size);
   await window.Plotly.react(plot, [trace], mapLayout(where, size, matchShapes(state.matches)), PLOT_CONFIG);
   // Token labels, where they fit, each axis in a task of its own: measuring dozens of new
   // labels costs Plotly about as much as the map itself.
-  for (const [axis, span] of [["xaxis", [c0, c1]], ["yaxis", [r0, r1]]]) {
+  for (const [axis, span] of [
+    ["xaxis", [c0, c1]],
+    ["yaxis", [r0, r1]],
+  ]) {
     const labels = tokenLabels(state.pass.tokens, ...span, size.side - 10);
     if (labels.tickmode !== "array") continue;
     await nextTask();
@@ -314,7 +362,10 @@ async function draw() {
   }
   if (!plot._zoomWired) wirePlot();
   // Said once the map and its labels are drawn (tests wait for it).
-  const what = cell === 1 ? "each cell one weight" : `each cell the ${state.reduce === "max" ? "largest" : "mean"} weight of ${cell} × ${cell} tokens`;
+  const what =
+    cell === 1
+      ? "each cell one weight"
+      : `each cell the ${state.reduce === "max" ? "largest" : "mean"} weight of ${cell} × ${cell} tokens`;
   windowLine.textContent = `Layer ${state.layer}, head ${state.head}: queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}; ${what} (within ${answer.error_bound} of the model's own weights).`;
 }
 
@@ -325,22 +376,39 @@ function windowExport() {
   if (!shown) throw new Error("Run the model first: there is no map to export yet.");
   const { layer, head, reduce, r0, r1, c0, c1, cell, values } = shown;
   const tokens = state.pass.tokens;
-  const labels = (start, stop) => Array.from({ length: Math.ceil((stop - start) / cell) }, (_, i) => {
-    const first = start + i * cell;
-    return cell === 1 ? `${first} ${tokens[first]}` : `${first}–${Math.min(first + cell, stop) - 1}`;
-  });
+  const labels = (start, stop) =>
+    Array.from({ length: Math.ceil((stop - start) / cell) }, (_, i) => {
+      const first = start + i * cell;
+      return cell === 1 ? `${first} ${tokens[first]}` : `${first}–${Math.min(first + cell, stop) - 1}`;
+    });
   const top = Math.max(0, ...values.map((row) => Math.max(...row)));
-  const cells = cell === 1 ? "each cell one weight" : `each cell the ${reduce === "max" ? "largest" : "mean"} weight of a block of ${cell} × ${cell} tokens`;
+  const cells =
+    cell === 1
+      ? "each cell one weight"
+      : `each cell the ${reduce === "max" ? "largest" : "mean"} weight of a block of ${cell} × ${cell} tokens`;
   const scale = weightScale(shown.colours, values, top || 1);
   return {
-    kind: "head", element: plot, layer, head, tokens: labels(c0, c1), rowTokens: labels(r0, r1), matrix: values,
-    matrixName: "values", corner: "query \\ key", where: `L${layer}-H${head}-q${r0}-${r1 - 1}-k${c0}-${c1 - 1}`,
+    kind: "head",
+    element: plot,
+    layer,
+    head,
+    tokens: labels(c0, c1),
+    rowTokens: labels(r0, r1),
+    matrix: values,
+    matrixName: "values",
+    corner: "query \\ key",
+    where: `L${layer}-H${head}-q${r0}-${r1 - 1}-k${c0}-${c1 - 1}`,
     suffix: cell === 1 ? "" : `-${reduce}-of-${cell}`,
     title: `layer ${layer} · head ${head} · queries ${r0}–${r1 - 1}, keys ${c0}–${c1 - 1}`,
-    colour: scale.colour, colourBar: scale.bar,
+    colour: scale.colour,
+    colourBar: scale.bar,
     payload: {
       what: `Deep zoom's window: values[i][j] is for queries from ${r0} + i·${cell} and keys from ${c0} + j·${cell}, ${cells}; within error_bound of the model's own weights`,
-      rows: [r0, r1], cols: [c0, c1], cell, reduce: cell === 1 ? null : reduce, error_bound: shown.errorBound,
+      rows: [r0, r1],
+      cols: [c0, c1],
+      cell,
+      reduce: cell === 1 ? null : reduce,
+      error_bound: shown.errorBound,
       seq_len: state.pass.seq_len,
     },
   };
@@ -393,7 +461,10 @@ function onMapKey(event) {
   const rows = r1 - r0;
   const cols = c1 - c0;
   const moves = {
-    ArrowUp: [-rows / 4, 0], ArrowDown: [rows / 4, 0], ArrowLeft: [0, -cols / 4], ArrowRight: [0, cols / 4],
+    ArrowUp: [-rows / 4, 0],
+    ArrowDown: [rows / 4, 0],
+    ArrowLeft: [0, -cols / 4],
+    ArrowRight: [0, cols / 4],
   };
   if (event.key in moves) {
     const [dr, dc] = moves[event.key].map(Math.round);
@@ -447,7 +518,10 @@ async function main() {
     event.preventDefault();
     const chars = [...textBox.value].length; // code points, as the server counts; never cut
     if (chars > page.max_text_chars) {
-      showError(errorBox, `This text is ${chars.toLocaleString("en")} characters; the server takes up to ${page.max_text_chars.toLocaleString("en")}. Shorten it: nothing was cut.`);
+      showError(
+        errorBox,
+        `This text is ${chars.toLocaleString("en")} characters; the server takes up to ${page.max_text_chars.toLocaleString("en")}. Shorten it: nothing was cut.`,
+      );
       return;
     }
     state.text = textBox.value;
@@ -461,12 +535,23 @@ async function main() {
   });
   stopButton.addEventListener("click", () => running?.abort());
   $("#zoom-example").addEventListener("click", useExample);
-  $("#zoom-example-length").addEventListener("change", (event) => { event.target.dataset.chosen = "1"; });
+  $("#zoom-example-length").addEventListener("change", (event) => {
+    event.target.dataset.chosen = "1";
+  });
   layerSelect.addEventListener("change", () => openHead(Number(layerSelect.value), state.head, { focus: false }));
   headSelect.addEventListener("change", () => openHead(state.layer, Number(headSelect.value), { focus: false }));
-  reduceSelect.addEventListener("change", () => { state.reduce = reduceSelect.value; draw(); });
-  coloursSelect.addEventListener("change", () => { state.colours = coloursSelect.value; draw(); });
-  $("#zoom-reset").addEventListener("click", () => { state.window = null; draw(); });
+  reduceSelect.addEventListener("change", () => {
+    state.reduce = reduceSelect.value;
+    draw();
+  });
+  coloursSelect.addEventListener("change", () => {
+    state.colours = coloursSelect.value;
+    draw();
+  });
+  $("#zoom-reset").addEventListener("click", () => {
+    state.window = null;
+    draw();
+  });
   $("#zoom-find-form").addEventListener("submit", (event) => {
     event.preventDefault();
     state.find = findBox.value.trim();
@@ -476,7 +561,9 @@ async function main() {
   for (const button of document.querySelectorAll("[data-export]")) {
     button.addEventListener("click", async () => {
       try {
-        await exportCurrent(button.dataset.export, windowExport(), { model: state.model, text: state.text }, (note) => { windowLine.textContent = note; });
+        await exportCurrent(button.dataset.export, windowExport(), { model: state.model, text: state.text }, (note) => {
+          windowLine.textContent = note;
+        });
       } catch (err) {
         showError(errorBox, err.message);
       }

@@ -21,7 +21,11 @@ export function bind(parts, set) {
 }
 
 /** Blue below zero, white at zero, red above (B gives more weight than A). */
-const SIGNED = [[0, "#2166ac"], [0.5, "#f7f7f7"], [1, "#b2182b"]];
+const SIGNED = [
+  [0, "#2166ac"],
+  [0.5, "#f7f7f7"],
+  [1, "#b2182b"],
+];
 
 function diverging(difference) {
   // At least ±0.001: B the same as A (all zeros) is white under a readable colour bar, not ±1e-9.
@@ -42,8 +46,8 @@ export async function render({ session, state, info, parts, models, isStale }) {
   // B's layer and head: the URL's, else A's own (so "the same head on another text" compares
   // one head, not two); B's pickers then choose another head of this run.
   const asked = parseHead(state.compare) || { layer: state.layer, head: state.head };
-  const layers = sameModel ? info.num_layers : other?.num_layers ?? 1;
-  const heads = sameModel ? info.num_heads : other?.num_heads ?? 1;
+  const layers = sameModel ? info.num_layers : (other?.num_layers ?? 1);
+  const heads = sameModel ? info.num_heads : (other?.num_heads ?? 1);
   fillIndexSelect(parts.layer, layers, asked.layer);
   fillIndexSelect(parts.head, heads, asked.head);
   const b = { layer: Number(parts.layer.value), head: Number(parts.head.value) };
@@ -70,28 +74,48 @@ export async function render({ session, state, info, parts, models, isStale }) {
   // A and B in the chosen colour scale; their difference is signed, always linear.
   const common = { xTitle: "key", yTitle: "query", hoverName: "weight" };
   const scaleA = weightScale(state.colours, answer.a.weights);
-  await drawHeatmap(parts.a, scaleA.options.z, answer.a.tokens, answer.a.tokens, { ...common, ...scaleA.options, title: `A: ${name(answer.a)}` });
+  await drawHeatmap(parts.a, scaleA.options.z, answer.a.tokens, answer.a.tokens, {
+    ...common,
+    ...scaleA.options,
+    title: `A: ${name(answer.a)}`,
+  });
   if (isStale()) return null;
   const scaleB = weightScale(state.colours, answer.b.weights);
   await drawHeatmap(parts.b, scaleB.options.z, answer.b.tokens, answer.b.tokens, {
-    ...common, ...scaleB.options, title: `B: ${name(answer.b)}${state.compareText ? " · the other text" : ""}`,
+    ...common,
+    ...scaleB.options,
+    title: `B: ${name(answer.b)}${state.compareText ? " · the other text" : ""}`,
   });
   if (isStale()) return null;
   parts.difference.hidden = !answer.aligned;
   if (answer.aligned) {
-    const rows = answer.b.tokens.map((t, i) => (answer.differing_tokens.includes(i) ? `${answer.a.tokens[i]}→${t}` : t));
+    const rows = answer.b.tokens.map((t, i) =>
+      answer.differing_tokens.includes(i) ? `${answer.a.tokens[i]}→${t}` : t,
+    );
     await drawHeatmap(parts.difference, answer.difference, rows, rows, {
-      ...diverging(answer.difference), xTitle: "key", yTitle: "query", hoverName: "B − A",
+      ...diverging(answer.difference),
+      xTitle: "key",
+      yTitle: "query",
+      hoverName: "B − A",
       title: "B − A: red where B gives more weight, blue where A does",
     });
   }
   const where = `compare-L${answer.a.layer}H${answer.a.head}-vs-L${answer.b.layer}H${answer.b.head}`;
   const shown = answer.aligned ? answer.difference : answer.b.weights;
-  const difference = (v) => (v >= 0 ? `rgba(178,24,43,${Math.min(1, Math.abs(v))})` : `rgba(33,102,172,${Math.min(1, Math.abs(v))})`);
+  const difference = (v) =>
+    v >= 0 ? `rgba(178,24,43,${Math.min(1, Math.abs(v))})` : `rgba(33,102,172,${Math.min(1, Math.abs(v))})`;
   return {
-    kind: "head", element: answer.aligned ? parts.difference : parts.b, layer: answer.a.layer, head: answer.a.head,
-    tokens: answer.b.tokens, rowTokens: answer.b.tokens, matrix: shown, matrixName: answer.aligned ? "difference" : "b_weights",
-    where, title: `${name(answer.b)} minus ${name(answer.a)}`, payload: answer,
+    kind: "head",
+    element: answer.aligned ? parts.difference : parts.b,
+    layer: answer.a.layer,
+    head: answer.a.head,
+    tokens: answer.b.tokens,
+    rowTokens: answer.b.tokens,
+    matrix: shown,
+    matrixName: answer.aligned ? "difference" : "b_weights",
+    where,
+    title: `${name(answer.b)} minus ${name(answer.a)}`,
+    payload: answer,
     scope: `B: layer ${answer.b.layer} head ${answer.b.head}${state.compareText ? " on the other text" : ""} − A: layer ${answer.a.layer} head ${answer.a.head}`,
     colour: answer.aligned ? difference : scaleB.colour,
     colourBar: answer.aligned ? signedBar(difference, "B − A") : scaleB.bar,

@@ -9,20 +9,25 @@ import { drawHeatmap } from "./plot.js";
 
 export function bind(parts, set) {
   parts.target.addEventListener("change", () => set({ target: parts.target.value.trim() ? parts.target.value : "" }));
-  parts.layer.addEventListener("change", () => set({ decoderLayer: Math.max(0, Math.floor(Number(parts.layer.value)) || 0) }));
+  parts.layer.addEventListener("change", () =>
+    set({ decoderLayer: Math.max(0, Math.floor(Number(parts.layer.value)) || 0) }),
+  );
 }
 
 /** Whether the open model has a decoder to show; where it has not, the panel says why and
  * offers one that has. */
 function ready(scene) {
-  const why = (model) => `${model.id} is not an encoder–decoder: it has one stack of layers, and every other view shows it. This view is for models such as T5, BART or Marian, and none ships with Atlas (no small one can be had offline under an open licence). To add one: atlas serve --model ./my-t5 (a checkpoint folder), or with internet atlas serve --model google-t5/t5-small --hub-downloads.`;
+  const why = (model) =>
+    `${model.id} is not an encoder–decoder: it has one stack of layers, and every other view shows it. This view is for models such as T5, BART or Marian, and none ships with Atlas (no small one can be had offline under an open licence). To add one: atlas serve --model ./my-t5 (a checkpoint folder), or with internet atlas serve --model google-t5/t5-small --hub-downloads.`;
   return modelFits(scene, (m) => m.encoder_decoder, why, ["results", "controls"]);
 }
 
 /** The input token a row of cross-attention weights reads most, with its weight. */
 function strongest(row, tokens) {
   let best = 0;
-  row.forEach((w, i) => { if (w > row[best]) best = i; });
+  row.forEach((w, i) => {
+    if (w > row[best]) best = i;
+  });
   return `${tokens[best]} (${row[best].toFixed(2)})`;
 }
 
@@ -47,15 +52,42 @@ export async function render(scene) {
     metricCard("decoder tokens · input tokens", `${rows.length} · ${answer.tokens.length}`),
     metricCard("the last decoder token reads most", strongest(cross[cross.length - 1], answer.tokens)),
   );
-  const common = { zmin: 0, zmax: 1, hoverName: "weight", yTitle: "query (target)", height: Math.min(900, Math.max(360, 18 * rows.length + 160)) };
-  await drawHeatmap(parts.decoder, answer.decoder[head], rows, rows, { ...common, xTitle: "key (target)", title: `Decoder self-attention · layer ${layer} · head ${head}` });
+  const common = {
+    zmin: 0,
+    zmax: 1,
+    hoverName: "weight",
+    yTitle: "query (target)",
+    height: Math.min(900, Math.max(360, 18 * rows.length + 160)),
+  };
+  await drawHeatmap(parts.decoder, answer.decoder[head], rows, rows, {
+    ...common,
+    xTitle: "key (target)",
+    title: `Decoder self-attention · layer ${layer} · head ${head}`,
+  });
   if (isStale()) return null;
-  await drawHeatmap(parts.cross, cross, rows, answer.tokens, { ...common, xTitle: "key (input)", title: `Cross-attention · layer ${layer} · head ${head}: target → input` });
+  await drawHeatmap(parts.cross, cross, rows, answer.tokens, {
+    ...common,
+    xTitle: "key (input)",
+    title: `Cross-attention · layer ${layer} · head ${head}: target → input`,
+  });
   return {
-    kind: "head", element: parts.cross, layer, head, where: `decoder-L${layer}-H${head}-cross`,
-    tokens: answer.tokens, rowTokens: rows, matrix: cross, corner: "target \\ input",
-    title: `Cross-attention, decoder layer ${layer}, head ${head}`, subtitle: "rows: target tokens (queries), columns: input tokens (keys)",
-    colour: (v) => viridis(v), colourBar: linearBar(1, "weight"),
-    payload: { what: "an encoder-decoder's cross-attention: each target token's weights over the input", target, decoder_self_attention: answer.decoder[head] },
+    kind: "head",
+    element: parts.cross,
+    layer,
+    head,
+    where: `decoder-L${layer}-H${head}-cross`,
+    tokens: answer.tokens,
+    rowTokens: rows,
+    matrix: cross,
+    corner: "target \\ input",
+    title: `Cross-attention, decoder layer ${layer}, head ${head}`,
+    subtitle: "rows: target tokens (queries), columns: input tokens (keys)",
+    colour: (v) => viridis(v),
+    colourBar: linearBar(1, "weight"),
+    payload: {
+      what: "an encoder-decoder's cross-attention: each target token's weights over the input",
+      target,
+      decoder_self_attention: answer.decoder[head],
+    },
   };
 }

@@ -82,7 +82,13 @@ export async function render({ session, state, parts, info, open }) {
     const cells = [];
     for (let h = 0; h < heads; h++) {
       const canvas = make("canvas", {
-        attrs: { tabindex: "-1", role: "gridcell", "aria-label": `Layer ${l}, head ${h}`, "data-layer": l, "data-head": h },
+        attrs: {
+          tabindex: "-1",
+          role: "gridcell",
+          "aria-label": `Layer ${l}, head ${h}`,
+          "data-layer": l,
+          "data-head": h,
+        },
       });
       canvas.addEventListener("click", () => open(l, h));
       row.append(canvas);
@@ -98,8 +104,14 @@ export async function render({ session, state, parts, info, open }) {
     const l = Number(cell.dataset.layer);
     const h = Number(cell.dataset.head);
     const moves = {
-      ArrowLeft: [l, h - 1], ArrowRight: [l, h + 1], ArrowUp: [l - 1, h], ArrowDown: [l + 1, h],
-      Home: [l, 0], End: [l, heads - 1], PageUp: [0, h], PageDown: [layers - 1, h],
+      ArrowLeft: [l, h - 1],
+      ArrowRight: [l, h + 1],
+      ArrowUp: [l - 1, h],
+      ArrowDown: [l + 1, h],
+      Home: [l, 0],
+      End: [l, heads - 1],
+      PageUp: [0, h],
+      PageDown: [layers - 1, h],
     };
     if (event.key === "Enter" || event.key === " ") {
       event.preventDefault();
@@ -180,15 +192,19 @@ function gridExport(grid, shown) {
     thumbnails: shown,
     get payload() {
       return {
-      what: `the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major (${
-        shown.cell > 1
-          ? "each cell the largest weight of a cell x cell block of tokens counted from the top left, the last blocks short"
-          : "the tokens split into as even blocks as the size allows"
-      }); brightness in the picture is sqrt(weight)`,
-      tokens: shown.tokens, layers: shown.layers, heads: shown.heads, size: shown.size, cell: shown.cell,
-      maps: Object.fromEntries(
-        Object.entries(shown.maps).map(([at, pooled]) => [at, Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4)]),
-      ),
+        what: `the all-heads grid as shown: each head's map (u8, error <= 1/510) max-pooled to at most 56 x 56 cells, row-major (${
+          shown.cell > 1
+            ? "each cell the largest weight of a cell x cell block of tokens counted from the top left, the last blocks short"
+            : "the tokens split into as even blocks as the size allows"
+        }); brightness in the picture is sqrt(weight)`,
+        tokens: shown.tokens,
+        layers: shown.layers,
+        heads: shown.heads,
+        size: shown.size,
+        cell: shown.cell,
+        maps: Object.fromEntries(
+          Object.entries(shown.maps).map(([at, pooled]) => [at, Array.from(pooled, (v) => Math.round(v * 1e4) / 1e4)]),
+        ),
       };
     },
   };

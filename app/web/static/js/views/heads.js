@@ -14,7 +14,9 @@ export function headLabels(info) {
   const group = info.num_heads / info.num_kv_heads;
   return {
     layers: Array.from({ length: info.num_layers }, (_, l) => `L${l}`),
-    heads: Array.from({ length: info.num_heads }, (_, h) => (group > 1 ? `h${h} · kv${Math.floor(h / group)}` : `h${h}`)),
+    heads: Array.from({ length: info.num_heads }, (_, h) =>
+      group > 1 ? `h${h} · kv${Math.floor(h / group)}` : `h${h}`,
+    ),
   };
 }
 
@@ -85,18 +87,40 @@ export async function render({ session, state, parts, info, set, open, isStale, 
   const kvGroup = info.num_heads / info.num_kv_heads;
   const shapes = [
     // the open head, outlined
-    { type: "rect", x0: state.head - 0.5, x1: state.head + 0.5, y0: state.layer - 0.5, y1: state.layer + 0.5, line: { color: "#e4572e", width: 2 } },
+    {
+      type: "rect",
+      x0: state.head - 0.5,
+      x1: state.head + 0.5,
+      y0: state.layer - 0.5,
+      y1: state.layer + 0.5,
+      line: { color: "#e4572e", width: 2 },
+    },
   ];
   for (let g = 1; kvGroup > 1 && g < info.num_kv_heads; g++) {
     // heads that share a key/value head sit between these lines
-    shapes.push({ type: "line", x0: g * kvGroup - 0.5, x1: g * kvGroup - 0.5, y0: -0.5, y1: info.num_layers - 0.5, line: { color: "#fff", width: 2 } });
+    shapes.push({
+      type: "line",
+      x0: g * kvGroup - 0.5,
+      x1: g * kvGroup - 0.5,
+      y0: -0.5,
+      y1: info.num_layers - 0.5,
+      line: { color: "#fff", width: 2 },
+    });
   }
   const title = `${labelOf(data, stat)} of every head · rows: layers, columns: heads · click a cell to open it`;
   const scored = anyValue(grid);
   parts.map.hidden = !scored; // the summary below says why
   if (scored) {
     await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
-      title, zmin: 0, zmax: top, hoverName: stat, numbered: false, shapes, showText: true, digits: stat === "distance" ? 1 : 2, missingText: NO_VALUE,
+      title,
+      zmin: 0,
+      zmax: top,
+      hoverName: stat,
+      numbered: false,
+      shapes,
+      showText: true,
+      digits: stat === "distance" ? 1 : 2,
+      missingText: NO_VALUE,
       height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
     });
     onCellClick(parts.map, (layer, head) => open(layer, head));
@@ -106,12 +130,24 @@ export async function render({ session, state, parts, info, set, open, isStale, 
   await againstCorpus(session, state, parts, data, stat, open, isStale);
   showTable(parts.table, data, info, parseSort(state.sort), open);
   return {
-    kind: "head", element: scored ? parts.map : null, where: `heads-${stat}`, tokens: labels.heads, rowTokens: labels.layers,
-    matrix: grid, matrixName: stat, blank: "", corner: "layer \\ head", title, colour: (v) => viridis(v / top),
+    kind: "head",
+    element: scored ? parts.map : null,
+    where: `heads-${stat}`,
+    tokens: labels.heads,
+    rowTokens: labels.layers,
+    matrix: grid,
+    matrixName: stat,
+    blank: "",
+    corner: "layer \\ head",
+    title,
+    colour: (v) => viridis(v / top),
     colourBar: linearBar(top, labelOf(data, stat)),
     payload: {
       what: "statistics[name][layer][head] of every head on this text (null: no query row qualifies); roles[layer][head] strongest first",
-      statistics: data.statistics, descriptions: data.descriptions, roles: data.roles, rules: data.rules,
+      statistics: data.statistics,
+      descriptions: data.descriptions,
+      roles: data.roles,
+      rules: data.rules,
     },
   };
 }
@@ -122,13 +158,17 @@ const corpusHeads = new Map(); // model -> its corpus run's every-head answer (a
  * head; heads far from the diagonal do something else on this text than in general. */
 async function againstCorpus(session, state, parts, data, stat, open, isStale) {
   if (!parts.corpusPlot || !api.corpusRuns) return;
-  if (!corpusHeads.get(session.model)) { // the server's corpus job may have described it since
-    const runs = await api.corpusRuns().then((r) => r.runs).catch(() => []);
+  if (!corpusHeads.get(session.model)) {
+    // the server's corpus job may have described it since
+    const runs = await api
+      .corpusRuns()
+      .then((r) => r.runs)
+      .catch(() => []);
     const run = runs.filter((r) => r.model === session.model && r.done).sort((a, b) => b.done - a.done)[0];
     corpusHeads.set(session.model, run ? await api.corpusHeads(run.id).catch(() => null) : null);
   }
   const corpus = corpusHeads.get(session.model);
-  parts.corpusPlot.hidden = !corpus || !corpus.statistics[stat];
+  parts.corpusPlot.hidden = !corpus?.statistics[stat];
   parts.openCorpus.hidden = !corpus;
   if (corpus) {
     parts.openCorpus.href = `/head/${session.model}/${state.layer}/${state.head}`;
@@ -136,22 +176,43 @@ async function againstCorpus(session, state, parts, data, stat, open, isStale) {
   }
   if (parts.corpusPlot.hidden || isStale()) return;
   const points = [];
-  data.layers.forEach((layer, row) => data.statistics[stat][row].forEach((here, head) => {
-    const general = corpus.statistics[stat][layer][head];
-    if (here !== null && general !== null) points.push({ layer, head, here, general });
-  }));
+  data.layers.forEach((layer, row) =>
+    data.statistics[stat][row].forEach((here, head) => {
+      const general = corpus.statistics[stat][layer][head];
+      if (here !== null && general !== null) points.push({ layer, head, here, general });
+    }),
+  );
   const top = Math.max(1, ...points.map((p) => Math.max(p.here, p.general)));
-  await drawChart(parts.corpusPlot, [
-    { type: "scatter", mode: "lines", x: [0, top], y: [0, top], line: { color: "#bbb", dash: "dot" }, hoverinfo: "skip", showlegend: false },
+  await drawChart(
+    parts.corpusPlot,
+    [
+      {
+        type: "scatter",
+        mode: "lines",
+        x: [0, top],
+        y: [0, top],
+        line: { color: "#bbb", dash: "dot" },
+        hoverinfo: "skip",
+        showlegend: false,
+      },
+      {
+        type: "scatter",
+        mode: "markers",
+        x: points.map((p) => p.general),
+        y: points.map((p) => p.here),
+        showlegend: false,
+        customdata: points.map((p) => [p.layer, p.head]),
+        marker: { color: "#4d7ea8", size: 8 },
+        hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>over the corpus %{x:.3f}<br>on this text %{y:.3f}<extra></extra>`,
+      },
+    ],
     {
-      type: "scatter", mode: "markers", x: points.map((p) => p.general), y: points.map((p) => p.here), showlegend: false,
-      customdata: points.map((p) => [p.layer, p.head]), marker: { color: "#4d7ea8", size: 8 },
-      hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>over the corpus %{x:.3f}<br>on this text %{y:.3f}<extra></extra>`,
+      title: `${labelOf(data, stat)}: this text (up) against ${corpus.run.done} texts of ${corpus.run.corpus} (across). Off the diagonal, a head does something else here than in general; click one to open it`,
+      height: 420,
+      xaxis: { title: { text: "over the corpus" } },
+      yaxis: { title: { text: "on this text" } },
     },
-  ], {
-    title: `${labelOf(data, stat)}: this text (up) against ${corpus.run.done} texts of ${corpus.run.corpus} (across). Off the diagonal, a head does something else here than in general; click one to open it`,
-    height: 420, xaxis: { title: { text: "over the corpus" } }, yaxis: { title: { text: "on this text" } },
-  });
+  );
   parts.corpusPlot.removeAllListeners?.("plotly_click");
   parts.corpusPlot.on("plotly_click", (event) => {
     const [layer, head] = event.points[0].customdata ?? [];
@@ -187,27 +248,48 @@ function showTable(table, data, info, sort, open) {
       rows.push(row);
     }
   }
-  const key = sort.key === "roles" || sort.key === "layer" || sort.key === "head" || names.includes(sort.key) ? sort.key : "layer";
-  const value = (row) => (key === "roles" ? row.roles[0]?.score ?? -1 : row[key] ?? -Infinity);
-  rows.sort((a, b) => (sort.descending ? value(b) - value(a) : value(a) - value(b)) || a.layer - b.layer || a.head - b.head);
+  const key =
+    sort.key === "roles" || sort.key === "layer" || sort.key === "head" || names.includes(sort.key)
+      ? sort.key
+      : "layer";
+  const value = (row) => (key === "roles" ? (row.roles[0]?.score ?? -1) : (row[key] ?? -Infinity));
+  rows.sort(
+    (a, b) => (sort.descending ? value(b) - value(a) : value(a) - value(b)) || a.layer - b.layer || a.head - b.head,
+  );
   // The statistic sorted by comes first after the head, so that on a narrow screen the column
   // the rows are ranked by (a lesson's answer) is on screen and labelled, not scrolled away.
   const shown = names.includes(key) ? [key, ...names.filter((n) => n !== key)] : names;
   const columns = ["layer", "head", ...(names.includes(key) ? [key] : []), "roles", ...shown.filter((n) => n !== key)];
   const label = (name) => labelOf(data, name);
-  const header = make("tr", {}, columns.map((name) => {
-    const active = name === key;
-    const next = active && sort.descending ? name : `-${name}`; // click again to reverse
-    const title = data.descriptions[name] ? `${name}: ${data.descriptions[name]}` : "";
-    const th = make("th", { attrs: { scope: "col", "aria-sort": active ? (sort.descending ? "descending" : "ascending") : "none" } }, [
-      make("button", { text: label(name) + (active ? (sort.descending ? " ↓" : " ↑") : ""), className: "link", attrs: { type: "button", "data-sort": next, title } }),
-    ]);
-    return th;
-  }));
+  const header = make(
+    "tr",
+    {},
+    columns.map((name) => {
+      const active = name === key;
+      const next = active && sort.descending ? name : `-${name}`; // click again to reverse
+      const title = data.descriptions[name] ? `${name}: ${data.descriptions[name]}` : "";
+      const th = make(
+        "th",
+        { attrs: { scope: "col", "aria-sort": active ? (sort.descending ? "descending" : "ascending") : "none" } },
+        [
+          make("button", {
+            text: label(name) + (active ? (sort.descending ? " ↓" : " ↑") : ""),
+            className: "link",
+            attrs: { type: "button", "data-sort": next, title },
+          }),
+        ],
+      );
+      return th;
+    }),
+  );
   const group = info.num_heads / info.num_kv_heads;
   const body = make("tbody");
   for (const row of rows) {
-    const opener = make("button", { text: `L${row.layer} H${row.head}`, className: "link", attrs: { type: "button", title: `open layer ${row.layer} head ${row.head}` } });
+    const opener = make("button", {
+      text: `L${row.layer} H${row.head}`,
+      className: "link",
+      attrs: { type: "button", title: `open layer ${row.layer} head ${row.head}` },
+    });
     opener.addEventListener("click", () => open(row.layer, row.head, { focusView: true }));
     const roles = row.roles.map((r) => `${r.role} ${r.score.toFixed(2)}`).join(", ");
     const statistic = (name) => make("td", { text: format(name, row[name]) });
@@ -225,5 +307,9 @@ function showTable(table, data, info, sort, open) {
     });
     body.append(line);
   }
-  table.replaceChildren(make("caption", { text: `${rows.length} heads, sorted by ${label(key)}` }), make("thead", {}, [header]), body);
+  table.replaceChildren(
+    make("caption", { text: `${rows.length} heads, sorted by ${label(key)}` }),
+    make("thead", {}, [header]),
+    body,
+  );
 }

@@ -46,11 +46,25 @@ export async function render({ session, state, parts, models, isStale }) {
   parts.colours.value = state.colours;
   deepZoomLink(parts.deepZoom, session, state, models);
   const scale = weightScale(state.colours, z);
-  await drawHeatmap(parts.plot, scale.options.z, queries, tokens, { ...scale.options, title, hoverName: "weight", height, shapes: continuationEdge(state.generated, n) });
+  await drawHeatmap(parts.plot, scale.options.z, queries, tokens, {
+    ...scale.options,
+    title,
+    hoverName: "weight",
+    height,
+    shapes: continuationEdge(state.generated, n),
+  });
   if (isStale()) return null;
   await drawPredictions(parts.predictions, session, parts.plot, isStale);
   return {
-    kind: "head", layer, head, tokens, matrix: z, element: parts.plot, title, subtitle: "rows: queries, columns: keys",
-    colour: scale.colour, colourBar: scale.bar,
+    kind: "head",
+    layer,
+    head,
+    tokens,
+    matrix: z,
+    element: parts.plot,
+    title,
+    subtitle: "rows: queries, columns: keys",
+    colour: scale.colour,
+    colourBar: scale.bar,
   };
 }

@@ -23,10 +23,12 @@ function parseCell(text) {
  * says why, offers a model that can, and hides its results.
  */
 export function headReady(scene, kind) {
-  const fits = (m) => (m.predicts == null ? null : kind === "next_token" ? m.predicts === "next_token" : m.predicts !== "none");
-  const why = (model) => (model.predicts === "masked"
-    ? `${model.id} predicts masked tokens: its head transforms and normalises the stream first, so no piece has a direct effect on a logit.`
-    : `${model.id} has no language-model head (a sentence encoder), so there is no logit to read.`);
+  const fits = (m) =>
+    m.predicts == null ? null : kind === "next_token" ? m.predicts === "next_token" : m.predicts !== "none";
+  const why = (model) =>
+    model.predicts === "masked"
+      ? `${model.id} predicts masked tokens: its head transforms and normalises the stream first, so no piece has a direct effect on a logit.`
+      : `${model.id} has no language-model head (a sentence encoder), so there is no logit to read.`;
   return modelFits(scene, fits, why);
 }
 
@@ -50,7 +52,11 @@ function settlesAt(ranks, column) {
 
 function cellDetails(answer, row, column) {
   const position = answer.positions[column];
-  const head = el("tr", {}, ["rank", "token", "probability"].map((t) => el("th", { text: t, attrs: { scope: "col" } })));
+  const head = el(
+    "tr",
+    {},
+    ["rank", "token", "probability"].map((t) => el("th", { text: t, attrs: { scope: "col" } })),
+  );
   const body = answer.top[row][column].map((c, i) =>
     el("tr", { className: c.token_id === answer.token.token_id ? "changed" : "" }, [
       el("td", { text: String(i + 1) }),
@@ -59,7 +65,9 @@ function cellDetails(answer, row, column) {
     ]),
   );
   return [
-    el("caption", { text: `${answer.rows[row]}, position ${position} (“${answer.tokens[position]}”): ${answer.token.token} has ${percent(answer.token_probability[row][column])}, rank ${answer.token_rank[row][column].toLocaleString("en")}` }),
+    el("caption", {
+      text: `${answer.rows[row]}, position ${position} (“${answer.tokens[position]}”): ${answer.token.token} has ${percent(answer.token_probability[row][column])}, rank ${answer.token_rank[row][column].toLocaleString("en")}`,
+    }),
     el("thead", {}, [head]),
     el("tbody", {}, body),
   ];
@@ -82,7 +90,11 @@ export async function render(scene) {
   const settled = settlesAt(answer.token_rank, last);
   const final = answer.token_probability[answer.rows.length - 1][last];
   parts.summary.textContent = `${answer.token.token} at the last position (“${columns[last]}”): ${
-    settled < 0 ? "never the top guess" : settled === 0 ? "the top guess from the embeddings on" : `the top guess from ${answer.rows[settled]} on`
+    settled < 0
+      ? "never the top guess"
+      : settled === 0
+        ? "the top guess from the embeddings on"
+        : `the top guess from ${answer.rows[settled]} on`
   }, ending at ${percent(final)}. Each row reads the stream ${answer.final_norm ? `through the final ${answer.final_norm} and ` : ""}the model's own head; the last row is the model's prediction.`;
   parts.metrics.replaceChildren(
     metricCard("followed token", answer.token.token),
@@ -90,11 +102,24 @@ export async function render(scene) {
     metricCard("top guess from", settled < 0 ? "never" : rows[settled]),
   );
   const what = byToken ? `probability of ${answer.token.token}` : "the top guess's probability";
-  const hover = answer.top.map((row) => row.map((cell) => `top: ${cell.slice(0, 3).map((c) => `${c.token} ${percent(c.probability)}`).join(", ")}`));
+  const hover = answer.top.map((row) =>
+    row.map(
+      (cell) =>
+        `top: ${cell
+          .slice(0, 3)
+          .map((c) => `${c.token} ${percent(c.probability)}`)
+          .join(", ")}`,
+    ),
+  );
   await drawHeatmap(parts.plot, z, rows, columns, {
     title: `Logit lens: ${what} (colour) and each cell's top guess (text) · click a cell for its top ${answer.top_k}`,
-    zmin: 0, zmax: 1, cellText: guesses, hoverText: hover, hoverName: byToken ? answer.token.token : "top guess",
-    yTitle: "residual stream after", xTitle: answer.predicts === "masked" ? "mask position" : "position (predicting the next token)",
+    zmin: 0,
+    zmax: 1,
+    cellText: guesses,
+    hoverText: hover,
+    hoverName: byToken ? answer.token.token : "top guess",
+    yTitle: "residual stream after",
+    xTitle: answer.predicts === "masked" ? "mask position" : "position (predicting the next token)",
     height: Math.min(900, Math.max(320, 20 * rows.length + 170)),
   });
   onCellClick(parts.plot, (row, column) => set({ lensCell: `${row}.${column}` }));
@@ -102,10 +127,18 @@ export async function render(scene) {
   const inRange = row < answer.rows.length && column < answer.positions.length;
   parts.cell.replaceChildren(...(inRange ? cellDetails(answer, row, column) : []));
   return {
-    kind: "head", element: parts.plot, where: `logit-lens-${byToken ? slugToken(answer.token.token) : "top"}`,
-    tokens: columns, rowTokens: rows, matrix: z, matrixName: byToken ? "token_probability" : "top_probability",
-    corner: "row \\ position", title: `Logit lens: ${what} after each layer`, scope: "every layer, read through the final norm and the head",
-    colour: (v) => viridis(v), colourBar: linearBar(1, "probability"),
+    kind: "head",
+    element: parts.plot,
+    where: `logit-lens-${byToken ? slugToken(answer.token.token) : "top"}`,
+    tokens: columns,
+    rowTokens: rows,
+    matrix: z,
+    matrixName: byToken ? "token_probability" : "top_probability",
+    corner: "row \\ position",
+    title: `Logit lens: ${what} after each layer`,
+    scope: "every layer, read through the final norm and the head",
+    colour: (v) => viridis(v),
+    colourBar: linearBar(1, "probability"),
     payload: { what: "the logit lens: each row's stream through the final norm and the LM head", ...answer },
   };
 }

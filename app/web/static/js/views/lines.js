@@ -74,12 +74,17 @@ function linesAbove(maps, heads, n, threshold, numHeads) {
  * One listener per kind on the drawing (not four per label: a long text has a thousand labels). */
 function bindFocus(root, lineNodes, labelNodes) {
   function focus(side, index) {
-    for (const line of lineNodes) line.style.display = index === null || Number(line.dataset[side]) === index ? "" : "none";
+    for (const line of lineNodes)
+      line.style.display = index === null || Number(line.dataset[side]) === index ? "" : "none";
     for (const label of labelNodes) {
-      label.classList.toggle("dim", index !== null && !(label.dataset.side === side && Number(label.dataset.index) === index));
+      label.classList.toggle(
+        "dim",
+        index !== null && !(label.dataset.side === side && Number(label.dataset.index) === index),
+      );
     }
   }
-  const labelOf = (event) => (event.target instanceof SVGTextElement && event.target.dataset.side ? event.target : null);
+  const labelOf = (event) =>
+    event.target instanceof SVGTextElement && event.target.dataset.side ? event.target : null;
   const enter = (event) => {
     const label = labelOf(event);
     if (label) focus(label.dataset.side, Number(label.dataset.index));
@@ -105,7 +110,12 @@ export async function render({ session, state, parts, info, isStale }) {
   const n = tokens.length;
   const threshold = state.threshold;
   const { width: WIDTH, leftX: LEFT_X, rightX: RIGHT_X } = geometry(tokens, Math.min(720, parts.lines.clientWidth - 2));
-  const root = svg("svg", { width: WIDTH, height: n * ROW + 30, role: "img", "aria-label": `Attention lines for heads ${heads.join(", ")} of layer ${state.layer}` });
+  const root = svg("svg", {
+    width: WIDTH,
+    height: n * ROW + 30,
+    role: "img",
+    "aria-label": `Attention lines for heads ${heads.join(", ")} of layer ${state.layer}`,
+  });
   root.append(svg("text", { x: LEFT_X, y: 14, "text-anchor": "end" }));
   root.lastChild.textContent = "query";
   root.append(svg("text", { x: RIGHT_X, y: 14 }));
@@ -114,8 +124,13 @@ export async function render({ session, state, parts, info, isStale }) {
   root.append(lineLayer);
   const lineNodes = linesAbove(maps, heads, n, threshold, info.num_heads).map(({ q, k, w, colour }) => {
     const line = svg("line", {
-      x1: LEFT_X + 6, y1: 30 + q * ROW - 4, x2: RIGHT_X - 6, y2: 30 + k * ROW - 4,
-      stroke: colour, "stroke-width": 1 + 3 * w, "stroke-opacity": Math.min(1, 0.1 + w),
+      x1: LEFT_X + 6,
+      y1: 30 + q * ROW - 4,
+      x2: RIGHT_X - 6,
+      y2: 30 + k * ROW - 4,
+      stroke: colour,
+      "stroke-width": 1 + 3 * w,
+      "stroke-opacity": Math.min(1, 0.1 + w),
     });
     line.dataset.q = q;
     line.dataset.k = k;
@@ -128,7 +143,10 @@ export async function render({ session, state, parts, info, isStale }) {
   }
   const labelNodes = [];
   tokens.forEach((token, i) => {
-    for (const [x, side, anchor] of [[LEFT_X, "q", "end"], [RIGHT_X, "k", "start"]]) {
+    for (const [x, side, anchor] of [
+      [LEFT_X, "q", "end"],
+      [RIGHT_X, "k", "start"],
+    ]) {
       const text = svg("text", { x, y: 30 + i * ROW, "text-anchor": anchor, tabindex: "0" });
       text.textContent = token; // user text: never parsed as markup
       text.dataset.side = side;
@@ -143,13 +161,22 @@ export async function render({ session, state, parts, info, isStale }) {
   // map as nested arrays is a quarter of a million numbers).
   const built = new Map(); // head -> its rows, built once an export reads them
   const matrixOf = (h) => {
-    if (!built.has(h)) built.set(h, Array.from({ length: n }, (_, q) => Array.from(maps.map(0, h).subarray(q * n, (q + 1) * n))));
+    if (!built.has(h))
+      built.set(
+        h,
+        Array.from({ length: n }, (_, q) => Array.from(maps.map(0, h).subarray(q * n, (q + 1) * n))),
+      );
     return built.get(h);
   };
   const main = heads.includes(state.head) ? state.head : heads[0];
   const named = heads.length === 1 ? `head ${heads[0]}` : `heads ${heads.slice(0, -1).join(", ")} and ${heads.at(-1)}`;
   return {
-    kind: "svg", element: root, layer: state.layer, head: main, tokens, suffix: "-lines",
+    kind: "svg",
+    element: root,
+    layer: state.layer,
+    head: main,
+    tokens,
+    suffix: "-lines",
     scope: `layer ${state.layer} · ${named}`,
     subtitle: "queries left, keys right: a line per weight, wider and darker the larger it is",
     notes: [
@@ -161,7 +188,11 @@ export async function render({ session, state, parts, info, isStale }) {
       return matrixOf(main);
     },
     get payload() {
-      return { overlaid_heads: heads, threshold, weights_by_head: Object.fromEntries(heads.map((h) => [h, matrixOf(h)])) };
+      return {
+        overlaid_heads: heads,
+        threshold,
+        weights_by_head: Object.fromEntries(heads.map((h) => [h, matrixOf(h)])),
+      };
     },
   };
 }

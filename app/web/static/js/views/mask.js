@@ -1,12 +1,16 @@
 // The mask a real model used: scores before softmax (forbidden cells are −∞) and weights after.
 
-import { metricCard as metric } from "../dom.js";
 import { linearBar, viridis } from "../colors.js";
+import { metricCard as metric } from "../dom.js";
 import { maskedScores } from "../stats.js";
 import { drawHeatmap } from "./plot.js";
 
 export async function render({ session, state, parts, info, isStale }) {
-  const detail = await session.detail({ layer: state.layer, head: state.head, fields: ["scaled_scores", "mask", "weights"] });
+  const detail = await session.detail({
+    layer: state.layer,
+    head: state.head,
+    fields: ["scaled_scores", "mask", "weights"],
+  });
   if (isStale()) return null;
   const tokens = detail.tokens;
   const n = tokens.length;
@@ -17,10 +21,16 @@ export async function render({ session, state, parts, info, isStale }) {
   const sentences = [];
   const window = slidingWindow(detail.mask, info.causal);
   if (window !== null) {
-    const side = info.causal ? "itself and the " + (window - 1) + " tokens before it" : "the tokens within " + window + " positions of it, on both sides";
-    sentences.push(`This layer uses a sliding window, as its model built it: a token may only look at ${side}. Every other cell gets −∞ before softmax and exactly 0 after. Other layers of this model may look further (switch the layer to see each one's own mask).`);
+    const side = info.causal
+      ? `itself and the ${window - 1} tokens before it`
+      : `the tokens within ${window} positions of it, on both sides`;
+    sentences.push(
+      `This layer uses a sliding window, as its model built it: a token may only look at ${side}. Every other cell gets −∞ before softmax and exactly 0 after. Other layers of this model may look further (switch the layer to see each one's own mask).`,
+    );
   } else if (info.causal) {
-    sentences.push("This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.");
+    sentences.push(
+      "This is a decoder, so it uses a causal mask: a token may only look at itself and earlier tokens. Cells above the diagonal get −∞ before softmax and exactly 0 after.",
+    );
   } else {
     sentences.push(
       "This is a bidirectional encoder: every token may look at every token, so nothing is masked here. " +
@@ -29,19 +39,27 @@ export async function render({ session, state, parts, info, isStale }) {
         "to padding (padded query rows are computed but ignored).",
     );
   }
-  if (segments) sentences.push("With a sentence pair, segment A and segment B share one attention matrix; the lines mark where B starts, and the off-diagonal blocks are cross-segment attention.");
+  if (segments)
+    sentences.push(
+      "With a sentence pair, segment A and segment B share one attention matrix; the lines mark where B starts, and the off-diagonal blocks are cross-segment attention.",
+    );
   parts.explain.textContent = sentences.join(" ");
-  const metrics = [metric("allowed pairs", `${allowed} of ${n * n}`), metric("masked (−∞) cells", String(n * n - allowed))];
+  const metrics = [
+    metric("allowed pairs", `${allowed} of ${n * n}`),
+    metric("masked (−∞) cells", String(n * n - allowed)),
+  ];
   const shapes = [];
   if (segments) {
     const b = segments.indexOf(1);
     if (b > 0) {
       let cross = 0;
       let total = 0;
-      detail.weights.forEach((row, q) => row.forEach((w, k) => {
-        total += w;
-        if (segments[q] !== segments[k]) cross += w;
-      }));
+      detail.weights.forEach((row, q) =>
+        row.forEach((w, k) => {
+          total += w;
+          if (segments[q] !== segments[k]) cross += w;
+        }),
+      );
       metrics.push(metric("cross-segment share", `${((100 * cross) / total).toFixed(1)} %`));
       const edge = b - 0.5;
       shapes.push(
@@ -52,11 +70,30 @@ export async function render({ session, state, parts, info, isStale }) {
   }
   parts.metrics.replaceChildren(...metrics);
   const common = { xTitle: "key", yTitle: "query", shapes };
-  await drawHeatmap(parts.before, masked, tokens, tokens, { ...common, title: "before softmax: scaled scores, blank = −∞", hoverName: "score" });
-  await drawHeatmap(parts.after, detail.weights, tokens, tokens, { ...common, title: "after softmax: weights (masked = 0)", zmin: 0, zmax: 1, hoverName: "weight" });
+  await drawHeatmap(parts.before, masked, tokens, tokens, {
+    ...common,
+    title: "before softmax: scaled scores, blank = −∞",
+    hoverName: "score",
+  });
+  await drawHeatmap(parts.after, detail.weights, tokens, tokens, {
+    ...common,
+    title: "after softmax: weights (masked = 0)",
+    zmin: 0,
+    zmax: 1,
+    hoverName: "weight",
+  });
   return {
-    kind: "head", element: parts.after, layer: state.layer, head: state.head, tokens, matrix: detail.weights,
-    title: "weights after the mask", colour: viridis, colourBar: linearBar(), suffix: "-mask", payload: { mask: detail.mask },
+    kind: "head",
+    element: parts.after,
+    layer: state.layer,
+    head: state.head,
+    tokens,
+    matrix: detail.weights,
+    title: "weights after the mask",
+    colour: viridis,
+    colourBar: linearBar(),
+    suffix: "-mask",
+    payload: { mask: detail.mask },
   };
 }
 

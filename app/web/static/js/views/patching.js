@@ -3,7 +3,7 @@
 // position) is copied from the clean run into the corrupted one. Attribution patching's gradient
 // estimate comes at once; exact patching, on demand, reruns the model per component, beside it.
 
-import { el, metricCard } from "../dom.js";
+import { metricCard } from "../dom.js";
 import { SIGNED } from "./attribution.js";
 import { headLabels } from "./heads.js";
 import { headReady, tokenText } from "./lens.js";
@@ -16,10 +16,18 @@ export const EXAMPLE = [
 ];
 
 export function bind(parts, set) {
-  parts.corrupted.addEventListener("change", () => set({ patchText: parts.corrupted.value.trim() ? parts.corrupted.value : "", patchExact: false }));
-  parts.target.addEventListener("change", () => set({ patchTarget: parts.target.value.trim() ? parts.target.value : "", patchExact: false }));
-  parts.contrast.addEventListener("change", () => set({ patchContrast: parts.contrast.value.trim() ? parts.contrast.value : "", patchExact: false }));
-  parts.example.addEventListener("click", () => set({ text: EXAMPLE[0], patchText: EXAMPLE[1], patchTarget: "", patchContrast: "", patchExact: false }));
+  parts.corrupted.addEventListener("change", () =>
+    set({ patchText: parts.corrupted.value.trim() ? parts.corrupted.value : "", patchExact: false }),
+  );
+  parts.target.addEventListener("change", () =>
+    set({ patchTarget: parts.target.value.trim() ? parts.target.value : "", patchExact: false }),
+  );
+  parts.contrast.addEventListener("change", () =>
+    set({ patchContrast: parts.contrast.value.trim() ? parts.contrast.value : "", patchExact: false }),
+  );
+  parts.example.addEventListener("click", () =>
+    set({ text: EXAMPLE[0], patchText: EXAMPLE[1], patchTarget: "", patchContrast: "", patchExact: false }),
+  );
   parts.exact.addEventListener("click", () => set({ patchExact: true }));
 }
 
@@ -44,21 +52,28 @@ let running = null; // the exact run's AbortController, while one streams
 async function drawPair(answer, heads, stream, info, title) {
   const labels = headLabels(info);
   await drawHeatmap(heads, clip(answer.heads), labels.layers, labels.heads, {
-    ...RECOVERY, numbered: false, showText: true, digits: 2,
+    ...RECOVERY,
+    numbered: false,
+    showText: true,
+    digits: 2,
     title: `${title}: each head's output copied from the clean run`,
     height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
   });
   const rows = answer.tokens.map((t, i) => (answer.differ.includes(i) ? `${t}→${answer.corrupted_tokens[i]}` : t));
   await drawHeatmap(stream, clip(answer.stream), labels.layers, rows, {
-    ...RECOVERY, numbered: true, title: `${title}: the stream after each layer, at each position`,
-    yTitle: "after layer", height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
+    ...RECOVERY,
+    numbered: true,
+    title: `${title}: the stream after each layer, at each position`,
+    yTitle: "after layer",
+    height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
   });
 }
 
 /** The server refused the texts (the explorer shows why in this panel): say what to do. */
 export function refused(parts) {
   parts.results.hidden = true;
-  parts.summary.textContent = "Patching needs two texts that line up token for token and whose answers differ: change the corrupted text (as many tokens as yours, with the change that should move the answer, as the name-swap example does), or type a target and a contrast token above.";
+  parts.summary.textContent =
+    "Patching needs two texts that line up token for token and whose answers differ: change the corrupted text (as many tokens as yours, with the change that should move the answer, as the name-swap example does), or type a target and a contrast token above.";
 }
 
 export async function render(scene) {
@@ -69,7 +84,8 @@ export async function render(scene) {
   if (running && !state.patchExact) running.abort();
   if (!headReady(scene, "next_token")) return null;
   if (!state.patchText) {
-    parts.summary.textContent = "Write a corrupted text above: the same number of tokens as your text, with the change that should move the answer (for example a name swapped). Or use the example.";
+    parts.summary.textContent =
+      "Write a corrupted text above: the same number of tokens as your text, with the change that should move the answer (for example a name swapped). Or use the example.";
     parts.results.hidden = true;
     return null;
   }
@@ -102,12 +118,16 @@ export async function render(scene) {
     parts.stop.onclick = () => controller.abort();
     parts.progress.hidden = false;
     try {
-      exact = await session.patchingExact(body, (line) => {
-        if (line.event === "progress") {
-          parts.progress.value = line.layer / line.layers;
-          parts.progressText.textContent = `exact patching: layer ${line.layer} of ${line.layers / 2} (${line.layer < line.layers / 2 ? "heads" : "stream"})`;
-        }
-      }, controller.signal);
+      exact = await session.patchingExact(
+        body,
+        (line) => {
+          if (line.event === "progress") {
+            parts.progress.value = line.layer / line.layers;
+            parts.progressText.textContent = `exact patching: layer ${line.layer} of ${line.layers / 2} (${line.layer < line.layers / 2 ? "heads" : "stream"})`;
+          }
+        },
+        controller.signal,
+      );
     } catch (err) {
       if (err.name !== "AbortError") throw err;
       parts.progressText.textContent = "Exact patching stopped.";
@@ -124,9 +144,16 @@ export async function render(scene) {
   const shown = exact ?? answer;
   const labels = headLabels(info);
   return {
-    kind: "head", element: exact ? parts.exactHeads : parts.approxHeads, where: `patching-${shown.method}`,
-    tokens: labels.heads, rowTokens: labels.layers, matrix: shown.heads, matrixName: "heads", corner: "layer \\ head",
+    kind: "head",
+    element: exact ? parts.exactHeads : parts.approxHeads,
+    where: `patching-${shown.method}`,
+    tokens: labels.heads,
+    rowTokens: labels.layers,
+    matrix: shown.heads,
+    matrixName: "heads",
+    corner: "layer \\ head",
     title: `${exact ? "Exact" : "Attribution"} patching: share of logit(${answer.target}) − logit(${answer.contrast}) recovered by each head`,
-    scope: "every layer and head", payload: { what: "patching from a corrupted text", attribution: answer, exact },
+    scope: "every layer and head",
+    payload: { what: "patching from a corrupted text", attribution: answer, exact },
   };
 }

@@ -18,7 +18,12 @@ const logWeight = (w) => (w > 0 ? Math.max(LOG_FLOOR, Math.log10(w)) : LOG_FLOOR
 export function logColours(weights) {
   const z = weights.map((row) => row.map(logWeight));
   const decades = Array.from({ length: 1 - LOG_FLOOR }, (_, i) => LOG_FLOOR + i);
-  return { z, zmin: LOG_FLOOR, zmax: 0, colorbar: { tickmode: "array", tickvals: decades, ticktext: decades.map(decade) } };
+  return {
+    z,
+    zmin: LOG_FLOOR,
+    zmax: 0,
+    colorbar: { tickmode: "array", tickvals: decades, ticktext: decades.map(decade) },
+  };
 }
 
 /**
@@ -52,11 +57,7 @@ export const BASE_CONFIG = {
 // Plotly decodes numeric entities and only a few named ones (&amp; &lt; &gt; but not &quot;,
 // which it would print as is), so a double quote becomes &#34;.
 export function escapeLabel(text) {
-  return String(text)
-    .replace(/&/g, "&amp;")
-    .replace(/</g, "&lt;")
-    .replace(/>/g, "&gt;")
-    .replace(/"/g, "&#34;");
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&#34;");
 }
 
 export function formatNumber(x, digits = 4) {
@@ -101,7 +102,8 @@ export function wrapTitle(text, width) {
   let line = "";
   for (const word of String(text).split(" ")) {
     let rest = word;
-    while (rest.length > perLine) {  // a word longer than a line (a long token) is split
+    while (rest.length > perLine) {
+      // a word longer than a line (a long token) is split
       if (line) lines.push(line);
       lines.push(rest.slice(0, perLine));
       rest = rest.slice(perLine);
@@ -129,8 +131,14 @@ export function titleLayout(title, width, height, font = 13, above = 0) {
   const wrapped = wrapTitle(title, width);
   return {
     title: {
-      text: wrapped.text, font: { size: font }, x: 8 / width, xref: "container", xanchor: "left",
-      yref: "container", y: 1 - TOOLBAR_BAND / height, yanchor: "top",
+      text: wrapped.text,
+      font: { size: font },
+      x: 8 / width,
+      xref: "container",
+      xanchor: "left",
+      yref: "container",
+      y: 1 - TOOLBAR_BAND / height,
+      yanchor: "top",
     },
     margin: { t: TOOLBAR_BAND + wrapped.lines * TITLE_LINE + 8 + above },
   };
@@ -206,7 +214,12 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
   const head = titleLayout(title, width, height, 13, columnLabels + TICK_ROOM + (xTitle ? AXIS_TITLE_BAND : 0));
   const layout = {
     title: head.title,
-    margin: { t: head.margin.t, r: 10, b: 10, l: labelPixels(rows) + TICK_ROOM + (options.yTitle ? AXIS_TITLE_BAND : 4) },
+    margin: {
+      t: head.margin.t,
+      r: 10,
+      b: 10,
+      l: labelPixels(rows) + TICK_ROOM + (options.yTitle ? AXIS_TITLE_BAND : 4),
+    },
     xaxis: { ...xTicks, type: "category", side: "top", tickangle: -45, title: axisTitle(xTitle) },
     yaxis: { ...tokenTicks(axes.yaxis), type: "category", autorange: "reversed", title: axisTitle(options.yTitle) },
     height,
@@ -215,7 +228,9 @@ export async function drawHeatmap(el, z, rows, cols, options = {}) {
     plot_bgcolor: "rgba(0,0,0,0)",
     font: { family: "system-ui, sans-serif" },
   };
-  return window.Plotly.react(el, [trace], layout, { ...BASE_CONFIG, ...(options.config || {}) }).then(() => followZoom(el, axes));
+  return window.Plotly.react(el, [trace], layout, { ...BASE_CONFIG, ...(options.config || {}) }).then(() =>
+    followZoom(el, axes),
+  );
 }
 
 /** "index · label" for each label, escaped: unique category names that hovers can show. */
@@ -286,7 +301,9 @@ export async function drawChart(el, traces, layout, config = {}, tokenAxes = {})
     el,
     traces,
     {
-      paper_bgcolor: "rgba(0,0,0,0)", ...rest, title: head.title,
+      paper_bgcolor: "rgba(0,0,0,0)",
+      ...rest,
+      title: head.title,
       margin: { r: 10, b: 40, l: 50, ...(rest.margin || {}), t: head.margin.t },
     },
     { ...BASE_CONFIG, ...config },
@@ -315,7 +332,21 @@ export async function warmPlotly() {
   // In two tasks (the axes and layout first, then a heatmap), so neither is a long one.
   await window.Plotly.react(scratch, [], { height: 200 }, BASE_CONFIG);
   await nextTask();
-  await window.Plotly.react(scratch, [{ type: "heatmap", z: [[0, 1], [1, 0]], zsmooth: "fast" }], { height: 200 }, BASE_CONFIG);
+  await window.Plotly.react(
+    scratch,
+    [
+      {
+        type: "heatmap",
+        z: [
+          [0, 1],
+          [1, 0],
+        ],
+        zsmooth: "fast",
+      },
+    ],
+    { height: 200 },
+    BASE_CONFIG,
+  );
   window.Plotly.purge(scratch);
   scratch.remove();
 }

@@ -27,7 +27,10 @@ function chip(answer, row) {
 }
 
 function describeRow(answer, row) {
-  const lead = answer.kind === "masked" ? `At ${answer.mask_token} (token ${row.position})` : `After “${answer.tokens[row.position]}” (token ${row.position})`;
+  const lead =
+    answer.kind === "masked"
+      ? `At ${answer.mask_token} (token ${row.position})`
+      : `After “${answer.tokens[row.position]}” (token ${row.position})`;
   const list = row.candidates.map((c) => `${c.token} ${percent(c.probability)}`).join(" · ");
   return `${lead}: ${list}`;
 }
@@ -60,7 +63,11 @@ export async function drawPredictions(part, session, plot, isStale) {
   part.replaceChildren(
     el("h2", { text: "Predictions" }),
     el("p", { className: "help", text: explain(answer) }),
-    el("ol", { className: "prediction-strip" }, answer.positions.map((row) => chip(answer, row))),
+    el(
+      "ol",
+      { className: "prediction-strip" },
+      answer.positions.map((row) => chip(answer, row)),
+    ),
     detail,
   );
   if (plot.on && !plot._predictionHover) {

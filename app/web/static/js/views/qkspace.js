@@ -23,19 +23,33 @@ function pointTraces(space, tokens, n = "", showLegend = true) {
   // where each point is labelled (a 512-token head draws 1,024 points in one task).
   const outline = labelled ? { width: 1, color: "#fff" } : { width: 0 };
   const common = {
-    type: "scatter", mode: labelled ? "markers+text" : "markers", xaxis: `x${n}`, yaxis: `y${n}`, hovertext: labels,
-    text: labelled ? tokens.map(escapeLabel) : undefined, textposition: "top center", textfont: { size: 10, color: "#4b5563" },
+    type: "scatter",
+    mode: labelled ? "markers+text" : "markers",
+    xaxis: `x${n}`,
+    yaxis: `y${n}`,
+    hovertext: labels,
+    text: labelled ? tokens.map(escapeLabel) : undefined,
+    textposition: "top center",
+    textfont: { size: 10, color: "#4b5563" },
     showlegend: showLegend,
   };
   return [
     {
-      ...common, name: "query", x: space.queries.map((p) => p[0]), y: space.queries.map((p) => p[1]),
+      ...common,
+      name: "query",
+      x: space.queries.map((p) => p[0]),
+      y: space.queries.map((p) => p[1]),
       marker: { color: QUERY, size: 8, symbol: "circle", line: outline },
-      customdata: space.strongest.map((keys, i) => keys.map((k, r) => `${labels[k]} ${space.strongest_weights[i][r].toFixed(3)}`).join("<br>")),
+      customdata: space.strongest.map((keys, i) =>
+        keys.map((k, r) => `${labels[k]} ${space.strongest_weights[i][r].toFixed(3)}`).join("<br>"),
+      ),
       hovertemplate: "query %{hovertext}<br>strongest keys:<br>%{customdata}<extra></extra>",
     },
     {
-      ...common, name: "key", x: space.keys.map((p) => p[0]), y: space.keys.map((p) => p[1]),
+      ...common,
+      name: "key",
+      x: space.keys.map((p) => p[0]),
+      y: space.keys.map((p) => p[1]),
       marker: { color: KEY, size: 9, symbol: "triangle-up", line: outline },
       hovertemplate: "key %{hovertext}<extra></extra>",
     },
@@ -46,8 +60,16 @@ function pointTraces(space, tokens, n = "", showLegend = true) {
 function strongestLines(space, i, n = "") {
   const [qx, qy] = space.queries[i];
   return space.strongest[i].map((k, r) => ({
-    type: "line", xref: `x${n}`, yref: `y${n}`, x0: qx, y0: qy, x1: space.keys[k][0], y1: space.keys[k][1],
-    line: { color: "#111827", width: 0.5 + 5 * space.strongest_weights[i][r] }, opacity: 0.7, layer: "below",
+    type: "line",
+    xref: `x${n}`,
+    yref: `y${n}`,
+    x0: qx,
+    y0: qy,
+    x1: space.keys[k][0],
+    y1: space.keys[k][1],
+    line: { color: "#111827", width: 0.5 + 5 * space.strongest_weights[i][r] },
+    opacity: 0.7,
+    layer: "below",
   }));
 }
 
@@ -67,7 +89,9 @@ function wireHover(element, spaces, fixed) {
 }
 
 function describe(answer, space) {
-  const explained = space.explained ? ` · the axes hold ${(100 * space.explained[0]).toFixed(0)}% and ${(100 * space.explained[1]).toFixed(0)}% of the variance` : "";
+  const explained = space.explained
+    ? ` · the axes hold ${(100 * space.explained[0]).toFixed(0)}% and ${(100 * space.explained[1]).toFixed(0)}% of the variance`
+    : "";
   return `${answer.method.toUpperCase()} of layer ${answer.layer} · head ${space.head} (key/value head ${space.kv_head})${explained}`;
 }
 
@@ -77,7 +101,9 @@ async function drawOne(parts, answer, state) {
   const size = Math.min(640, Math.max(320, parts.plot.clientWidth || 600));
   await drawChart(parts.plot, pointTraces(space, answer.tokens), {
     title: `${describe(answer, space)} · hover a query (●) to draw the keys (▲) it attends to most`,
-    height: size, shapes: fixed, hovermode: "closest",
+    height: size,
+    shapes: fixed,
+    hovermode: "closest",
     xaxis: { zeroline: false, showticklabels: false, title: { text: "" } },
     yaxis: { zeroline: false, showticklabels: false, scaleanchor: "x", scaleratio: 1 },
     legend: { orientation: "h", y: -0.02 },
@@ -91,7 +117,9 @@ async function drawLayer(parts, answer, set) {
   const width = parts.plot.clientWidth || 900;
   const columns = Math.min(count, width < 600 ? 2 : Math.ceil(Math.sqrt(count)));
   const rows = Math.ceil(count / columns);
-  const traces = answer.heads.flatMap((space, h) => pointTraces(space, answer.tokens, h === 0 ? "" : String(h + 1), h === 0));
+  const traces = answer.heads.flatMap((space, h) =>
+    pointTraces(space, answer.tokens, h === 0 ? "" : String(h + 1), h === 0),
+  );
   const axes = {};
   const annotations = [];
   answer.heads.forEach((space, h) => {
@@ -99,14 +127,24 @@ async function drawLayer(parts, answer, set) {
     axes[`xaxis${n}`] = { showticklabels: false, zeroline: false };
     axes[`yaxis${n}`] = { showticklabels: false, zeroline: false };
     annotations.push({
-      text: `head ${space.head}`, xref: `x${n} domain`, yref: `y${n} domain`, x: 0, y: 1, xanchor: "left", yanchor: "bottom",
-      showarrow: false, font: { size: 12 },
+      text: `head ${space.head}`,
+      xref: `x${n} domain`,
+      yref: `y${n} domain`,
+      x: 0,
+      y: 1,
+      xanchor: "left",
+      yanchor: "bottom",
+      showarrow: false,
+      font: { size: 12 },
     });
   });
   await drawChart(parts.plot, traces, {
     title: `${answer.method.toUpperCase()} of every head of layer ${answer.layer}: queries ● and keys ▲ · hover a query for its strongest keys, click to open the head`,
-    height: Math.max(320, rows * (width / columns) * 0.85 + 80), hovermode: "closest",
-    grid: { rows, columns, pattern: "independent", xgap: 0.08, ygap: 0.12 }, annotations, ...axes,
+    height: Math.max(320, rows * (width / columns) * 0.85 + 80),
+    hovermode: "closest",
+    grid: { rows, columns, pattern: "independent", xgap: 0.08, ygap: 0.12 },
+    annotations,
+    ...axes,
     legend: { orientation: "h", y: -0.02 },
   });
   wireHover(parts.plot, answer.heads, []);
@@ -132,17 +170,33 @@ export async function render({ session, state, parts, projections, set, isStale 
   parts.metrics.replaceChildren(
     metricCard("queries scaled by", first.query_scale.toPrecision(3)),
     metricCard("method", answer.method === "pca" ? "PCA" : "UMAP"),
-    ...(first.explained ? [metricCard("variance on the two axes", `${(100 * (first.explained[0] + first.explained[1])).toFixed(0)}%`)] : []),
+    ...(first.explained
+      ? [metricCard("variance on the two axes", `${(100 * (first.explained[0] + first.explained[1])).toFixed(0)}%`)]
+      : []),
   );
   if (layerWide) {
     await drawLayer(parts, answer, set);
-    return { kind: "head", element: parts.plot, where: `qk-space-L${answer.layer}`, layer: answer.layer, payload: answer };
+    return {
+      kind: "head",
+      element: parts.plot,
+      where: `qk-space-L${answer.layer}`,
+      layer: answer.layer,
+      payload: answer,
+    };
   }
   const space = await drawOne(parts, answer, state);
   const coords = answer.tokens.map((_, i) => [...space.queries[i], ...space.keys[i]]);
   return {
-    kind: "head", element: parts.plot, layer: answer.layer, head: space.head, where: `qk-space-L${answer.layer}-H${space.head}`,
-    tokens: ["query x", "query y", "key x", "key y"], rowTokens: answer.tokens, matrix: coords, matrixName: "coordinates",
-    corner: "token \\ coordinate", payload: answer,
+    kind: "head",
+    element: parts.plot,
+    layer: answer.layer,
+    head: space.head,
+    where: `qk-space-L${answer.layer}-H${space.head}`,
+    tokens: ["query x", "query y", "key x", "key y"],
+    rowTokens: answer.tokens,
+    matrix: coords,
+    matrixName: "coordinates",
+    corner: "token \\ coordinate",
+    payload: answer,
   };
 }

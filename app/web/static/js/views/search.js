@@ -14,7 +14,11 @@ const DEFAULT_FIND = "role:previous-token";
 export function parseFind(find, tokens, roles, statistics) {
   const [kind, ...rest] = String(find || "").split(":");
   if (kind === "role" && roles.includes(rest.join(":"))) return { kind, role: rest.join(":") };
-  if (kind === "rank" && statistics.includes(rest[0]) && ["descending", "ascending"].includes(rest[1] ?? "descending")) {
+  if (
+    kind === "rank" &&
+    statistics.includes(rest[0]) &&
+    ["descending", "ascending"].includes(rest[1] ?? "descending")
+  ) {
     return { kind, statistic: rest[0], order: rest[1] ?? "descending" };
   }
   if (kind === "marked" && rest.length === 3 && ["later", "last"].includes(rest[2])) {
@@ -24,7 +28,15 @@ export function parseFind(find, tokens, roles, statistics) {
   if (kind === "pair" && rest.length === 3) {
     const [source, target] = rest.slice(0, 2).map((v) => (/^\d+$/.test(v) ? Number(v) : -1));
     const above = Number(rest[2]);
-    if (source >= 0 && source < tokens.length && target >= 0 && target < tokens.length && rest[2] !== "" && above >= 0 && above <= 1) {
+    if (
+      source >= 0 &&
+      source < tokens.length &&
+      target >= 0 &&
+      target < tokens.length &&
+      rest[2] !== "" &&
+      above >= 0 &&
+      above <= 1
+    ) {
       return { kind, source, target, above };
     }
   }
@@ -41,7 +53,8 @@ export function encodeFind(query) {
 
 /** The form shows only the fields of the chosen kind of search. */
 function showKind(parts) {
-  for (const label of parts.form.querySelectorAll("[data-kind]")) label.hidden = label.dataset.kind !== parts.kind.value;
+  for (const label of parts.form.querySelectorAll("[data-kind]"))
+    label.hidden = label.dataset.kind !== parts.kind.value;
 }
 
 export function bind(parts, set) {
@@ -51,10 +64,14 @@ export function bind(parts, set) {
     const kind = parts.kind.value;
     const above = Math.min(1, Math.max(0, Number(parts.above.value) || 0));
     const [first, last] = [Number(parts.markedFirst.value), Number(parts.markedLast.value)].sort((a, b) => a - b);
-    const query = kind === "role" ? { kind, role: parts.role.value }
-      : kind === "rank" ? { kind, statistic: parts.statistic.value, order: parts.order.value }
-      : kind === "marked" ? { kind, first, last, from: parts.readFrom.value }
-      : { kind, source: Number(parts.source.value), target: Number(parts.target.value), above };
+    const query =
+      kind === "role"
+        ? { kind, role: parts.role.value }
+        : kind === "rank"
+          ? { kind, statistic: parts.statistic.value, order: parts.order.value }
+          : kind === "marked"
+            ? { kind, first, last, from: parts.readFrom.value }
+            : { kind, source: Number(parts.source.value), target: Number(parts.target.value), above };
     set({ find: encodeFind(query) });
   });
 }
@@ -72,7 +89,8 @@ function describe(query, tokens, causal) {
     const where = query.first === query.last ? `token ${query.first}` : `tokens ${query.first}–${query.last}`;
     return `every head ranked by its share of attention on ${where} “${span}”, read from ${readers(query, causal)}`;
   }
-  if (query.kind === "rank") return `every head ranked by ${query.statistic.replace("_", " ")}, ${query.order === "descending" ? "highest" : "lowest"} first`;
+  if (query.kind === "rank")
+    return `every head ranked by ${query.statistic.replace("_", " ")}, ${query.order === "descending" ? "highest" : "lowest"} first`;
   return `heads where token ${query.source} “${tokens[query.source]}” gives token ${query.target} “${tokens[query.target]}” more than ${query.above}`;
 }
 
@@ -102,7 +120,8 @@ export async function render({ session, state, parts, info, open, isStale }) {
   }
   showKind(parts);
 
-  const found = query.kind === "marked" ? await markedHeads(session, query, tokens.length) : await session.search(query);
+  const found =
+    query.kind === "marked" ? await markedHeads(session, query, tokens.length) : await session.search(query);
   if (isStale()) return null;
   const labels = headLabels(info);
   const grid = labels.layers.map(() => labels.heads.map(() => null));
@@ -114,16 +133,27 @@ export async function render({ session, state, parts, info, open, isStale }) {
   parts.summary.textContent = `${found.matches} head${found.matches === 1 ? "" : "s"} found: ${what}.`;
   await drawHeatmap(parts.map, grid, labels.layers, labels.heads, {
     title: `${found.matches} found · blank: ${query.kind === "marked" ? "no row reads the span" : "not found"} · click a cell to open it`,
-    zmin: 0, zmax: top, numbered: false,
+    zmin: 0,
+    zmax: top,
+    numbered: false,
     hoverName: valueName(query),
     height: Math.min(820, Math.max(300, 22 * info.num_layers + 150)),
   });
   onCellClick(parts.map, (layer, head) => open(layer, head));
   showResults(parts.results, found.heads, heads.roles, query, open);
   return {
-    kind: "head", element: parts.map, where: `search-${encodeFind(query).replace(/[^a-z0-9]+/gi, "-")}`,
-    tokens: labels.heads, rowTokens: labels.layers, matrix: grid, matrixName: "found", blank: "", corner: "layer \\ head",
-    title: what, colour: (v) => viridis(v / top), colourBar: linearBar(top, valueName(query)),
+    kind: "head",
+    element: parts.map,
+    where: `search-${encodeFind(query).replace(/[^a-z0-9]+/gi, "-")}`,
+    tokens: labels.heads,
+    rowTokens: labels.layers,
+    matrix: grid,
+    matrixName: "found",
+    blank: "",
+    corner: "layer \\ head",
+    title: what,
+    colour: (v) => viridis(v / top),
+    colourBar: linearBar(top, valueName(query)),
     payload: { what, query, matches: found.matches, heads: found.heads },
   };
 }
@@ -133,9 +163,9 @@ export async function render({ session, state, parts, info, open, isStale }) {
 async function markedHeads(session, query, length) {
   const marked = spanPositions([query]);
   const answer = await session.heads(query.from === "last" ? { marked, read_from: [length - 1] } : { marked });
-  const heads = answer.layers.flatMap((layer, i) => answer.statistics.marked[i]
-    .map((value, head) => ({ layer, head, value }))
-    .filter((found) => found.value !== null));
+  const heads = answer.layers.flatMap((layer, i) =>
+    answer.statistics.marked[i].map((value, head) => ({ layer, head, value })).filter((found) => found.value !== null),
+  );
   heads.sort((a, b) => b.value - a.value || a.layer - b.layer || a.head - b.head);
   return { matches: heads.length, heads };
 }
@@ -147,17 +177,27 @@ function valueName(query) {
 }
 
 function showResults(table, found, roles, query, open) {
-  const header = make("tr", {}, ["head", valueName(query), "roles"].map((text) => make("th", { text, attrs: { scope: "col" } })));
+  const header = make(
+    "tr",
+    {},
+    ["head", valueName(query), "roles"].map((text) => make("th", { text, attrs: { scope: "col" } })),
+  );
   const body = make("tbody");
   for (const f of found) {
-    const opener = make("button", { text: `L${f.layer} H${f.head}`, className: "link", attrs: { type: "button", title: `open layer ${f.layer} head ${f.head}` } });
+    const opener = make("button", {
+      text: `L${f.layer} H${f.head}`,
+      className: "link",
+      attrs: { type: "button", title: `open layer ${f.layer} head ${f.head}` },
+    });
     opener.addEventListener("click", () => open(f.layer, f.head, { focusView: true }));
     const theirs = roles[f.layer][f.head].map((r) => `${r.role} ${r.score.toFixed(2)}`).join(", ") || "–";
-    body.append(make("tr", {}, [
-      make("th", { attrs: { scope: "row" } }, [opener]),
-      make("td", { text: f.value.toFixed(query.kind === "rank" && query.statistic === "distance" ? 1 : 3) }),
-      make("td", { text: theirs, className: "roles" }),
-    ]));
+    body.append(
+      make("tr", {}, [
+        make("th", { attrs: { scope: "row" } }, [opener]),
+        make("td", { text: f.value.toFixed(query.kind === "rank" && query.statistic === "distance" ? 1 : 3) }),
+        make("td", { text: theirs, className: "roles" }),
+      ]),
+    );
   }
   if (!found.length) body.append(make("tr", {}, [make("td", { text: "No head matches.", attrs: { colspan: "3" } })]));
   table.replaceChildren(make("thead", {}, [header]), body);

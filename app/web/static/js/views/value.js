@@ -35,9 +35,15 @@ export async function render({ session, state, parts, isStale }) {
   const sink = biggestSink(detail.weights, shares);
   const moved = meanDistance(detail.weights, shares);
   // A head with one key a row moves nothing: say why, so the view does not look broken.
-  const hint = moved < 0.01
-    ? [el("p", { className: "help", text: "This head puts nearly all of each row on one key, so what each query takes is that key's value alone and nothing moves: try a broader head (layer 2 head 3 of MiniLM)." })]
-    : [];
+  const hint =
+    moved < 0.01
+      ? [
+          el("p", {
+            className: "help",
+            text: "This head puts nearly all of each row on one key, so what each query takes is that key's value alone and nothing moves: try a broader head (layer 2 head 3 of MiniLM).",
+          }),
+        ]
+      : [];
   parts.metrics.replaceChildren(
     metricCard("rows moved (mean total variation)", moved.toFixed(3)),
     metricCard(`“${tokens[sink.key]}”: mean weight`, sink.weight.toFixed(3)),
@@ -45,13 +51,33 @@ export async function render({ session, state, parts, isStale }) {
     ...hint,
   );
   const common = { zmin: 0, zmax: 1, xTitle: "key", yTitle: "query" };
-  await drawHeatmap(parts.weights, detail.weights, tokens, tokens, { ...common, hoverName: "weight", title: "attention weights α" });
+  await drawHeatmap(parts.weights, detail.weights, tokens, tokens, {
+    ...common,
+    hoverName: "weight",
+    title: "attention weights α",
+  });
   if (isStale()) return null;
-  await drawHeatmap(parts.norms, shares, tokens, tokens, { ...common, hoverName: "share of ‖α·v‖", title: "‖α·v‖, each row's share" });
+  await drawHeatmap(parts.norms, shares, tokens, tokens, {
+    ...common,
+    hoverName: "share of ‖α·v‖",
+    title: "‖α·v‖, each row's share",
+  });
   return {
-    kind: "head", element: parts.norms, layer: state.layer, head: state.head, tokens,
-    matrix: shares, matrixName: "value_weighted_shares", title: "value-weighted attention (row shares of ‖α·v‖)",
-    colour: viridis, colourBar: linearBar(1, "share"), suffix: "-value-weighted",
-    payload: { what: "‖α·v‖ per query and key (value_weighted), and each row's shares of it", value_weighted: detail.value_weighted, weights: detail.weights },
+    kind: "head",
+    element: parts.norms,
+    layer: state.layer,
+    head: state.head,
+    tokens,
+    matrix: shares,
+    matrixName: "value_weighted_shares",
+    title: "value-weighted attention (row shares of ‖α·v‖)",
+    colour: viridis,
+    colourBar: linearBar(1, "share"),
+    suffix: "-value-weighted",
+    payload: {
+      what: "‖α·v‖ per query and key (value_weighted), and each row's shares of it",
+      value_weighted: detail.value_weighted,
+      weights: detail.weights,
+    },
   };
 }
