@@ -104,7 +104,7 @@ def test_the_induction_button_finds_smollm2s_induction_heads(page, live_server):
     )
     settle(page)
     text = page.input_value("#text")
-    words = text.split(" ")
+    words = text.split()  # every word after a space, the first one too
     assert words[: len(words) // 2] == words[len(words) // 2 :]  # a sequence written twice
     assert url_state(page)["sort"] == "-induction" and url_state(page)["text"] == text
     top = page.inner_text("#heads-table tbody tr:first-child th")
