@@ -4,8 +4,9 @@ transformers' tokenizer call wraps the Rust tokenizer (`tokenizers`) in argument
 and a BatchEncoding: 0.45 ms of a new 16-token request on this machine, 0.16 ms of it the Rust
 tokenizer (docs/performance.md). For a plain fast tokenizer, set as that call leaves it for one
 text (no truncation, no padding), the same encoding is read from the Rust tokenizer directly;
-any other tokenizer goes through transformers' call. tests/app/test_encoding.py holds the two
-equal on every tokenizer the tests have.
+any other tokenizer goes through transformers' call.
+tests/atlas_engine/inference/test_encoding.py holds the two equal on every tokenizer the tests
+have.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ def logsumexp64(logits: Tensor, top: Tensor) -> Tensor:
     """log Σ exp(logits) over the last dimension, (n, vocab) -> (n,) float64, given each row's
     maximum `top` (n, 1): every exp in the logits' own dtype after subtracting it (so at most
     1), summed SUM_BLOCK at a time in that dtype and the blocks' sums in float64 (a relative
-    error under 1e-6, tests/app/test_residual.py; a float64 sum of every term costs twice as
-    much)."""
+    error under 1e-6, tests/atlas_engine/inference/test_residual.py; a float64 sum of every term
+    costs twice as much)."""
     terms = (logits - top).exp_()
     n, vocab = terms.shape
     if vocab % SUM_BLOCK == 0:

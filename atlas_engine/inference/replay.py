@@ -80,7 +80,7 @@ def replayed_maps(
 ) -> Tensor:
     """One layer's attention weights (heads, seq, seq), float32 on the host, replayed from the
     pass's own call of that layer: what a forward pass without attention output leaves to show.
-    Equal to the model's own maps bit for bit in float32 (tests/app/test_capture.py)."""
+    Equal to the model's own maps bit for bit in float32 (tests/atlas_engine/models/test_capture.py)."""
     captured = layer_capture(calls, hidden_inputs, layer)
     with torch.inference_mode():
         weights = layer_weights(captured, heads)

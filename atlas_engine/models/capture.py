@@ -110,7 +110,7 @@ class MaskRecipe:
     def block(self, r0: int, r1: int, c0: int, c1: int) -> Tensor:
         """(r1 - r0, c1 - c0) bool of the first sequence: the mask's block of queries r0:r1
         and keys c0:c1, built alone (transformers' sdpa_mask with offsets: the same as that
-        slice of the whole mask, tests/app/test_capture.py)."""
+        slice of the whole mask, tests/atlas_engine/models/test_capture.py)."""
         keywords = {
             **self.keywords, "q_length": r1 - r0, "kv_length": c1 - c0,
             "q_offset": self.keywords.get("q_offset", 0) + r0,

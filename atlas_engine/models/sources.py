@@ -50,7 +50,8 @@ class GgufCheckpoint:
     slug: str  # the cache folder's staging prefix and lock: .<slug>-..., .<slug>.lock
     folder_prefix: str  # the converted copy: <folder_prefix>-<sha256[:12]>
     install: str  # what to run where the packages are missing
-    parameters: int  # of the converted model (tests/app/test_model_memory.py counts them)
+    parameters: int  # of the converted model (counted by
+    # tests/atlas_engine/models/test_model_memory.py)
     tokenizer_bytes: int  # of the converted copy's tokenizer files (tokenizer_file_bytes)
     conversion_bytes: int  # the peak RSS of the process that converts it (measured, rounded up)
 
