@@ -9,7 +9,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from atlas_engine.corpus.job import plan, run_job
 from atlas_engine.corpus.store import Store
-from tests.app.test_corpus import PROSE
+from tests.atlas_engine.corpus.test_corpus import PROSE
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow

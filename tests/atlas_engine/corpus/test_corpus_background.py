@@ -18,7 +18,7 @@ from atlas_engine.corpus import background
 from atlas_engine.corpus.background import BackgroundCorpus, describe, duration
 from atlas_engine.corpus.job import describe_text
 from atlas_engine.corpus.store import Store
-from tests.app.test_corpus import PROSE
+from tests.atlas_engine.corpus.test_corpus import PROSE
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from atlas_engine.config import Settings
 from atlas_engine.corpus.cluster import connect, run_on_cluster
 from atlas_engine.corpus.job import plan, run_job
 from atlas_engine.corpus.store import Store
-from tests.app.test_corpus import PROSE
+from tests.atlas_engine.corpus.test_corpus import PROSE
 
 pytestmark = pytest.mark.slow
 MODEL = "local/qwen2-tiny"
