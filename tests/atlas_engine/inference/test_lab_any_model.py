@@ -28,38 +28,20 @@ from atlas_engine.schemas.lab_models import (
 from atlas_engine.services import lab_inside, lab_models
 from atlas_engine.services.passes import Passes
 from tests.conftest import CACHE_DIR
-from tests.support.tiny import DECODERS, SIZE, save_tiny
+from tests.support.tiny import DECODERS, ENCODER_DECODERS, save_tiny
+from tests.support.tiny import ENCODERS as PLAIN_ENCODERS
 
 pytestmark = pytest.mark.slow
 
 TEXT = " the cat sat on the mat because it was warm and then"
 OTHER = " where is the dog"
-ENCODERS = {
-    "bert": lambda: tf.BertConfig(**SIZE),
-    "distilbert": lambda: tf.DistilBertConfig(
-        vocab_size=50257, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64
-    ),
-    "modernbert": lambda: tf.ModernBertConfig(
-        **{**SIZE, "num_hidden_layers": 3},
-        global_attn_every_n_layers=2,
-        local_attention=4,
-        pad_token_id=0,
-    ),
-    "t5": lambda: tf.T5Config(
-        vocab_size=50257,
-        d_model=32,
-        d_kv=8,
-        d_ff=64,
-        num_layers=2,
-        num_heads=4,
-        decoder_start_token_id=0,
-    ),
-}
+ENCODERS = {**PLAIN_ENCODERS, **ENCODER_DECODERS}  # T5 too: its encoder's pages
 # Each layer's output projection, named by hand: the reference the page's W_O is checked with.
 PROJECTION = {
     "gpt2": lambda m, i: m.h[i].attn.c_proj,
     "gpt-neox": lambda m, i: m.layers[i].attention.dense,
     "bert": lambda m, i: m.encoder.layer[i].attention.output.dense,
+    "roberta": lambda m, i: m.encoder.layer[i].attention.output.dense,
     "distilbert": lambda m, i: m.transformer.layer[i].attention.out_lin,
     "modernbert": lambda m, i: m.layers[i].attn.Wo,
     "t5": lambda m, i: m.block[i].layer[0].SelfAttention.o,
@@ -67,6 +49,8 @@ PROJECTION = {
 ROTARY = [
     "gpt-neox",
     "llama",
+    "mistral",
+    "qwen2",
     "qwen3",
     "phi3",
     "olmo2",
@@ -137,7 +121,9 @@ def test_what_a_head_is_joins_the_heads_and_mixes_them_as_the_model_does(passes,
     assert body.rope is (name in ROTARY)
     assert body.num_kv_heads == (1 if name == "gemma3" else 2 if name in DECODERS
                                  and name not in ("gpt2", "gpt-neox") else 4)  # fmt: skip
-    assert body.qkv_bias is (name in ("gpt2", "gpt-neox", "bert", "distilbert", "gpt-oss"))
+    assert body.qkv_bias is (
+        name in ("gpt2", "gpt-neox", "qwen2", "bert", "roberta", "distilbert", "gpt-oss")
+    )
 
 
 def test_pooled_kv_heads_are_the_model_with_each_groups_weights_averaged(passes):
@@ -282,7 +268,7 @@ def test_the_forward_pass_page_reads_every_architectures_blocks(passes, name):
     assert torch.allclose(t(body.residual_norms)[0], norms[1], rtol=1e-5)
     before = t([body.entering_norms, *body.residual_norms[:-1]])
     added = t(body.attention_norms) + t(body.mlp_norms)
-    post_norm = name in ("bert", "distilbert")  # their blocks renormalise the sum
+    post_norm = name in ("bert", "roberta", "distilbert")  # their blocks renormalise the sum
     assert body.renormalised is post_norm and body.rotary is (name in ROTARY)
     if not post_norm:
         assert (t(body.residual_norms) <= before + added + 1e-4).all()

@@ -1,11 +1,11 @@
-"""The capture path (atlas_engine.models.capture) on every architecture issue 39 names, made here as
-tiny random models: under the capture function a model computes exactly what eager attention
-computes, and each layer replayed from its recorded call gives, through attention_core.modern,
-exactly the weights and head outputs eager transformers returns, bit for bit in float32, for
-both sequences of a padded batch (left padding for decoders, right for encoders): softcapped
-scores (Gemma 2), sliding windows that differ by layer (Mistral, Gemma 2/3, gpt-oss,
-ModernBERT), attention sinks (gpt-oss), T5's position bias (encoder, decoder and
-cross-attention), GQA and MQA, q/k norms (Qwen3, OLMo-2, Gemma 3)."""
+"""The capture path (atlas_engine.models.capture) on every architecture issue 39 names, made as
+tiny random models from the table of tests/support/tiny.py: under the capture function a model
+computes exactly what eager attention computes, and each layer replayed from its recorded call
+gives, through attention_core.modern, exactly the weights and head outputs eager transformers
+returns, bit for bit in float32, for both sequences of a padded batch (left padding for
+decoders, right for encoders): softcapped scores (Gemma 2), sliding windows that differ by layer
+(Mistral, Gemma 2/3, gpt-oss, ModernBERT), attention sinks (gpt-oss), T5's position bias
+(encoder, decoder and cross-attention), GQA and MQA, q/k norms (Qwen3, OLMo-2, Gemma 3)."""
 
 from __future__ import annotations
 
@@ -16,56 +16,11 @@ import transformers as tf
 from atlas_engine.inference.replay import layer_weights
 from atlas_engine.models import capture
 from attention_core.modern import head_output
+from tests.support.tiny import DECODERS, ENCODER_DECODERS, ENCODERS, sized
 
 pytestmark = pytest.mark.slow
 
-V = 96  # vocabulary of every tiny model
-SIZE = {"vocab_size": V, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "intermediate_size": 64, "max_position_embeddings": 64}  # fmt: skip
-WINDOWED = {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]}
-
-ENCODERS = {
-    "bert": lambda: tf.BertConfig(**SIZE),
-    "roberta": lambda: tf.RobertaConfig(**SIZE, pad_token_id=1),
-    "distilbert": lambda: tf.DistilBertConfig(
-        vocab_size=V, dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=64
-    ),
-    "modernbert": lambda: tf.ModernBertConfig(
-        **{**SIZE, "num_hidden_layers": 3},
-        global_attn_every_n_layers=2,
-        local_attention=4,
-        pad_token_id=0,
-    ),
-}
-DECODERS = {
-    "gpt2": lambda: tf.GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=4, n_positions=64),
-    "gpt-neox": lambda: tf.GPTNeoXConfig(**SIZE),
-    "llama": lambda: tf.LlamaConfig(**SIZE, num_key_value_heads=2),
-    "mistral": lambda: tf.MistralConfig(**SIZE, num_key_value_heads=2, sliding_window=3),
-    "qwen2": lambda: tf.Qwen2Config(**SIZE, num_key_value_heads=2),
-    "qwen3": lambda: tf.Qwen3Config(**SIZE, num_key_value_heads=2, head_dim=8),
-    "phi3": lambda: tf.Phi3Config(**SIZE, num_key_value_heads=2, pad_token_id=0),
-    "olmo2": lambda: tf.Olmo2Config(**SIZE, num_key_value_heads=2),
-    "gemma2": lambda: tf.Gemma2Config(
-        **SIZE,
-        num_key_value_heads=2,
-        head_dim=8,
-        attn_logit_softcapping=5.0,
-        query_pre_attn_scalar=8,
-        **WINDOWED,
-    ),
-    "gemma3": lambda: tf.Gemma3TextConfig(
-        **SIZE, num_key_value_heads=1, head_dim=8, query_pre_attn_scalar=8, **WINDOWED
-    ),  # MQA
-    "gpt-oss": lambda: tf.GptOssConfig(
-        **SIZE,
-        num_key_value_heads=2,
-        head_dim=8,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        **WINDOWED,
-    ),
-}
+V = 96  # vocabulary of every tiny model made here
 
 
 def batch(causal: bool) -> dict[str, torch.Tensor]:
@@ -138,7 +93,7 @@ class _Outputs(capture.Recorder):
 
 @pytest.mark.parametrize("name", [*ENCODERS, *DECODERS])
 def test_every_layer_replays_as_eager_attention_computes_it(name):
-    config = {**ENCODERS, **DECODERS}[name]()
+    config = {**ENCODERS, **DECODERS}[name](V)
     model = model_of(config)
     inputs = batch(causal=name in DECODERS)
     if name == "distilbert":
@@ -172,8 +127,7 @@ def test_every_layer_replays_as_eager_attention_computes_it(name):
 
 
 def test_t5_encoder_decoder_and_cross_attention_replay_with_the_position_bias():
-    config = tf.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                         decoder_start_token_id=0)  # fmt: skip
+    config = ENCODER_DECODERS["t5"](V)
     model = model_of(config)
     inputs = batch(causal=False)
     decoder = {"decoder_input_ids": torch.randint(5, V, (2, 5)),
@@ -252,7 +206,7 @@ def test_what_cannot_be_replayed_is_refused_by_name(config, says):
 
 
 def test_an_unknown_keyword_is_refused_by_name():
-    model = model_of(tf.LlamaConfig(**SIZE))
+    model = model_of(tf.LlamaConfig(**sized(V)))
     inputs = batch(causal=True)
     layers, refusal = capture.attach(model, inputs, 2)
     assert refusal is None
@@ -276,7 +230,7 @@ def test_deep_zoom_reads_windows_softcaps_and_sinks_a_block_at_a_time(name):
     from atlas_engine.inference.replay import replayed_qk
     from attention_core.tiles import overview, row_weights, weight_tile, window_logsumexp
 
-    config = {**ENCODERS, **DECODERS}[name]()
+    config = {**ENCODERS, **DECODERS}[name](V)
     model = model_of(config)
     torch.manual_seed(2)
     inputs = {"input_ids": torch.randint(5, V, (1, 40))}
@@ -306,7 +260,7 @@ def test_deep_zoom_reads_windows_softcaps_and_sinks_a_block_at_a_time(name):
 
 
 def test_a_mask_recipe_builds_any_block_as_that_slice_of_the_whole_mask():
-    model = model_of(DECODERS["mistral"]())
+    model = model_of(DECODERS["mistral"](V))
     inputs = {"input_ids": torch.randint(5, V, (1, 20))}
     layers, _ = capture.attach(model, inputs, 2)
     _, kept = recorded_pass(model, inputs, layers)
