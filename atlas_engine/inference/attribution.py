@@ -49,7 +49,7 @@ def real_logit(layout: Layout, last_hidden: Tensor, target: int, contrast: int |
         return float(logits[target] - (logits[contrast] if contrast is not None else 0.0))
 
 
-def _double(module: nn.Module):
+def in_float64(module: nn.Module):
     """The linear map `module` computes, in float64: x (..., in) -> (..., out)."""
     weight, bias = module.weight.double(), getattr(module, "bias", None)
     bias = bias.double() if bias is not None else None
@@ -98,7 +98,7 @@ def attribute(
     heads, attention_bias, mlps = [], [], []
     with torch.inference_mode():
         for layer in range(n):
-            project = _double(layout.projections[layer])
+            project = in_float64(layout.projections[layer])
             out = stream.heads[layer][0, position].double()  # (heads, head_dim)
             writes, projection_bias = head_writes(out, project)
             through, beta = _through_post_norm(layout, stream, layer, position)
@@ -137,6 +137,6 @@ def head_sources(
     with torch.inference_mode():
         weights = stream.weights[0, head, position].double()  # (T,)
         values = stream.values[0, head // group].double()  # (T, head_dim)
-        rows = source_writes(weights, values, head, heads, _double(layout.projections[layer]))
+        rows = source_writes(weights, values, head, heads, in_float64(layout.projections[layer]))
         through, _ = _through_post_norm(layout, stream, layer, position)
         return (through(rows) @ direction).cpu()

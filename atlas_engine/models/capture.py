@@ -304,6 +304,7 @@ class _LayerRecorder(Recorder):
         self.recipes = recipes  # data_ptr of a mask handed to the module -> its recipe
         self.stand_ins = stand_ins
         self.captured: LayerCapture | None = None
+        self.batch: tuple[Tensor, Tensor, Tensor] | None = None  # q, k, v of every sequence
 
     def on_call(self, module, q, k, v, mask, kw):
         if module is not self.target:
@@ -321,6 +322,7 @@ class _LayerRecorder(Recorder):
         sinks = kw.get("s_aux")
         bias = kw.get("position_bias")
         b = self.sequence
+        self.batch = (q, k, v)
         self.captured = LayerCapture(
             q=q[b],
             k=k[b],
@@ -393,13 +395,29 @@ def capture_layer(call: LayerCall, hidden: Tensor, sequence: int = 0) -> LayerCa
     sequence `sequence` of the batch. Masks are handed over as stand-ins first (the module
     passes them on; the recorder reads their recipes), and built whole only where the module
     computes with its mask before the attention function."""
+    return _replay(call, hidden, sequence, grad=False).captured
+
+
+def capture_batch(
+    call: LayerCall, hidden: Tensor, *, grad: bool = False
+) -> tuple[LayerCapture, tuple[Tensor, Tensor, Tensor]]:
+    """capture_layer for the first sequence, and q, k and v of every sequence of `hidden`
+    ((batch, heads, T, hd), (batch, kv_heads, T, hd) twice). grad: they keep autograd's graph
+    back to `hidden` (the call's own tensors must then not be inference tensors)."""
+    recorder = _replay(call, hidden, 0, grad=grad)
+    return recorder.captured, recorder.batch
+
+
+def _replay(call: LayerCall, hidden: Tensor, sequence: int, grad: bool) -> _LayerRecorder:
     try:
-        return _replayed(call, hidden, sequence, stand_ins=True)
+        return _replayed(call, hidden, sequence, stand_ins=True, grad=grad)
     except _MaskNeeded:
-        return _replayed(call, hidden, sequence, stand_ins=False)
+        return _replayed(call, hidden, sequence, stand_ins=False, grad=grad)
 
 
-def _replayed(call: LayerCall, hidden: Tensor, sequence: int, stand_ins: bool) -> LayerCapture:
+def _replayed(
+    call: LayerCall, hidden: Tensor, sequence: int, stand_ins: bool, grad: bool
+) -> _LayerRecorder:
     recipes: dict[int, MaskRecipe] = {}
 
     def put(value: Any) -> Any:
@@ -418,13 +436,14 @@ def _replayed(call: LayerCall, hidden: Tensor, sequence: int, stand_ins: bool) -
     kwargs = {name: put(value) for name, value in call.kwargs.items()}
     recorder = _LayerRecorder(call.module, recipes, sequence, stand_ins)
     # _Recorded is raised once the layer's inputs are kept
-    with recording(recorder), torch.inference_mode(), contextlib.suppress(_Recorded):
+    context = torch.enable_grad() if grad else torch.inference_mode()
+    with recording(recorder), context, contextlib.suppress(_Recorded):
         call.module(*args, **kwargs)
     if recorder.captured is None:
         raise Refused(
             f"{type(call.module).__name__} did not call its attention function when replayed"
         )
-    return recorder.captured
+    return recorder
 
 
 @contextmanager
