@@ -311,14 +311,24 @@ class _TracedHeads(HeadOutputs):
 
 @dataclass
 class TracedPass:
-    """A pass up to layer `layer`'s attention function, with what the trace needs."""
+    """A pass up to layer `layer`'s attention function, with what the trace needs: every
+    layer's attention call and input up to it, to replay any of them."""
 
     input_ids: list[int]
     io: dict[int, tuple]  # id(module) -> (input, output), batch 1
     outs: dict[int, Tensor]  # layer -> heads' outputs (1, T, heads, hd)
-    hidden: Tensor  # (1, T, d): the traced layer's attention input
-    call: capture.LayerCall
+    hiddens: dict[int, Tensor]  # layer -> (1, T, d): its attention's input
+    calls: dict[int, capture.LayerCall]
     x0: Tensor  # (1, T, d): the first block's input
+    layer: int
+
+    @property
+    def hidden(self) -> Tensor:
+        return self.hiddens[self.layer]
+
+    @property
+    def call(self) -> capture.LayerCall:
+        return self.calls[self.layer]
 
 
 def traced_pass(loaded: LoadedModel, layout: TraceLayout, text: str, layer: int) -> TracedPass:
@@ -337,8 +347,10 @@ def traced_pass(loaded: LoadedModel, layout: TraceLayout, text: str, layer: int)
             if norm is not None:
                 watched.append(norm[0])
         watched.append(roles.projection)
-    watched.extend(n for n, _ in layout.roles[layer].inner)
+        watched.extend(n for n, _ in roles.inner)
     io: dict[int, tuple] = {}
+    hiddens: dict[int, Tensor] = {}
+    calls: dict[int, capture.LayerCall] = {}
     kept: dict = {}
 
     def watch(module, args, kwargs, output):
@@ -346,8 +358,11 @@ def traced_pass(loaded: LoadedModel, layout: TraceLayout, text: str, layer: int)
 
     recorder = _TracedHeads({id(m): i for i, m in enumerate(attention)}, layer)
 
-    def enter(module, args, kwargs):
-        kept["hidden"], kept["call"] = capture.record_call(recorder, module, args, kwargs)
+    def enter(index: int):
+        def hook(module, args, kwargs):
+            hiddens[index], calls[index] = capture.record_call(recorder, module, args, kwargs)
+
+        return hook
 
     def first(module, args, kwargs):
         kept["x0"] = first_tensor(args, kwargs)
@@ -357,7 +372,8 @@ def traced_pass(loaded: LoadedModel, layout: TraceLayout, text: str, layer: int)
     with loaded.lock:
         handles = [m.register_forward_hook(on_this_thread(watch), with_kwargs=True)
                    for m in watched]  # fmt: skip
-        handles.append(attention[layer].register_forward_pre_hook(enter, with_kwargs=True))
+        for m in range(layer + 1):
+            handles.append(attention[m].register_forward_pre_hook(enter(m), with_kwargs=True))
         handles.append(blocks[0].register_forward_pre_hook(first, with_kwargs=True))
         try:
             with torch.no_grad(), capture.recording(recorder), suppress(_Stop):
@@ -369,9 +385,10 @@ def traced_pass(loaded: LoadedModel, layout: TraceLayout, text: str, layer: int)
         input_ids=inputs["input_ids"][0].tolist(),
         io=io,
         outs=recorder.outs,
-        hidden=kept["hidden"],
-        call=kept["call"],
+        hiddens=hiddens,
+        calls=calls,
         x0=kept["x0"],
+        layer=layer,
     )
 
 
