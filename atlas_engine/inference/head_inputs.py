@@ -76,6 +76,14 @@ def linear_matrix(module: nn.Module, width: int) -> Tensor:
     return (out[:-1] - out[-1]).T.float()
 
 
+def split_writes(projection: nn.Module, outs: Tensor) -> Tensor:
+    """Each head's share of the output projection's output (bias left out): outs (T, H, hd),
+    the heads' outputs -> (H, T, d) float64."""
+    _, heads, hd = outs.shape
+    matrix = linear_matrix(projection, heads * hd).double()  # (d, H·hd)
+    return torch.einsum("thk,dhk->htd", outs.double(), matrix.view(-1, heads, hd))
+
+
 def _adjoint(norm: Norm, io, g: Tensor) -> Tensor:
     """g (..., T, d) through the transpose of the norm's frozen linear part: the linear part is
     c -> center(c) · s ⊙ gamma, so its transpose is g -> center(gamma ⊙ g · s)."""
@@ -128,10 +136,7 @@ def _writes(loaded, layout, run: TracedPass, m: int) -> tuple[Tensor, Tensor]:
     """Block m's heads' writes (H, T, d) and its MLP's (T, d), float64, as the stream adds them
     (a pre-norm block) or as they enter N1 and N2 (a post-norm block)."""
     roles = layout.roles[m]
-    out = run.outs[m][0].double()  # (T, H, hd)
-    _, heads, hd = out.shape
-    matrix = linear_matrix(roles.projection, heads * hd).double()  # (d, H·hd)
-    writes = torch.einsum("thk,dhk->htd", out, matrix.view(-1, heads, hd))
+    writes = split_writes(roles.projection, run.outs[m][0])
     io = run.io
     if roles.kind == "sum":
         a = io[id(roles.projection)][1][0].double()
