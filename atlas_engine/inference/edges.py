@@ -52,6 +52,7 @@ class EdgeScores:
     (l, H, heads_p) for downstream layer l: earlier layer, earlier head, downstream head (p =
     "q": its query heads; "k", "v": its key/value heads)."""
 
+    metric: object  # the patching.Metric used
     clean: float
     corrupted: float
     scores: dict[str, list[Tensor]]
@@ -72,9 +73,10 @@ class _Keeping(HeadOutputs):
 
 
 def _graded(loaded: LoadedModel, inputs: dict[str, Tensor], metric) -> dict:
-    """The corrupted text's pass with autograd: the metric, its gradient at every layer's q, k
-    and v, every layer's input x_l, attention call, heads' outputs and the modules' outputs the
-    writes need (projection and any post norm)."""
+    """The corrupted text's pass with autograd: the metric (a Metric, or a function of the
+    pass's output (T, d) that chooses it), its gradient at every layer's q, k and v, every
+    layer's input x_l, attention call, heads' outputs and the modules' outputs the writes need
+    (projection and any post norm)."""
     layout = trace_layout(loaded)
     attention = loaded.attention_layers
     recorder = _Keeping({id(m): i for i, m in enumerate(attention)})
@@ -117,7 +119,10 @@ def _graded(loaded: LoadedModel, inputs: dict[str, Tensor], metric) -> dict:
                         handles.append(watched.register_forward_hook(on_this_thread(watch)))
             with torch.enable_grad(), capture.recording(recorder):
                 output = loaded.model(**{k: v.to(device) for k, v in inputs.items()})
-                logits = layout_of(loaded).unembed(output.last_hidden_state[0, metric.position])
+                last = output.last_hidden_state[0]
+                if callable(metric):
+                    metric = metric(last.detach())
+                logits = layout_of(loaded).unembed(last[metric.position])
                 value = logits[metric.target] - logits[metric.contrast]
                 tensors = [t for i in range(len(attention)) for t in recorder.qkv[i]]
                 grads = torch.autograd.grad(value, tensors, retain_graph=True)
@@ -129,6 +134,7 @@ def _graded(loaded: LoadedModel, inputs: dict[str, Tensor], metric) -> dict:
             for handle in handles:
                 handle.remove()
     return {
+        "metric": metric,
         "value": float(value.detach()),
         "through": through,
         "streams": streams,
@@ -165,8 +171,9 @@ def _through_heads(x: Tensor, qkv, grads) -> dict[str, Tensor]:
 
 
 def edge_scores(loaded: LoadedModel, clean: str, corrupted: str, metric) -> EdgeScores:
-    """Every head-to-head edge's score for `metric` (a patching.Metric) between two texts of
-    the same token count (module docstring)."""
+    """Every head-to-head edge's score for `metric` between two texts of the same token count
+    (module docstring). metric: a patching.Metric, or choose(clean_last, corrupted_last) -> one
+    from the two passes' outputs (T, d) (its default tokens are their top guesses)."""
     layout = trace_layout(loaded)
     if layout.refusal is not None:
         raise TraceRefused(layout.refusal)
@@ -176,9 +183,13 @@ def edge_scores(loaded: LoadedModel, clean: str, corrupted: str, metric) -> Edge
     corrupted_inputs, _ = tokenize(loaded, corrupted, None)
     with torch.inference_mode():
         clean_run = run_stream(loaded, clean_inputs)
+    choose = metric if callable(metric) else None
+    chosen = (lambda last: choose(clean_run.last_hidden[0], last)) if choose else metric
+    run = _graded(loaded, corrupted_inputs, chosen)
+    metric = run["metric"]
+    with torch.inference_mode():
         logits = layout_of(loaded).unembed(clean_run.last_hidden[0, metric.position])
         clean_value = float(logits[metric.target] - logits[metric.contrast])
-    run = _graded(loaded, corrupted_inputs, metric)
     span = clean_value - run["value"]
     n = len(loaded.attention_layers)
     deltas = [
@@ -195,4 +206,4 @@ def edge_scores(loaded: LoadedModel, clean: str, corrupted: str, metric) -> Edge
             grads = run["through"][layer][p].flatten(1)  # (heads_p, T·d)
             found = upstream[:layer].flatten(0, 1) @ grads.T / span  # (l·H, heads_p)
             scores[p].append(found.view(layer, heads, -1).cpu())
-    return EdgeScores(clean_value, run["value"], scores)
+    return EdgeScores(metric, clean_value, run["value"], scores)

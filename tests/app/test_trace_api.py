@@ -26,7 +26,11 @@ def trace(client, **body) -> dict:
     for sides in (answer["trace"], answer["versus"]):
         if sides is not None:
             total = sides["score"] - answer["position_bias"]
-            for parts in (sides["query_side"], sides["key_side"], sum(sides["matrix"], [])):
+            for parts in (
+                sides["query_side"],
+                sides["key_side"],
+                [v for row in sides["matrix"] for v in row],
+            ):
                 assert abs(sum(parts) - total) <= answer["bound"]
     return answer
 
@@ -59,7 +63,7 @@ def test_smollm2s_induction_head_reads_a_previous_token_heads_output_through_its
     token before 'maple' (a previous-token head), the induction circuit's K-composition."""
     tokens = trace(client, model=SMOLLM2_ID, text=REPEATED, layer=0, head=0, query=4, key=4)
     query = [i for i, t in enumerate(tokens["tokens"]) if t == "␣hollow"][1]
-    key = [i for i, t in enumerate(tokens["tokens"]) if t == "␣maple"][0]
+    key = next(i for i, t in enumerate(tokens["tokens"]) if t == "␣maple")
     answer = trace(client, model=SMOLLM2_ID, text=REPEATED, layer=18, head=6, query=query, key=key)
     assert answer["weight"] > 0.5
     side = answer["trace"]["key_side"]

@@ -1,4 +1,5 @@
-"""Why heads attend: one attention score taken apart into the residual stream's pieces."""
+"""Why heads attend and which heads work together: one attention score taken apart into the
+residual stream's pieces, and edges between heads."""
 
 from fastapi import APIRouter, Request, Response
 
@@ -6,7 +7,9 @@ from app.api.responses import BODY_ROUTE, errors
 from app.api.running import heavy, reserved_json, until_disconnect
 from app.api.strict_json import StrictJSONRoute
 from app.deps import PassesDep
+from atlas_engine.schemas.circuit import MAX_CIRCUIT_TOKENS, CircuitRequest, CircuitResponse
 from atlas_engine.schemas.trace import MAX_TRACE_TOKENS, TraceRequest, TraceResponse
+from atlas_engine.services.circuit import circuit
 from atlas_engine.services.score_trace import score_trace
 
 router = APIRouter(prefix="/api/attention", tags=["why heads attend"], route_class=StrictJSONRoute)
@@ -33,5 +36,30 @@ async def post_trace(body: TraceRequest, passes: PassesDep, request: Request) ->
     return reserved_json(
         await until_disconnect(
             request, lambda stop: score_trace(passes, body, stop), heavy(passes, body, 2.0)
+        )
+    )
+
+
+@router.post(
+    "/circuit",
+    response_model=CircuitResponse,
+    summary="Which heads work together: edges between heads, on a text or a patched pair",
+    description="Edges from every earlier head into every later head's query, key or value, the "
+    "strongest first. by=text: the share of a later head's attention-weighted score (through "
+    "its queries or its keys) or of its output (through its values) that the earlier head "
+    "wrote on this text, every norm frozen as in /trace; `focus` answers one head's inputs in "
+    "full (every head, MLP, embedding and the bias terms). by=edges: edge attribution patching "
+    "between `text` (clean) and `corrupted` for Patching's metric, logit(target) - "
+    "logit(contrast) at a position: the share of clean - corrupted each edge carries, to first "
+    "order (one forward and one backward pass of the corrupted text; decoders with a "
+    "language-model head whose blocks add to the stream). At most "
+    f"{MAX_CIRCUIT_TOKENS} tokens a text.",
+    responses=ERRORS,
+)
+async def post_circuit(body: CircuitRequest, passes: PassesDep, request: Request) -> Response:
+    cost = 2.0 if body.by == "text" else 5.0
+    return reserved_json(
+        await until_disconnect(
+            request, lambda stop: circuit(passes, body, stop), heavy(passes, body, cost)
         )
     )
