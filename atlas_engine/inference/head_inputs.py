@@ -172,9 +172,20 @@ def head_inputs(
     totals = torch.zeros(shape, dtype=torch.float64)
     writes = {m: _writes(loaded, layout, run, m) for m in range(max(layers))}
     embeddings = _embedding_pieces(layout, run)  # (E, T, d)
+    summed = all(roles.kind == "sum" for roles in layout.roles)
+    if summed and writes:  # every piece meets the same G: one product a layer
+        heads_all = torch.stack([writes[m][0] for m in range(max(layers))]).flatten(2)
+        mlps_all = torch.stack([writes[m][1] for m in range(max(layers))]).flatten(1)
     for index, layer in enumerate(layers):
         g, totals[:, index] = _gradients(loaded, layout, run, layer, chosen)
-        for m in reversed(range(layer)):
+        if summed and layer:
+            flat = g.flatten(2).flatten(0, 1).T  # (T·d, 3n)
+            shares = (heads_all[:layer].flatten(0, 1) @ flat).view(layer, n_heads, 3, -1)
+            from_heads[:, index, :, :layer] = shares.permute(2, 3, 0, 1)
+            from_mlps[:, index, :, :layer] = (
+                (mlps_all[:layer] @ flat).view(layer, 3, -1).permute(1, 2, 0)
+            )
+        for m in reversed(range(0 if summed else layer)):
             roles = layout.roles[m]
             heads_w, mlp = writes[m]
             if roles.kind == "post":
