@@ -498,6 +498,23 @@ class AtlasClient:
             _with_arrays(answer["source"], "values", "weights")
         return _with_arrays(answer, "heads", "mlps", "attention_bias")
 
+    def trace(
+        self, model: str, text: str, layer: int, head: int, query: int, key: int, **options
+    ) -> dict:
+        """POST /api/attention/trace: one head's score from `query` to `key` taken apart into
+        the residual stream's pieces, a dict. pieces (labels 'token embedding', 'L2 H5', 'L3
+        MLP', 'bias terms'); trace.query_side and trace.key_side (pieces,) and trace.matrix
+        (shown + 2, shown + 2), float32 arrays, the pairs summing to `score` within `bound`;
+        versus the same for score(key) - score(contrast). options: contrast, top."""
+        body = _body(
+            model=model, text=text, layer=layer, head=head, query=query, key=key, **options
+        )
+        answer = self.post_json("/api/attention/trace", body)
+        for sides in (answer["trace"], answer.get("versus")):
+            if sides:
+                _with_arrays(sides, "query_side", "key_side", "matrix")
+        return _with_arrays(answer, "weights")
+
     def patching(self, model: str, text: str, corrupted: str, exact: bool = False, **options):
         """POST /api/attention/patching (exact False: attribution patching, a dict) or
         POST /api/attention/patching/exact (exact True: an iterator of progress lines and then

@@ -258,4 +258,18 @@ TERMS: dict[str, Term] = {
         r"gradient estimate",
         formula="recovered ≈ ∂m/∂a · (a_clean − a_corrupted) / (m_clean − m_corrupted)",
     ),
+    "score-trace": Term(
+        "score trace",
+        "one attention score taken apart: with the norms' scales frozen, q and k are sums of "
+        "the stream's pieces, and the score a sum over pairs of them",
+        r"score traces?",
+        formula="s_ij = scale · (Σ_a q_i(a)) · (Σ_b k_j(b)) = Σ_a Σ_b scale · q_i(a) · k_j(b)",
+    ),
+    "k-composition": Term(
+        "K-composition",
+        "a later head's keys read an earlier head's output: an induction head's keys come "
+        "from a previous-token head",
+        r"K-composition",
+        formula="k_j = W_K · norm(… + Σ_h o_h(j) + …);   its part from head h: W_K · norm(o_h(j))",
+    ),
 }

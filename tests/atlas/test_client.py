@@ -131,6 +131,19 @@ def test_what_heads_write_as_arrays(atlas):
     assert lines[-1]["passes"] == 30 * 9 + 2
 
 
+def test_a_score_taken_apart_as_arrays(atlas):
+    """Issue 52: 'it' (10) to 'animal' (2) in MiniLM's layer 3 head 1, as POST /trace answers."""
+    text = "The animal didn't cross the street because it was too tired."
+    found = atlas.trace(MINILM_ID, text, layer=3, head=1, query=10, key=2, top=6)
+    pieces = len(found["pieces"])
+    assert found["trace"]["query_side"].shape == found["trace"]["key_side"].shape == (pieces,)
+    side = len(found["shown"]) + 2
+    assert found["trace"]["matrix"].shape == found["versus"]["matrix"].shape == (side, side)
+    assert abs(found["parts_sum"] - found["score"]) <= found["bound"]
+    assert abs(float(found["trace"]["matrix"].sum()) - found["score"]) <= found["bound"] + 1e-5
+    assert found["weights"].argmax() == 2 and found["contrast"] == 0
+
+
 def test_refusals_say_why_with_the_servers_code(atlas):
     with pytest.raises(AtlasError) as unknown:
         atlas.attention("all-MiniLM-L6-v2", TEXT)

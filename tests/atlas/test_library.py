@@ -24,6 +24,7 @@ from attention_atlas.widget import (
     replay_detail,
     replay_lens,
     replay_qkspace,
+    replay_trace,
 )
 from tests.support.live import start_server
 
@@ -145,6 +146,20 @@ def test_widget_replay_is_the_servers_detail_answer(client, minilm_run):
     assert ours["replay_max_abs_diff"] < 1e-5
     with pytest.raises(ValueError):
         replay_detail(minilm_run, {"layer": 9, "head": 0})
+
+
+def test_widget_trace_is_the_servers_answer(client, minilm_run):
+    """Trace a score in a notebook: the kernel runs the server's own service on the shown text."""
+    body = {"layer": 3, "head": 1, "query": 10, "key": 2, "top": 6}
+    ours = replay_trace(minilm_run, body)
+    server = client.post("/api/attention/trace", json={"model": MINILM_ID, "text": TEXT, **body})
+    assert server.status_code == 200
+    theirs = server.json()
+    for name in ("tokens", "pieces", "shown", "contrast", "summary"):
+        assert ours[name] == theirs[name], name
+    assert ours["score"] == pytest.approx(theirs["score"], abs=1e-5)
+    assert np.allclose(ours["trace"]["matrix"], theirs["trace"]["matrix"], atol=1e-5)
+    assert abs(ours["parts_sum"] - ours["score"]) <= ours["bound"]
 
 
 def test_widget_query_key_space_is_the_servers_answer(client, minilm_run):

@@ -125,6 +125,7 @@ export const api = {
   lens: (body, opts) => request("POST", "/api/attention/lens", body, opts),
   decoder: (body, opts) => request("POST", "/api/attention/decoder", body, opts),
   attribution: (body, opts) => request("POST", "/api/attention/attribution", body, opts),
+  trace: (body, opts) => request("POST", "/api/attention/trace", body, opts),
   patching: (body, opts) => request("POST", "/api/attention/patching", body, opts),
   /** Exact patching: onLine gets each progress line; resolves with the last line. */
   patchingExact: (body, onLine, opts) => streamLines("/api/attention/patching/exact", body, onLine, opts),

@@ -153,6 +153,13 @@ export class AttentionSession {
     );
   }
 
+  /** One score taken apart (POST /api/attention/trace): {layer, head, query, key, contrast, top}. */
+  trace(extra) {
+    return this.remember(this.answers, `trace:${JSON.stringify(extra)}`, 1, () =>
+      api.trace(this.body(extra), { signal: this.controller.signal }),
+    );
+  }
+
   /** Direct logit attribution (POST /api/attention/attribution): {position, target, contrast, source}. */
   attribution(extra) {
     return this.remember(this.answers, `attribution:${JSON.stringify(extra)}`, 1, () =>

@@ -73,6 +73,11 @@ export class WidgetSession {
     return this.ask("attribution", extra);
   }
 
+  /** One score taken apart, run by the Python kernel (the trace API's answer). */
+  trace(extra) {
+    return this.ask("trace", extra);
+  }
+
   /** A replay by the kernel: `kind` names it, `body` is the API request's own. */
   ask(kind, body) {
     if (!this.meta.replayable) {
