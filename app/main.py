@@ -19,7 +19,18 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import timing as server_timing
 from app.admission import AdmissionContext
-from app.api.routes import attention, core, corpus, health, lab, lessons, models, trace, writes
+from app.api.routes import (
+    attention,
+    composition,
+    core,
+    corpus,
+    health,
+    lab,
+    lessons,
+    models,
+    trace,
+    writes,
+)
 from app.errors import install_error_handlers
 from app.framing import OneBodyLength
 from app.limits import RateLimit, RequestBodyGuard, SendGuard
@@ -156,6 +167,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(attention.router)
     app.include_router(writes.router)
     app.include_router(trace.router)
+    app.include_router(composition.router)
     app.include_router(corpus.router)
     app.include_router(lab.router)
     app.include_router(lessons.router)
