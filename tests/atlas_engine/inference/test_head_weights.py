@@ -1,6 +1,7 @@
 """Each head's W_Q, W_K, W_V and W_O read off tiny random checkpoints by replaying their layers
 on basis vectors (atlas_engine.inference.head_weights): they give the model's own q, k, v and
-output projection at the first position (GQA, GPT-2's Conv1D, a post-norm encoder, q/k norms),
+output projection at the first position in every tiny family (GQA, GPT-2's Conv1D, post-norm
+encoders, q/k norms over a head or over the whole width),
 the folded norm is the layer's gain and centring, and a hand-set GPT-2 whose later head's key
 reads exactly what an earlier head writes gives that pair the strongest K-composition."""
 
@@ -21,7 +22,7 @@ from tests.support.tiny import DECODERS, ENCODERS, save_tiny
 
 pytestmark = pytest.mark.slow
 
-FAMILIES = ["llama", "gpt2", "bert", "qwen3"]  # GQA, Conv1D, post-norm, q/k norms
+FAMILIES = [*DECODERS, *ENCODERS]  # llama: GQA, gpt2: Conv1D, bert: post-norm, qwen3: q/k norms
 TEXT = " the cat sat"
 
 
