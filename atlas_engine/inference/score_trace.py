@@ -461,7 +461,7 @@ def stream_pieces(
             def through(t: Tensor, n1=n1, n2=n2) -> Tensor:
                 return _linear(n2, io, rows, _linear(n1, io, rows, t))
 
-            stack = [through(p) for p in stack]
+            stack = list(through(torch.stack(stack)))  # every earlier piece, renormalised
             heads = list(through(writes))
             z = io[id(n2[0])][0][0, rows].double()
             n1_out = io[id(n1[0])][1][0, rows].double()

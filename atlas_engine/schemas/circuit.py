@@ -45,13 +45,15 @@ class CircuitRequest(TextRequest):
         }
     )
 
-    by: Literal["text", "edges"] = Field(
+    by: Literal["text", "weights", "edges"] = Field(
         "text",
         description="text: an edge is the share of a later head's attention-weighted scores "
         "(through its queries or its keys) or of its output (through its values) that an "
-        "earlier head wrote, on this text; edges: edge attribution patching between `text` "
-        "(clean) and `corrupted`, the share of the metric's clean - corrupted difference each "
-        "edge carries (first order).",
+        "earlier head wrote, on this text; weights: the Q-, K- and V-composition scores of "
+        "Elhage et al. (2021) from the weights alone, less the score of random heads of the "
+        "same shapes (computed once per model); edges: edge attribution patching between "
+        "`text` (clean) and `corrupted`, the share of the metric's clean - corrupted "
+        "difference each edge carries (first order).",
     )
     inputs: list[Input] = Field(
         ["q", "k", "v"],
@@ -128,7 +130,7 @@ class FocusInputs(BaseModel):
 class CircuitResponse(BaseModel):
     model: str
     tokens: list[str]
-    by: Literal["text", "edges"]
+    by: Literal["text", "weights", "edges"]
     layers: int
     heads: int
     kv_heads: int
@@ -137,10 +139,12 @@ class CircuitResponse(BaseModel):
     largest: float = Field(description="The largest absolute value of any edge.")
     node_totals: list[list[list[float]]] = Field(
         description="[input][layer][head]: by=text, each head's total (the sum taken apart); "
-        "by=edges, the sum of the edges into each later head's input"
+        "by=weights and by=edges, the sum of the edges into each later head's input"
     )
     focus: FocusInputs | None
     metric: dict | None = Field(
-        description="by=edges: {position, target, contrast, clean, corrupted} (tokens as shown)"
+        description="by=edges: {position, target, contrast, clean, corrupted} (tokens as "
+        "shown); by=weights: {baseline: {q, k, v}, seconds} (the random heads' mean score "
+        "each edge is less, and what the model's scores took once)"
     )
     convention: str

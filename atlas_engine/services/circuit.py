@@ -12,6 +12,8 @@ from atlas_engine.errors import InvalidInput, RequestCancelled
 from atlas_engine.inference.edges import INPUTS, edge_scores
 from atlas_engine.inference.forward import count_tokens, tokenize
 from atlas_engine.inference.head_inputs import head_inputs
+from atlas_engine.inference.head_weights import CONVENTION as WEIGHTS_CONVENTION
+from atlas_engine.inference.head_weights import model_composition
 from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.patching import Metric
 from atlas_engine.inference.predictions import top_predictions
@@ -146,6 +148,25 @@ def _by_text(loaded: LoadedModel, req: CircuitRequest) -> dict:
             "metric": None, "convention": TEXT_CONVENTION}  # fmt: skip
 
 
+def _by_weights(loaded: LoadedModel, req: CircuitRequest) -> dict:
+    found = model_composition(loaded)
+    scores, baseline = found.composition.scores, found.baseline
+    n_layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
+    values: dict[str, list[Tensor]] = {p: [] for p in INPUTS}
+    totals = torch.zeros(3, n_layers, heads, dtype=torch.float64)
+    for k, p in enumerate(INPUTS):
+        for layer in range(n_layers):
+            # [a, i, b, j] -> (layer, H, later head): above the random heads' mean score
+            grid = scores[p][:layer, :, layer, :].double() - baseline[p]
+            values[p].append(grid)
+            totals[k, layer] = grid.sum((0, 1)) if layer else 0.0
+    ids = tokenize(loaded, req.text, None)[0]["input_ids"][0].tolist()
+    seconds = found.weights_seconds + found.scores_seconds
+    return {"values": values, "totals": totals, "focus": None, "ids": ids,
+            "metric": {"baseline": dict(baseline), "seconds": seconds},
+            "convention": WEIGHTS_CONVENTION}  # fmt: skip
+
+
 def _by_edges(loaded: LoadedModel, req: CircuitRequest, seq: int) -> dict:
     position = seq - 1 if req.position is None else req.position
     target = token_id(loaded, req.target, "target") if req.target is not None else None
@@ -198,7 +219,12 @@ def circuit_fields(
     loaded: LoadedModel, req: CircuitRequest, plan: CircuitPlan, should_stop: ShouldStop = None
 ) -> dict:
     try:
-        found = _by_text(loaded, req) if req.by == "text" else _by_edges(loaded, req, plan.seq)
+        if req.by == "text":
+            found = _by_text(loaded, req)
+        elif req.by == "weights":
+            found = _by_weights(loaded, req)
+        else:
+            found = _by_edges(loaded, req, plan.seq)
     except TraceRefused as err:
         raise InvalidInput(str(err)) from None
     if should_stop is not None and should_stop():

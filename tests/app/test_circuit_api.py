@@ -83,3 +83,15 @@ def test_a_post_norm_model_has_no_edge_patching(client):
     body = {"model": MINILM_ID, "text": ANIMAL, "by": "edges", "corrupted": ANIMAL}
     response = client.post("/api/attention/circuit", json=body)
     assert response.status_code == 422
+
+
+def test_from_the_weights_the_induction_heads_keys_compose_with_the_previous_token_head(client):
+    """By the weights alone (K-composition less random heads'), L18 H6's strongest key edges
+    come from L17 H8 and L16 H0, the head the text's trace names."""
+    answer = circuit(client, model=SMOLLM2_ID, text="a", by="weights", inputs=["k"], top=1000)
+    into = sorted(
+        (e for e in answer["edges"] if (e["to_layer"], e["to_head"]) == (18, 6)),
+        key=lambda e: -e["value"],
+    )
+    assert {(e["from_layer"], e["from_head"]) for e in into[:2]} == {(17, 8), (16, 0)}
+    assert answer["metric"]["baseline"]["k"] == pytest.approx(576**-0.5, rel=0.05)

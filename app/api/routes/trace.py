@@ -48,7 +48,9 @@ async def post_trace(body: TraceRequest, passes: PassesDep, request: Request) ->
     "strongest first. by=text: the share of a later head's attention-weighted score (through "
     "its queries or its keys) or of its output (through its values) that the earlier head "
     "wrote on this text, every norm frozen as in /trace; `focus` answers one head's inputs in "
-    "full (every head, MLP, embedding and the bias terms). by=edges: edge attribution patching "
+    "full (every head, MLP, embedding and the bias terms). by=weights: Elhage et al.'s Q-, K- "
+    "and V-composition from the weights alone, less random heads' score (once per model). "
+    "by=edges: edge attribution patching "
     "between `text` (clean) and `corrupted` for Patching's metric, logit(target) - "
     "logit(contrast) at a position: the share of clean - corrupted each edge carries, to first "
     "order (one forward and one backward pass of the corrupted text; decoders with a "
@@ -57,7 +59,7 @@ async def post_trace(body: TraceRequest, passes: PassesDep, request: Request) ->
     responses=ERRORS,
 )
 async def post_circuit(body: CircuitRequest, passes: PassesDep, request: Request) -> Response:
-    cost = 2.0 if body.by == "text" else 5.0
+    cost = {"text": 2.0, "weights": 1.0, "edges": 5.0}[body.by]
     return reserved_json(
         await until_disconnect(
             request, lambda stop: circuit(passes, body, stop), heavy(passes, body, cost)
