@@ -70,6 +70,10 @@ GROUPS: dict[str, Group] = {
     "find": Group("Find heads", "Which heads do what, across every layer?"),
     "token": Group("Follow a token", "What does one token read, and who reads it?"),
     "explain": Group("Explain the numbers", "How does a head compute its weights?"),
+    "why": Group(
+        "Why heads attend",
+        "Why does this head attend to this key, and which heads work together?",
+    ),
     "intervene": Group("Intervene", "What changes when a head or the text changes?"),
     "writes": Group("What heads write", "Which heads push the model toward its answer?"),
 }
@@ -176,6 +180,34 @@ VIEWS: dict[str, View] = {
     ),
     "value": View(
         "Value-weighted", "explain", "what each key really passes on: ‖α·v‖", widget="replay"
+    ),
+    "trace": View(
+        "Trace a score",
+        "why",
+        "why a head attends to a key: the score taken apart into the pieces that made it",
+        fields=(
+            Field("traceKey", "tk", "int"),  # the key traced (absent: the one weighed most)
+            Field("traceContrast", "tc", "int"),  # the contrast key (absent: the next highest)
+            Field("traceTop", "tt", "int", 12),  # pieces a side the pair matrix shows
+            # the score itself, or its difference from the contrast key's
+            Field("traceSide", "tv", "choice", "score", ("score", "versus")),
+        ),
+        widget="replay",
+        token=True,
+    ),
+    "circuit": View(
+        "Circuit",
+        "why",
+        "which heads work together: edges from earlier heads into later heads' inputs",
+        fields=(
+            # edges read off this text, the weights, or patching from a corrupted text
+            Field("circuitBy", "cby", "choice", "text", ("text", "weights", "edges")),
+            Field("circuitInputs", "cin", "choice", "all", ("all", "q", "k", "v")),
+            Field("circuitMin", "cmin", "number", 0.2),  # edges below this share of the largest
+            text("circuitCorrupted", "ccor"),  # by=edges: the corrupted text
+            text("circuitTarget", "ctgt"),  # its metric's tokens ("" = the top guesses)
+            text("circuitContrast", "ccon"),
+        ),
     ),
     "ablation": View(
         "Ablation",

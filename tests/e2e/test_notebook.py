@@ -184,6 +184,9 @@ def test_the_widget_draws_the_explorers_views_in_jupyterlab(jupyterlab, page, tm
     page.screenshot(path=str(tmp_path / "jupyterlab-qkspace.png"))
     widget.get_by_role("tab", name="Step by step").click()
     widget.locator("[id$=view-steps] .js-plotly-plot").first.wait_for(timeout=60_000)
+    widget.get_by_role("tab", name="Trace a score").click()  # the kernel runs the trace
+    widget.locator("[id$=view-trace] [data-part=matrix].js-plotly-plot").wait_for(timeout=60_000)
+    assert widget.locator("[data-control=status]").text_content() == ""
     page.screenshot(path=str(tmp_path / "jupyterlab-grid.png"))
     assert max(page.evaluate("window.__long"), default=0) <= TASK_GUARD_MS
     violations = AXE.run(page, context=".atlas-widget").response["violations"]

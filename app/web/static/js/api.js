@@ -127,6 +127,7 @@ export const api = {
   attribution: (body, opts) => request("POST", "/api/attention/attribution", body, opts),
   trace: (body, opts) => request("POST", "/api/attention/trace", body, opts),
   patching: (body, opts) => request("POST", "/api/attention/patching", body, opts),
+  circuit: (body, opts) => request("POST", "/api/attention/circuit", body, opts),
   /** Exact patching: onLine gets each progress line; resolves with the last line. */
   patchingExact: (body, onLine, opts) => streamLines("/api/attention/patching/exact", body, onLine, opts),
   follow: (body, opts) => request("POST", "/api/attention/token", body, opts),

@@ -174,6 +174,13 @@ export class AttentionSession {
     );
   }
 
+  /** Edges between heads (POST /api/attention/circuit): {by, inputs, top, corrupted, ...}. */
+  circuit(extra) {
+    return this.remember(this.answers, `circuit:${JSON.stringify(extra)}`, 1, () =>
+      api.circuit(this.body(extra), { signal: this.controller.signal }),
+    );
+  }
+
   /** Exact patching (POST /api/attention/patching/exact), streamed: onLine gets each progress
    * line; `signal` stops it (the server stops within a layer). A finished answer is kept. */
   async patchingExact(extra, onLine, signal) {
