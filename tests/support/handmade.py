@@ -67,3 +67,58 @@ def copy_previous_gpt2(tokenizer):
             block.attn.c_proj.weight[c, COPY + c] = 1.0  # head 0 writes it to dims 40-47
         assert head >= POSITIONS
     return model
+
+
+PREVIOUS = 40  # dims 40-47: written by layer 0 head 0 (the previous token's word)
+
+
+def induction_gpt2(tokenizer):
+    """GPT2LMHeadModel with 2 layers of 2 heads, built so that an induction circuit is the only
+    thing it computes (the stream as in the module docstring, dims 40-47 written by layer 0):
+
+    - layer 0 head 0 is the previous-token head of copy_previous_gpt2: at position p it writes
+      the word at p - 1 into dims 40-47;
+    - layer 1 head 0 is an induction head: its query at i is β times the word at i (dims 0-7),
+      its key at j is dims 40-47 (the word before j), so position i attends to the position
+      after an earlier copy of its word. Its key reads only what layer 0 head 0 wrote.
+    The other heads, the MLPs and layer 1's values are zero; both layers' LayerNorms are
+    identity on their inputs (two ones in layer 0's, three in layer 1's)."""
+    import transformers as tf
+
+    config = tf.GPT2Config(
+        vocab_size=len(tokenizer), n_positions=POSITIONS, n_embd=WIDTH, n_layer=2, n_head=2,
+        tie_word_embeddings=False, bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )  # fmt: skip
+    model = tf.GPT2LMHeadModel(config)
+    ids = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(w))[0] for w in WORDS]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for c, token in enumerate(ids):
+            model.transformer.wte.weight[token, c] = 1.0
+            model.lm_head.weight[token, c] = READ_TOKEN
+        for p in range(POSITIONS):
+            model.transformer.wpe.weight[p, 8 + p] = 1.0
+        for layer, ones in ((0, 2), (1, 3)):
+            mean = ones / WIDTH
+            std = math.sqrt(ones / WIDTH - mean**2)
+            block = model.transformer.h[layer]
+            for norm in (block.ln_1, block.ln_2):
+                norm.weight.fill_(std)
+                norm.bias.fill_(mean)
+        model.transformer.ln_f.weight.fill_(1.0)
+        first = model.transformer.h[0].attn
+        w = first.c_attn.weight
+        for p in range(1, POSITIONS):
+            w[8 + p, p - 1] = BETA
+        for p in range(POSITIONS):
+            w[8 + p, WIDTH + p] = 1.0
+        for c in range(len(WORDS)):
+            w[c, 2 * WIDTH + c] = 1.0
+            first.c_proj.weight[c, PREVIOUS + c] = 1.0
+        w = model.transformer.h[1].attn.c_attn.weight
+        for c in range(len(WORDS)):
+            w[c, c] = BETA  # the query: the word at i
+            w[PREVIOUS + c, WIDTH + c] = 1.0  # the key: the word before j
+    return model

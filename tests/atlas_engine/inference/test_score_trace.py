@@ -9,6 +9,8 @@ import pytest
 import torch
 import transformers as tf
 
+from atlas_engine.inference.head_inputs import head_inputs
+from atlas_engine.inference.head_weights import model_composition
 from atlas_engine.inference.score_trace import (
     PARTS_MAX_REL,
     TraceRefused,
@@ -139,3 +141,31 @@ def test_the_hand_built_previous_token_head_traces_to_the_position_embeddings(tm
     assert trace.shown[row] == position and trace.shown[col] == position
     assert float(trace.matrix[row, col]) > 0.95 * trace.score
     assert trace.score == pytest.approx(handmade.BETA / 8, rel=1e-3)  # β / √64
+
+
+def test_the_hand_built_induction_head_traces_its_key_to_the_previous_token_head(tmp_path):
+    """Issue 52.6's known answer: layer 1 head 0 at the second ' cat' attends to the ' dog'
+    after the first, and its key side is layer 0 head 0's output at ' dog' (the word before
+    it, written by the previous-token head) meeting, on the query side, the embedding of
+    ' cat'."""
+    tokenizer = gpt2_tokenizer()
+    handmade.induction_gpt2(tokenizer).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = load(tmp_path, "induction")
+    text = "".join(handmade.WORDS[:6] * 2)  # red green blue cat dog sun, twice
+    trace = trace_score(loaded, text, 1, 0, 9, 4)
+    assert float(trace.weights[4]) > 0.99
+    names = [p.label for p in trace.names]
+    key = int(trace.key_side.abs().argmax())
+    query = int(trace.query_side.abs().argmax())
+    assert names[key] == "L0 H0" and float(trace.key_side[key]) > 0.9 * trace.score
+    assert names[query] == "token embedding" and float(trace.query_side[query]) > 0.9 * trace.score
+    row, col = divmod(int(trace.matrix.argmax()), trace.matrix.shape[1])
+    assert names[trace.shown[row]] == "token embedding" and names[trace.shown[col]] == "L0 H0"
+    # the circuit: L0 H0 -> L1 H0 is the strongest key edge on the text and from the weights
+    inputs = head_inputs(loaded, text, [1])
+    keys = inputs.from_heads[1, 0, 0, 0]  # (H,): each layer-0 head's share of L1 H0's keys
+    assert int(keys.abs().argmax()) == 0 and float(keys[0]) > 0.9 * float(inputs.totals[1, 0, 0])
+    composed = model_composition(loaded)
+    k = composed.composition.scores["k"][0, :, 1, :]  # (earlier head, later head)
+    assert int(k.argmax()) == 0 and float(k[0, 0]) > 3 * composed.baseline["k"]
