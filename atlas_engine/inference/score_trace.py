@@ -553,6 +553,7 @@ class ScoreTrace:
     shown: list[int]
     matrix: Tensor
     contrast_score: float | None
+    contrast_position_bias: float | None  # bias(key) - bias(contrast): no piece's part of it
     contrast_query_side: Tensor | None
     contrast_key_side: Tensor | None
     contrast_matrix: Tensor | None
@@ -627,6 +628,7 @@ def trace_score(
     query_side[last] = float(matrix[-1].sum())
     key_side[last] = float(matrix[:, -1].sum())
     contrast_fields = (None, None, None, None)
+    contrast_bias = None
     if contrast is not None:
         c_matrix = scale * q_rows @ (k_rows - kc_rows).T
         c_query[last] = float(c_matrix[-1].sum())
@@ -634,7 +636,9 @@ def trace_score(
         c_score = score - float((real.q[head] @ real.k[kv].transpose(0, 1))[query, contrast]
                                 * scale)  # fmt: skip
         if real.bias is not None:
-            c_score += bias - float(real.bias[head, query, contrast])
+            contrast_bias = bias - float(real.bias[head, query, contrast])
+            c_score += contrast_bias
+        contrast_bias = contrast_bias or 0.0
         contrast_fields = (c_score, c_query.cpu(), c_key.cpu(), c_matrix.cpu())
     capped = None
     if real.softcap is not None:
@@ -655,6 +659,7 @@ def trace_score(
         shown=shown,
         matrix=matrix.cpu(),
         contrast_score=contrast_fields[0],
+        contrast_position_bias=contrast_bias,
         contrast_query_side=contrast_fields[1],
         contrast_key_side=contrast_fields[2],
         contrast_matrix=contrast_fields[3],

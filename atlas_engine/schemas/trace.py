@@ -60,14 +60,18 @@ class TracePair(BaseModel):
 
 class TraceSides(BaseModel):
     score: float = Field(description="What is taken apart: a score, or a difference of two.")
+    position_bias: float = Field(
+        description="The part of `score` no piece makes: the model's position bias (T5), or "
+        "its difference between the two keys; 0 where none"
+    )
     query_side: list[float] = Field(
         description="[piece]: its part through the query (its share of q_i against the whole "
-        "key); sums to `score` less any position bias"
+        "key); sums to `score` less `position_bias`"
     )
     key_side: list[float] = Field(description="[piece]: its part through the key, likewise.")
     matrix: list[list[float]] = Field(
         description="[query row][key column] over `shown`, then every other piece, then the bias "
-        "terms; sums to `score` less any position bias"
+        "terms; sums to `score` less `position_bias`"
     )
     pairs: list[TracePair] = Field(description="The largest pairs, largest first.")
 

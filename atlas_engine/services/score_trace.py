@@ -85,8 +85,10 @@ def _sides(trace: ScoreTrace, tokens: list[str], contrast: bool) -> dict:
     if contrast:
         score, q, k, m = (trace.contrast_score, trace.contrast_query_side,
                           trace.contrast_key_side, trace.contrast_matrix)  # fmt: skip
+        bias = trace.contrast_position_bias
     else:
         score, q, k, m = trace.score, trace.query_side, trace.key_side, trace.matrix
+        bias = trace.position_bias
     rows = [*trace.shown, -1, len(trace.names) - 1]  # -1: every other piece
     flat = m.flatten()
     pairs = []
@@ -101,6 +103,7 @@ def _sides(trace: ScoreTrace, tokens: list[str], contrast: bool) -> dict:
         pairs.append({"query_piece": qi, "key_piece": ki, "value": value, "text": text})
     return {
         "score": score,
+        "position_bias": bias,
         "query_side": q.float(),
         "key_side": k.float(),
         "matrix": m.float(),

@@ -25,7 +25,7 @@ def trace(client, **body) -> dict:
     assert abs(answer["parts_sum"] - answer["score"]) <= answer["bound"]
     for sides in (answer["trace"], answer["versus"]):
         if sides is not None:
-            total = sides["score"] - answer["position_bias"]
+            total = sides["score"] - sides["position_bias"]
             for parts in (
                 sides["query_side"],
                 sides["key_side"],

@@ -21,12 +21,13 @@ from atlas_engine.models.loader import load_model
 from atlas_engine.models.registry import parse_extra_model
 from tests.conftest import CACHE_DIR, gpt2_tokenizer
 from tests.support import handmade
-from tests.support.tiny import DECODERS, ENCODERS, save_tiny
+from tests.support.tiny import DECODERS, ENCODER_DECODERS, ENCODERS, save_tiny
 
 pytestmark = pytest.mark.slow
 
 TEXT = " the cat sat on the mat because it was warm and then"
-FAMILIES = [*DECODERS, *ENCODERS]
+FAMILIES = [*DECODERS, *ENCODERS, *ENCODER_DECODERS]  # T5: its encoder
+CONFIGS = {**DECODERS, **ENCODERS, **ENCODER_DECODERS}
 
 
 def load(folder, name):
@@ -40,17 +41,21 @@ def models(tmp_path_factory):
     loaded = {}
     for name in FAMILIES:
         torch.manual_seed(0)
-        config = {**DECODERS, **ENCODERS}[name]()
-        made = (tf.AutoModelForCausalLM if name in DECODERS else tf.AutoModel).from_config(config)
+        config = CONFIGS[name]()
+        if name in ENCODER_DECODERS:
+            made = tf.T5ForConditionalGeneration(config)
+        else:
+            kind = tf.AutoModelForCausalLM if name in DECODERS else tf.AutoModel
+            made = kind.from_config(config)
         save_tiny(made, root / name)
         loaded[name] = load(root / name, name)
     return loaded
 
 
-def assert_adds_up(trace, total, parts):
-    """parts (a tensor of pieces or pairs) sum to total within the stated bound."""
+def assert_adds_up(total, bias, parts):
+    """parts (a tensor of pieces or pairs) and the bias sum to total within the stated bound."""
     size = max(1.0, float(parts.abs().sum()))
-    assert abs(float(parts.sum()) + trace.position_bias - total) <= PARTS_MAX_REL * size
+    assert abs(float(parts.sum()) + bias - total) <= PARTS_MAX_REL * size
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -62,11 +67,11 @@ def test_the_pairs_sum_to_the_real_score_in_every_layer(models, name):
             trace = trace_score(loaded, TEXT, layer, head, query, key)
             assert trace.stream_max_abs_diff < 1e-5
             for parts in (trace.matrix, trace.query_side, trace.key_side):
-                assert_adds_up(trace, trace.score, parts)
+                assert_adds_up(trace.score, trace.position_bias, parts)
             assert trace.contrast is not None and trace.contrast != key
             for parts in (trace.contrast_matrix, trace.contrast_query_side,
                           trace.contrast_key_side):  # fmt: skip
-                assert_adds_up(trace, trace.contrast_score + trace.position_bias, parts)
+                assert_adds_up(trace.contrast_score, trace.contrast_position_bias, parts)
             # every earlier head and MLP is a piece, and the embeddings and the bias terms
             kinds = [p.kind for p in trace.names]
             assert kinds.count("head") == layer * loaded.arch.num_heads
@@ -84,6 +89,15 @@ def test_the_real_score_is_the_models_own(models):
     scores = torch.tensor([trace_score(loaded, TEXT, 1, 2, query, key).score
                            for key in range(query + 1)], dtype=torch.float64)  # fmt: skip
     assert torch.allclose(scores.softmax(0), maps[1][0, 2, query, : query + 1].double(), atol=1e-6)
+
+
+def test_a_position_bias_is_a_term_of_its_own(models):
+    """T5's relative position bias is added to the score, not made by any piece."""
+    trace = trace_score(models["t5"], TEXT, 1, 1, 4, 2)
+    assert trace.position_bias != 0.0
+    assert abs(
+        float(trace.matrix.sum()) + trace.position_bias - trace.score
+    ) <= PARTS_MAX_REL * max(1.0, float(trace.matrix.abs().sum()))
 
 
 def test_a_softcap_is_applied_after_the_traced_score(models):
