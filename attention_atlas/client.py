@@ -515,6 +515,22 @@ class AtlasClient:
                 _with_arrays(sides, "query_side", "key_side", "matrix")
         return _with_arrays(answer, "weights")
 
+    def circuit(self, model: str, text: str, by: str = "text", **options) -> dict:
+        """POST /api/attention/circuit: edges between heads, a dict; `edges` [{from_layer,
+        from_head, to_layer, to_head, input, value}] strongest first and node_totals (3,
+        layers, heads) a float32 array. by: "text", "weights" or "edges" (then options
+        corrupted, and target, contrast, position); options: inputs, top, focus."""
+        answer = self.post_json(
+            "/api/attention/circuit", _body(model=model, text=text, by=by, **options)
+        )
+        return _with_arrays(answer, "node_totals")
+
+    def composition(self, model: str, **options) -> dict:
+        """POST /api/attention/composition: how heads compose from the weights alone (Q-, K-
+        and V-composition of every earlier/later pair against random heads'), a dict with the
+        strongest edges; options: kind, top, focus."""
+        return self.post_json("/api/attention/composition", _body(model=model, **options))
+
     def patching(self, model: str, text: str, corrupted: str, exact: bool = False, **options):
         """POST /api/attention/patching (exact False: attribution patching, a dict) or
         POST /api/attention/patching/exact (exact True: an iterator of progress lines and then

@@ -60,7 +60,9 @@ def _grams(w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor):
     """(s_q, s_k, s_v, s_o): W_Q W_Q^T, W_K W_K^T, W_V W_V^T and W_O^T W_O, (..., H, r, r) in
     float64, the key/value heads' repeated for each query head of their group."""
     w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
-    kv = torch.arange(w_q.shape[-3]) // (w_q.shape[-3] // w_k.shape[-3])  # query -> kv head
+    kv = torch.arange(w_q.shape[-3], device=w_q.device) // (
+        w_q.shape[-3] // w_k.shape[-3]
+    )  # query -> kv head
     s_k, s_v = (w @ w.transpose(-1, -2) for w in (w_k, w_v))
     return w_q @ w_q.transpose(-1, -2), s_k[..., kv, :, :], s_v[..., kv, :, :], w_o.mT @ w_o
 
@@ -100,14 +102,16 @@ def composition_scores(
     s_q, s_k, s_v, s_o = _grams(w_q, w_k, w_v, w_o)  # (L, H, r, r)
     norms_qk = _inner(s_q, s_k).clamp_min(0).sqrt()  # ‖W_Q^T W_K‖, (L, H)
     norms_ov = _inner(s_o, s_v).clamp_min(0).sqrt()  # ‖W_O W_V‖
-    kv = torch.arange(heads) // (heads // kv_heads)
+    kv = torch.arange(heads, device=w_q.device) // (heads // kv_heads)
     upper = torch.triu_indices(d, d)
     w_q, w_o = w_q.to(dtype), w_o.to(dtype)
     w_k, w_v = w_k.to(dtype)[:, kv], w_v.to(dtype)[:, kv]  # (L, H, hd or hdv, d)
     # N_A = W_O S_V W_O^T of every earlier head, packed: (L · H, d(d + 1)/2)
     earlier = torch.cat([_packed(w_o[a] @ s_v[a].to(dtype) @ w_o[a].mT, upper)
                          for a in range(layers - 1)])  # fmt: skip
-    scores = {k: torch.full((layers, heads, layers, heads), math.nan) for k in KINDS}
+    scores = {
+        k: torch.full((layers, heads, layers, heads), math.nan, device="cpu") for k in KINDS
+    }  # fmt: skip  (the answer is read on the host)
     for b in range(1, layers):
         later = {  # each later head's Gram for the kind, (H, d, d)
             "q": w_q[b].mT @ s_k[b].to(dtype) @ w_q[b],
@@ -156,7 +160,9 @@ def random_baseline(d: int, hd: int, hdv: int | None = None) -> dict[str, float]
     generator = torch.Generator().manual_seed(BASELINE_SEED)
 
     def draw(*shape: int) -> Tensor:  # (samples, 2 heads: earlier, later, *shape)
-        return torch.randn(BASELINE_SAMPLES, 2, *shape, generator=generator, dtype=torch.float64)
+        return torch.randn(
+            BASELINE_SAMPLES, 2, *shape, generator=generator, dtype=torch.float64, device="cpu"
+        )  # the seeded generator's device: the same baseline wherever the model runs
 
     w_q, w_k, w_v, w_o = draw(hd, d), draw(hd, d), draw(hdv, d), draw(d, hdv)
     s_q, s_k, s_v, s_o = _grams(w_q, w_k, w_v, w_o)  # (samples, 2, r, r)

@@ -144,6 +144,16 @@ def test_a_score_taken_apart_as_arrays(atlas):
     assert found["weights"].argmax() == 2 and found["contrast"] == 0
 
 
+def test_heads_working_together_as_arrays(atlas):
+    """Issue 52: the circuit on MiniLM's sentence and, from the weights, its composition."""
+    text = "The animal didn't cross the street because it was too tired."
+    found = atlas.circuit(MINILM_ID, text, focus={"layer": 3, "head": 1}, top=10)
+    assert found["node_totals"].shape == (3, 6, 12) and len(found["edges"]) == 10
+    assert found["focus"]["totals"][2] == pytest.approx(1.0, abs=1e-5)
+    composed = atlas.composition(MINILM_ID, kind="k", top=5)
+    assert len(composed["edges"]) == 5
+
+
 def test_refusals_say_why_with_the_servers_code(atlas):
     with pytest.raises(AtlasError) as unknown:
         atlas.attention("all-MiniLM-L6-v2", TEXT)
