@@ -36,13 +36,12 @@ from atlas_engine.inference.score_trace import (
     TracedPass,
     TraceRefused,
     frozen_inner,
+    frozen_linear,
     trace_layout,
     traced_pass,
 )
 from atlas_engine.models import capture
 from atlas_engine.models.loader import LoadedModel
-
-KINDS = ("query", "key", "value")
 
 
 @dataclass(frozen=True)
@@ -93,11 +92,6 @@ def _adjoint(norm: Norm, io, g: Tensor) -> Tensor:
     return scaled - scaled.mean(-1, keepdim=True) if norm[1].centers else scaled
 
 
-def _linear(norm: Norm, io, c: Tensor) -> Tensor:
-    x, y = io[id(norm[0])]
-    return norm[1].linear(c, norm[1].scale(x[0], y[0]).to(c.dtype))
-
-
 def _gradients(loaded, layout, run: TracedPass, layer: int, heads: list[int]):
     """(G (3, n, T, d) float64: each asked head's Q, K and V sums' gradients with respect to
     the layer's input, in the stream's space (before its input norm); totals (3, n))."""
@@ -142,7 +136,7 @@ def _writes(loaded, layout, run: TracedPass, m: int) -> tuple[Tensor, Tensor]:
         a = io[id(roles.projection)][1][0].double()
         w = a
         if roles.post is not None:
-            writes = _linear(roles.post, io, writes)
+            writes = frozen_linear(roles.post, io, slice(None), writes)
             w = io[id(roles.post[0])][1][0].double()
         parents = {id(c): p for p in loaded.model.modules() for c in p.children()}
         block = block_of(parents, loaded.attention_layers[m])
@@ -216,5 +210,5 @@ def _embedding_pieces(layout, run: TracedPass) -> Tensor:
         return run.x0[0].double().unsqueeze(0)
     pieces = torch.stack([run.io[id(m)][1][0].double() for _, m in layout.embeddings])
     if layout.embedding_norm is not None:
-        pieces = _linear(layout.embedding_norm, run.io, pieces)
+        pieces = frozen_linear(layout.embedding_norm, run.io, slice(None), pieces)
     return pieces

@@ -398,8 +398,9 @@ def _scale_of(norm: Norm, io, rows) -> Tensor:
     return norm[1].scale(x[0, rows], y[0, rows])
 
 
-def _linear(norm: Norm, io, rows, pieces: Tensor) -> Tensor:
-    """pieces (K, P, d) through the frozen norm's linear part (no beta)."""
+def frozen_linear(norm: Norm, io, rows, pieces: Tensor) -> Tensor:
+    """pieces (K, P, d) at positions `rows` (a list, or slice(None): every position) through
+    the norm's linear part, its scale frozen at this pass's (no beta)."""
     return norm[1].linear(pieces, _scale_of(norm, io, rows))
 
 
@@ -459,7 +460,7 @@ def stream_pieces(
             n1, n2 = roles.n1, roles.n2
 
             def through(t: Tensor, n1=n1, n2=n2) -> Tensor:
-                return _linear(n2, io, rows, _linear(n1, io, rows, t))
+                return frozen_linear(n2, io, rows, frozen_linear(n1, io, rows, t))
 
             stack = list(through(torch.stack(stack)))  # every earlier piece, renormalised
             heads = list(through(writes))
@@ -467,10 +468,10 @@ def stream_pieces(
             n1_out = io[id(n1[0])][1][0, rows].double()
             bias = (
                 through(bias + proj_bias)
-                + _linear(n2, io, rows, n1[1].beta.double().expand_as(bias))
+                + frozen_linear(n2, io, rows, n1[1].beta.double().expand_as(bias))
                 + n2[1].beta.double()
             )
-            mlp = _linear(n2, io, rows, z - n1_out)
+            mlp = frozen_linear(n2, io, rows, z - n1_out)
         for h, piece in enumerate(heads):
             names.append(Piece("head", f"L{m} H{h}", m, h))
             stack.append(piece)

@@ -95,3 +95,26 @@ def save_tiny(model: nn.Module, folder: Path) -> None:
                 module.bias.normal_(0, 0.1)
     model.save_pretrained(folder)
     gpt2_tokenizer().save_pretrained(folder)
+
+
+def load_tiny(name: str, folder: Path):
+    """The tiny model `name` of any table above (seed 0, biases drawn), saved into `folder` and
+    loaded as the app loads a local model: a LoadedModel (T5 as its encoder-decoder)."""
+    torch.manual_seed(0)
+    config = {**DECODERS, **ENCODERS, **ENCODER_DECODERS}[name]()
+    if name in ENCODER_DECODERS:
+        made = tf.T5ForConditionalGeneration(config)
+    else:
+        made = (tf.AutoModelForCausalLM if name in DECODERS else tf.AutoModel).from_config(config)
+    save_tiny(made, folder)
+    return load_folder(folder, name)
+
+
+def load_folder(folder: Path, name: str):
+    """A checkpoint folder loaded as the app loads `local/<name>=<folder>`."""
+    from atlas_engine.models.loader import load_model
+    from atlas_engine.models.registry import parse_extra_model
+    from tests.conftest import CACHE_DIR
+
+    spec = parse_extra_model(f"local/{name}={folder}")
+    return load_model(spec, cache_dir=CACHE_DIR, token_limit=64, progress=lambda *a, **k: None)

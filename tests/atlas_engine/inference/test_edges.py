@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers as tf
 
 from atlas_engine.inference.edges import INPUTS, _graded, _writes, edge_scores
 from atlas_engine.inference.forward import tokenize
@@ -18,10 +17,7 @@ from atlas_engine.inference.patching import Metric
 from atlas_engine.inference.residual import layout_of, run_stream
 from atlas_engine.inference.score_trace import TraceRefused, trace_layout
 from atlas_engine.models import capture
-from atlas_engine.models.loader import load_model
-from atlas_engine.models.registry import parse_extra_model
-from tests.conftest import CACHE_DIR
-from tests.support.tiny import DECODERS, ENCODERS, save_tiny
+from tests.support.tiny import load_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -31,12 +27,7 @@ EPS = 1e-2
 
 
 def tiny(name, folder, dtype=torch.float64):
-    torch.manual_seed(0)
-    config = {**DECODERS, **ENCODERS}[name]()
-    made = (tf.AutoModelForCausalLM if name in DECODERS else tf.AutoModel).from_config(config)
-    save_tiny(made, folder)
-    spec = parse_extra_model(f"local/{name}={folder}")
-    loaded = load_model(spec, cache_dir=CACHE_DIR, token_limit=64, progress=lambda *a, **k: None)
+    loaded = load_tiny(name, folder)
     loaded.model.to(dtype)
     if loaded.predictor is not None:
         loaded.predictor.to(dtype)

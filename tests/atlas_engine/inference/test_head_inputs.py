@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers as tf
 
 from atlas_engine.inference.head_inputs import head_inputs
 from atlas_engine.inference.replay import layer_weights
@@ -19,10 +18,7 @@ from atlas_engine.inference.score_trace import (
     traced_pass,
 )
 from atlas_engine.models import capture
-from atlas_engine.models.loader import load_model
-from atlas_engine.models.registry import parse_extra_model
-from tests.conftest import CACHE_DIR
-from tests.support.tiny import DECODERS, ENCODERS, save_tiny
+from tests.support.tiny import load_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -32,14 +28,7 @@ FAMILIES = ["llama", "gpt2", "gemma2", "qwen3", "bert", "distilbert"]
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def loaded(request, tmp_path_factory):
-    name = request.param
-    folder = tmp_path_factory.mktemp(name)
-    torch.manual_seed(0)
-    config = {**DECODERS, **ENCODERS}[name]()
-    made = (tf.AutoModelForCausalLM if name in DECODERS else tf.AutoModel).from_config(config)
-    save_tiny(made, folder)
-    spec = parse_extra_model(f"local/{name}={folder}")
-    return load_model(spec, cache_dir=CACHE_DIR, token_limit=64, progress=lambda *a, **k: None)
+    return load_tiny(request.param, tmp_path_factory.mktemp(request.param))
 
 
 def one_by_one(loaded, layer):

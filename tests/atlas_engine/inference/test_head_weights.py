@@ -14,11 +14,8 @@ import transformers as tf
 from atlas_engine.inference.head_weights import head_weights, model_composition
 from atlas_engine.inference.score_trace import trace_layout, traced_pass
 from atlas_engine.models import capture
-from atlas_engine.models.loader import load_model
-from atlas_engine.models.registry import parse_extra_model
 from attention_core.composition import random_baseline
-from tests.conftest import CACHE_DIR
-from tests.support.tiny import DECODERS, ENCODERS, save_tiny
+from tests.support.tiny import DECODERS, ENCODERS, load_folder, load_tiny, save_tiny
 
 pytestmark = pytest.mark.slow
 
@@ -26,22 +23,10 @@ FAMILIES = [*DECODERS, *ENCODERS]  # llama: GQA, gpt2: Conv1D, bert: post-norm, 
 TEXT = " the cat sat"
 
 
-def load(folder, name):
-    spec = parse_extra_model(f"local/{name}={folder}")
-    return load_model(spec, cache_dir=CACHE_DIR, token_limit=64, progress=lambda *a, **k: None)
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("weights")
-    loaded = {}
-    for name in FAMILIES:
-        torch.manual_seed(0)
-        config = {**DECODERS, **ENCODERS}[name]()
-        made = (tf.AutoModelForCausalLM if name in DECODERS else tf.AutoModel).from_config(config)
-        save_tiny(made, root / name)
-        loaded[name] = load(root / name, name)
-    return loaded
+    return {name: load_tiny(name, root / name) for name in FAMILIES}
 
 
 @pytest.mark.parametrize("name", FAMILIES)
@@ -133,7 +118,7 @@ def key_reads_what_a_head_writes():
 
 def test_a_key_that_reads_what_a_head_writes_is_the_strongest_k_edge(tmp_path):
     save_tiny(key_reads_what_a_head_writes(), tmp_path)
-    found = model_composition(load(tmp_path, "handmade"))
+    found = model_composition(load_folder(tmp_path, "handmade"))
     k, q = found.composition.scores["k"], found.composition.scores["q"]
     assert float(k[0, A, 1, B]) == pytest.approx(1.0, abs=1e-4)
     assert float(q[0, A, 1, B]) < 1e-3

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers as tf
 
 from atlas_engine.inference.head_inputs import head_inputs
 from atlas_engine.inference.head_weights import model_composition
@@ -17,39 +16,20 @@ from atlas_engine.inference.score_trace import (
     trace_layout,
     trace_score,
 )
-from atlas_engine.models.loader import load_model
-from atlas_engine.models.registry import parse_extra_model
-from tests.conftest import CACHE_DIR, gpt2_tokenizer
+from tests.conftest import gpt2_tokenizer
 from tests.support import handmade
-from tests.support.tiny import DECODERS, ENCODER_DECODERS, ENCODERS, save_tiny
+from tests.support.tiny import DECODERS, ENCODER_DECODERS, ENCODERS, load_folder, load_tiny
 
 pytestmark = pytest.mark.slow
 
 TEXT = " the cat sat on the mat because it was warm and then"
 FAMILIES = [*DECODERS, *ENCODERS, *ENCODER_DECODERS]  # T5: its encoder
-CONFIGS = {**DECODERS, **ENCODERS, **ENCODER_DECODERS}
-
-
-def load(folder, name):
-    spec = parse_extra_model(f"local/{name}={folder}")
-    return load_model(spec, cache_dir=CACHE_DIR, token_limit=64, progress=lambda *a, **k: None)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("trace")
-    loaded = {}
-    for name in FAMILIES:
-        torch.manual_seed(0)
-        config = CONFIGS[name]()
-        if name in ENCODER_DECODERS:
-            made = tf.T5ForConditionalGeneration(config)
-        else:
-            kind = tf.AutoModelForCausalLM if name in DECODERS else tf.AutoModel
-            made = kind.from_config(config)
-        save_tiny(made, root / name)
-        loaded[name] = load(root / name, name)
-    return loaded
+    return {name: load_tiny(name, root / name) for name in FAMILIES}
 
 
 def assert_adds_up(total, bias, parts):
@@ -146,7 +126,7 @@ def test_the_hand_built_previous_token_head_traces_to_the_position_embeddings(tm
     model = handmade.copy_previous_gpt2(tokenizer)
     model.save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    loaded = load(tmp_path, "handmade")
+    loaded = load_folder(tmp_path, "handmade")
     text = "".join(handmade.WORDS[:6])
     trace = trace_score(loaded, text, 0, 0, 5, 4)
     names = [p.label for p in trace.names]
@@ -165,7 +145,7 @@ def test_the_hand_built_induction_head_traces_its_key_to_the_previous_token_head
     tokenizer = gpt2_tokenizer()
     handmade.induction_gpt2(tokenizer).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    loaded = load(tmp_path, "induction")
+    loaded = load_folder(tmp_path, "induction")
     text = "".join(handmade.WORDS[:6] * 2)  # red green blue cat dog sun, twice
     trace = trace_score(loaded, text, 1, 0, 9, 4)
     assert float(trace.weights[4]) > 0.99
