@@ -107,6 +107,11 @@ def test_composition_from_the_weights(browser, live_server):
     assert "composition score from the weights" in page.inner_text("#circuit-summary")
     assert "L17 H8 → L18" in page.inner_text("#circuit-metrics")  # K-composition's strongest
     assert page.input_value("#circuit-by") == "weights"
+    heads = page.evaluate(  # every edge ends at a query head on the plot (none past head 8)
+        "Math.max(...document.querySelector('#circuit-graph').data.filter(t => t.mode === "
+        "'lines').flatMap(t => t.y.filter(y => y !== null)))"
+    )
+    assert heads <= 8.2
     edges = "document.querySelector('#circuit-graph').data.find(t => t.name === 'edges')"
     page.evaluate(
         "document.querySelector('#circuit-graph').emit('plotly_click', {points: [{data: "

@@ -47,10 +47,11 @@ function body(state) {
 const label = (layer, head) => `L${layer} H${head}`;
 const signed = (v) => `${v >= 0 ? "+" : "−"}${Math.abs(v).toPrecision(3)}`;
 
-/** The later head an edge's trace opens: under GQA an edge into a shared key/value head
- * (edge patching) opens the first query head of its group. */
+/** The later head an edge's trace opens: under GQA an edge of edge patching into a shared
+ * key/value head opens the first query head of its group (the text's and the weights' edges
+ * name query heads). */
 function queryHead(edge, answer) {
-  if (answer.by === "text" || edge.input === "q") return edge.to_head;
+  if (answer.by !== "edges" || edge.input === "q") return edge.to_head;
   return edge.to_head * (answer.heads / answer.kv_heads);
 }
 
