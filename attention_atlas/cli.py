@@ -8,6 +8,8 @@ pages read (resumable: run it again after a stop or a crash).
     atlas corpus run --model HuggingFaceTB/SmolLM2-135M-Instruct --corpus python-docs
     atlas corpus run --model ./my-llama --corpus ./my-texts.jsonl --texts 2000 --tokens 512
     atlas corpus list
+    atlas corpus export 2 --headvis ./trees/smollm2        (a HeadVis data tree of run 2)
+    atlas corpus import ./gemma-3-1b/headvis/monology-pile-uncopyrighted
 """
 
 from __future__ import annotations
@@ -85,6 +87,9 @@ def corpus(args: argparse.Namespace) -> None:
             print(f"{run.id}: {run.model} on {run.corpus}, {run.sequence_tokens} tokens a text, "
                   f"{run.done} of {run.planned} texts done")  # fmt: skip
         return
+    if args.action in ("export", "import"):
+        headvis_tree(args, store)
+        return
     model_id, entry = args.model
     finished = store.run_for(model_id, args.corpus, args.tokens)
     if finished is not None and finished.done == finished.planned:  # nothing to load the model for
@@ -136,6 +141,31 @@ def corpus(args: argparse.Namespace) -> None:
     print(f"done: {run.done} of {run.planned} texts, stored in {args.store}")
 
 
+def headvis_tree(args: argparse.Namespace, store) -> None:
+    """`atlas corpus export RUN --headvis DIR` and `atlas corpus import DIR`."""
+    from atlas_engine.corpus.headvis_tree import export_tree, import_tree, read_folder
+    from atlas_engine.errors import AtlasError
+
+    try:
+        if args.action == "import":
+            run = import_tree(store, read_folder(Path(args.target)))
+            print(f"run {run.id}: {run.model} on {run.corpus.removeprefix('headvis:')} "
+                  f"({run.layers} layers × {run.heads} heads, {run.planned} sequences), "
+                  f"imported from {args.target}")  # fmt: skip
+            return
+        runs = {str(r.id): r for r in store.runs()}
+        if args.target not in runs:
+            known = ", ".join(f"{r.id} ({r.model})" for r in runs.values()) or "none"
+            raise SystemExit(f"atlas corpus export: no run {args.target}; runs: {known}")
+        run = runs[args.target]
+        if run.done < run.planned:
+            print(f"run {run.id} has {run.done} of {run.planned} texts done: the tree holds those")
+        folder = export_tree(store, run, Path(args.headvis))
+        print(f"run {run.id}: HeadVis tree of {run.model} written to {folder}")
+    except AtlasError as err:
+        raise SystemExit(f"atlas corpus {args.action}: {err.message}") from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """The `atlas` command on `argv` (sys.argv's by default). Returns nothing: `serve` becomes
     the server, `corpus` prints its progress; a wrong argument exits with argparse's status 2."""
@@ -159,7 +189,9 @@ def main(argv: list[str] | None = None) -> None:
         "--hub-downloads", action="store_true", help="let Hub ids download (needs internet)"
     )
     jobs = commands.add_parser("corpus", help="describe every head over a corpus")
-    jobs.add_argument("action", choices=["run", "list"])
+    jobs.add_argument("action", choices=["run", "list", "export", "import"])
+    jobs.add_argument("target", nargs="?", help="export: the run's id; import: the tree's folder")
+    jobs.add_argument("--headvis", help="export: the folder to write the HeadVis tree into")
     jobs.add_argument("--model", type=model_entry, help="a model id or checkpoint folder")
     jobs.add_argument(
         "--corpus", default="python-docs",
@@ -181,6 +213,11 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "corpus":
         if args.action == "run" and args.model is None:
             parser.error("atlas corpus run needs --model")
+        if args.action in ("export", "import") and args.target is None:
+            what = "run id" if args.action == "export" else "folder"
+            parser.error(f"atlas corpus {args.action} needs a {what}")
+        if args.action == "export" and args.headvis is None:
+            parser.error("atlas corpus export needs --headvis DIR (the folder to write)")
         corpus(args)
 
 

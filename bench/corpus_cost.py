@@ -26,6 +26,7 @@ import torch
 from app.main import create_app
 from atlas_engine.config import Settings
 from atlas_engine.corpus.job import describe_text, plan
+from atlas_engine.corpus.sampling import Sampler
 from atlas_engine.corpus.store import Store
 from atlas_engine.inference.forward import tokenize
 from atlas_engine.models.capture import implementation
@@ -69,15 +70,15 @@ def measure(app, model_id: str, texts: int, folder: Path) -> None:
         with torch.inference_mode(), implementation(loaded.model, "eager"):
             loaded.model(**inputs)
 
+    sampler = Sampler(store, run)
     describe_text(loaded, pending[0][1])  # first uses paid before timing
     bare(pending[0][1])
     job_s, bare_s, tokens = 0.0, 0.0, 0
     with PeakRss() as memory:
         for idx, text in pending:
             began = time.perf_counter()
-            found = describe_text(loaded, text)
-            store.finish(run.id, idx, found.tokens, found.stats, found.hist,
-                         time.perf_counter() - began, found.head_tokens, found.labels)  # fmt: skip
+            found = describe_text(loaded, text, sampler.settings)
+            sampler.record(idx, found, found.keys, found.values, time.perf_counter() - began)
             job_s += time.perf_counter() - began
             began = time.perf_counter()
             bare(text)

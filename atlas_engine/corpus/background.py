@@ -26,6 +26,7 @@ from pathlib import Path
 
 from atlas_engine import compute
 from atlas_engine.corpus.job import describe_text, plan
+from atlas_engine.corpus.sampling import Sampler
 from atlas_engine.corpus.store import Store, open_or_set_aside, reading
 from atlas_engine.corpus.texts import CorpusMissing
 from atlas_engine.errors import AtlasError, StoreUnavailable
@@ -155,12 +156,14 @@ class BackgroundCorpus:
     ) -> None:
         tokens, started, logged = 0, time.monotonic(), time.monotonic()
         pending = store.pending(run)
+        sampler = Sampler(store, store.run(run))
         for n, (idx, text) in enumerate(pending, start=1):
             self._check_stop()
             began = time.perf_counter()
-            found = compute.run_when_idle(describe_text, loaded, text, model=loaded.id)
-            store.finish(run, idx, found.tokens, found.stats, found.hist,
-                         time.perf_counter() - began, found.head_tokens, found.labels)  # fmt: skip
+            found = compute.run_when_idle(
+                describe_text, loaded, text, sampler.settings, model=loaded.id
+            )
+            sampler.record(idx, found, found.keys, found.values, time.perf_counter() - began)
             tokens += found.tokens
             rate = tokens / max(1e-9, time.monotonic() - started)
             left = (len(pending) - n) * (tokens / n) / rate

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 
 from atlas_engine.corpus.job import TextResult, describe_text
+from atlas_engine.corpus.sampling import HeadVisSettings, Sampler
 from atlas_engine.corpus.store import Run, Store
 
 _loaded: dict = {}  # in a worker process: model id -> the LoadedModel it described with
@@ -41,12 +42,12 @@ def _model(model_id: str, extra: list[str]):
 
 
 def describe_on_worker(
-    model_id: str, extra: list[str], idx: int, text: str
+    model_id: str, extra: list[str], idx: int, text: str, settings: HeadVisSettings
 ) -> tuple[int, TextResult, float]:
     """A worker's task: (idx, the text described, seconds)."""
     loaded = _model(model_id, extra)
     began = time.perf_counter()
-    return idx, describe_text(loaded, text), time.perf_counter() - began
+    return idx, describe_text(loaded, text, settings), time.perf_counter() - began
 
 
 def connect(cluster: str):
@@ -73,25 +74,29 @@ def run_on_cluster(
     progress: Callable[[int, int, float], None] = lambda done, planned, rate: None,
 ) -> Run:
     """Every text of the run not done yet, described on the cluster's workers and written here
-    as each comes back; stopping cancels what has not started."""
+    as each comes back; stopping cancels what has not started. The warm-up's texts go first
+    (they set HeadVis's interval boundaries, atlas_engine.corpus.sampling), then the rest."""
     from dask.distributed import as_completed
 
+    sampler = Sampler(store, run)
     pending = store.pending(run.id)
-    futures = [
-        client.submit(describe_on_worker, model_id, extra, idx, text, pure=False)
-        for idx, text in pending
-    ]
+    warm = [item for item in pending if item[0] < sampler.settings.warmup_size]
     done, tokens, started = run.done, 0, time.perf_counter()
-    try:
-        for future in as_completed(futures):
-            idx, found, seconds = future.result()
-            store.finish(run.id, idx, found.tokens, found.stats, found.hist, seconds,
-                         found.head_tokens, found.labels)  # fmt: skip
-            done += 1
-            tokens += found.tokens
-            progress(done, run.planned, tokens / max(1e-9, time.perf_counter() - started))
-            if should_stop():
-                break
-    finally:
-        client.cancel([f for f in futures if not f.done()])
+    for part in (warm, pending[len(warm) :]):
+        futures = [
+            client.submit(describe_on_worker, model_id, extra, idx, text, sampler.settings,
+                          pure=False)
+            for idx, text in part
+        ]  # fmt: skip
+        try:
+            for future in as_completed(futures):
+                idx, found, seconds = future.result()
+                sampler.record(idx, found, found.keys, found.values, seconds)
+                done += 1
+                tokens += found.tokens
+                progress(done, run.planned, tokens / max(1e-9, time.perf_counter() - started))
+                if should_stop():
+                    return store.run(run.id)
+        finally:
+            client.cancel([f for f in futures if not f.done()])
     return store.run(run.id)

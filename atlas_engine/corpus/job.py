@@ -7,7 +7,9 @@ computes them (atlas_engine.inference.forward.run_forward's keep_maps: no replay
 every head statistic of the explorer's Head roles (attention_core.head_stats, the sliding
 window's own visible keys where a layer has one), the attention-weighted distance histogram
 and the few tokens each head reads most and that read most sharply
-(attention_core.corpus_stats).
+(attention_core.corpus_stats); and HeadVis's numbers (attention_core.headvis): the sums that pool
+into its six metrics, max_activation, and the sparse map the heads that keep the text store
+(atlas_engine.corpus.sampling).
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from atlas_engine.corpus.store import Run, Store
+from atlas_engine.corpus.sampling import HeadVisSettings, Sampler
+from atlas_engine.corpus.store import Run, Store, TextRow
 from atlas_engine.corpus.texts import paragraphs, sequences
 from atlas_engine.inference.forward import run_forward
 from atlas_engine.inference.replay import visible_keys
 from atlas_engine.inference.tokens import token_facts
 from atlas_engine.models.loader import LoadedModel
+from attention_core import headvis
 from attention_core.corpus_stats import DISTANCE_EDGES, distance_histogram, strongest_tokens
 from attention_core.head_stats import STATISTICS, layer_statistics_by_rows
 
@@ -33,12 +37,12 @@ MAX_SEQUENCE_TOKENS = 512
 
 
 @dataclass(frozen=True)
-class TextResult:
-    tokens: int
-    stats: np.ndarray  # (layers, heads, statistics) float32
-    hist: np.ndarray  # (layers, heads, bins) float32
-    head_tokens: list[tuple[int, int, str, int, float]]  # (layer, head, side, token_id, weight)
-    labels: dict[int, str]  # token_id -> its label, for the tokens in head_tokens
+class TextResult(TextRow):
+    """A text described: what the store keeps, and every head's sparse map, from which the
+    heads that keep the text take theirs."""
+
+    keys: np.ndarray  # (layers · heads, L, k) int64: each row's kept keys
+    values: np.ndarray  # (layers · heads, L, k) float32: their weights, 0 where none is kept
 
 
 def plan(store: Store, loaded: LoadedModel, corpus: str, tokens: int, limit: int) -> Run:
@@ -50,6 +54,9 @@ def plan(store: Store, loaded: LoadedModel, corpus: str, tokens: int, limit: int
             f"sequences of {tokens} tokens: choose 16 to {min(MAX_SEQUENCE_TOKENS, loaded.max_tokens)}"
         )
     found = store.run_for(loaded.id, corpus, tokens)
+    if found is not None and found.headvis is None:  # made before HeadVis's numbers were kept
+        store.set_headvis(found.id, headvis_settings(loaded, found.planned).as_dict())
+        found = store.run(found.id)
     if found is not None:
         return found
 
@@ -61,14 +68,24 @@ def plan(store: Store, loaded: LoadedModel, corpus: str, tokens: int, limit: int
         raise ValueError(f"the corpus {corpus!r} gave no text")
     shape = (loaded.arch.num_layers, loaded.arch.num_heads)
     return store.create_run(
-        loaded.id, corpus, tokens, shape, list(STATISTICS), list(DISTANCE_EDGES), texts
-    )
+        loaded.id, corpus, tokens, shape, list(STATISTICS), list(DISTANCE_EDGES), texts,
+        headvis_settings(loaded, len(texts)).as_dict(),
+    )  # fmt: skip
 
 
-def describe_text(loaded: LoadedModel, text: str) -> TextResult:
+def headvis_settings(loaded: LoadedModel, planned: int) -> HeadVisSettings:
+    """HeadVis's default sampling for a run of `planned` texts, with the model's dtype and mask."""
+    dtype = str(next(loaded.model.parameters()).dtype).removeprefix("torch.")
+    return HeadVisSettings.for_run(planned, dtype, loaded.causal)
+
+
+def describe_text(
+    loaded: LoadedModel, text: str, settings: HeadVisSettings | None = None
+) -> TextResult:
     """Every head of the model on one text (see the module docstring). The layers whose mask
     is plain (no sliding window) are described together, as one stack of heads: one call of
     each function for the whole model instead of one a layer."""
+    settings = settings or HeadVisSettings()
     kept: dict[int, torch.Tensor] = {}
     result = run_forward(loaded, text, keep_maps=lambda layer, maps: kept.__setitem__(layer, maps))
     facts = token_facts(loaded, result)
@@ -102,12 +119,24 @@ def describe_text(loaded: LoadedModel, text: str) -> TextResult:
                 if token >= 0 and weight > 0:
                     rows.append((n // heads, n % heads, side, token, weight))
     shown = dict(zip(result.token_ids, result.tokens, strict=True))
+    lengths = torch.tensor([result.seq_len])
+    sums, induction_rows = headvis.sequence_sums(
+        flat[None], facts.ids[None], lengths, settings.induction_attention_threshold
+    )
+    keys, values = headvis.sparse_rows(
+        flat[None], lengths, settings.sparse_topk_per_row, settings.sparse_threshold
+    )
     return TextResult(
         labels={token: shown[token] for token in {row[3] for row in rows}},
         tokens=result.seq_len,
         stats=stats.numpy(),
         hist=hist.numpy(),
         head_tokens=rows,
+        headvis=sums[0].view(layers, heads, -1).numpy(),
+        induction_rows=int(induction_rows[0]),
+        pieces=[loaded.tokenizer.decode([token]) for token in result.token_ids],
+        keys=keys[0].numpy(),
+        values=values[0].numpy(),
     )
 
 
@@ -123,13 +152,13 @@ def run_job(
     done = run.done
     tokens = 0
     started = time.perf_counter()
+    sampler = Sampler(store, run)
     for idx, text in store.pending(run.id):
         if should_stop():
             break
         began = time.perf_counter()
-        found = describe_text(loaded, text)
-        store.finish(run.id, idx, found.tokens, found.stats, found.hist,
-                     time.perf_counter() - began, found.head_tokens, found.labels)  # fmt: skip
+        found = describe_text(loaded, text, sampler.settings)
+        sampler.record(idx, found, found.keys, found.values, time.perf_counter() - began)
         done += 1
         tokens += found.tokens
         progress(done, run.planned, tokens / max(1e-9, time.perf_counter() - started))

@@ -69,7 +69,7 @@ def test_a_stopped_server_goes_on_where_it_was(manager, tmp_path, monkeypatch):
     monkeypatch.setattr(
         background,
         "describe_text",
-        lambda loaded, text: described.append(text) or describe_text(loaded, text),
+        lambda loaded, text, *rest: described.append(text) or describe_text(loaded, text, *rest),
     )
     again = BackgroundCorpus(manager.get, path, [MODEL], 4, str(source), 48)
     again.start()

@@ -1,7 +1,10 @@
 """The corpus job on a local Dask cluster of two worker processes writes what the in-process
-job writes (atlas_engine.corpus.cluster): every statistic, histogram and token of every text."""
+job writes (atlas_engine.corpus.cluster): every statistic, histogram and token of every text,
+and HeadVis's metrics and each head's sampled sequences (the whole exported tree)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ import pytest
 from app.main import create_app
 from atlas_engine.config import Settings
 from atlas_engine.corpus.cluster import connect, run_on_cluster
+from atlas_engine.corpus.headvis_tree import tree_files
 from atlas_engine.corpus.job import plan, run_job
 from atlas_engine.corpus.store import Store
 from tests.atlas_engine.corpus.test_corpus import PROSE
@@ -46,3 +50,23 @@ def test_two_workers_write_what_one_process_writes(local_checkpoints, tmp_path):
             b = there.top_tokens(far, layer, head, side, 5)
             assert [t for t, _, _ in a] == [t for t, _, _ in b]
             np.testing.assert_allclose([w for _, w, _ in a], [w for _, w, _ in b], rtol=1e-5)
+    ours, theirs = tree_files(here, run), tree_files(there, far)
+    assert ours.keys() == theirs.keys()
+    for name in ours.keys() - {"config.json"}:  # config.json differs only in created_at
+        assert_same(json.loads(ours[name]), json.loads(theirs[name]), name)
+
+
+def assert_same(a, b, where: str) -> None:
+    """Equal JSON, numbers to HeadVis's 4 decimals (threads may sum in another order)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for n, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{n}]")
+    elif isinstance(a, float):
+        assert b == pytest.approx(a, abs=1.01e-4), where
+    else:
+        assert a == b, where
