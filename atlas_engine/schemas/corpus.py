@@ -14,9 +14,16 @@ class CorpusRun(BaseModel):
     sequence_tokens: int = Field(description="Tokens a text at most")
     planned: int = Field(description="Texts the job cut from the corpus")
     done: int = Field(description="Texts finished so far (a job resumes with the rest)")
-    statistics: list[str]
+    statistics: list[str] = Field(
+        description="Atlas's per-text statistics (empty for a run imported from a HeadVis tree)"
+    )
     layers: int
     heads: int
+    source: Literal["atlas", "headvis"] = Field(
+        "atlas",
+        description="atlas: described here by the corpus job; headvis: imported from a HeadVis "
+        "data tree (HeadVis's numbers only, no texts)",
+    )
 
 
 BackgroundState = Literal[
@@ -68,6 +75,10 @@ class CorpusHeads(BaseModel):
     roles: list[list[list[str]]] = Field(
         description="[layer][head]: the roles the corpus means pass (the explorer's thresholds)"
     )
+    headvis: list[str] = Field(
+        description="Which keys of `statistics` are HeadVis's own metrics, pooled over every "
+        "row of the run (self_attention_score ... induction_score; no spread over texts)"
+    )
 
 
 class HeadText(BaseModel):
@@ -104,3 +115,49 @@ class HeadDashboard(BaseModel):
     distance: list[float] = Field(
         description="The share of its attention at each distance bin (sums to 1)"
     )
+
+
+class HeadVisBins(BaseModel):
+    bin_edges: list[float] = Field(description="One more than bin_values")
+    bin_values: list[float]
+
+
+class HeadVisToken(BaseModel):
+    token: str = Field(description="The token's text, decoded alone")
+    weight: float = Field(description="Kept attention summed over the sampled sequences")
+
+
+class HeadVisSequence(BaseModel):
+    sequence_id: int = Field(description="The sequence's rank in the run")
+    interval: int = Field(description="Its interval of max_activation, 1 (lowest) .. n_intervals")
+    tokens: list[str]
+    attention_indices: list[int] = Field(description="Flat q · L + k of each kept weight")
+    attention_values: list[float] = Field(description="The kept weights (top-k a row)")
+    seq_len: int
+    max_activation: float = Field(description="Its largest weight with row 0 and column 0 left out")
+
+
+class HeadVisHead(BaseModel):
+    """One head as HeadVis shows it: its six metrics and its head file's blocks."""
+
+    run: CorpusRun
+    layer: int
+    head: int
+    metrics: dict[str, float | None] = Field(
+        description="HeadVis's six metrics of this head (null: undefined on this run)"
+    )
+    n_intervals: int
+    causal: bool = Field(description="False for an encoder: keys after the query are kept too")
+    sequences: list[HeadVisSequence] = Field(
+        description="The sampled sequences, lowest interval first, the top one highest first"
+    )
+    qk_distance_histogram: HeadVisBins | None = Field(
+        description="Kept attention mass of the samples by |q - k| (bins 0, 1, 2-3, 4-7 ...)"
+    )
+    top_query_tokens: list[HeadVisToken]
+    top_key_tokens: list[HeadVisToken]
+    histogram: HeadVisBins | None = Field(
+        description="Sequences of the whole run by max_activation (50 bins on [0, 1])"
+    )
+    n_samples: int
+    mean_max_activation: float | None

@@ -18,6 +18,7 @@ from atlas_engine.schemas.corpus import (
     CorpusRuns,
     HeadDashboard,
 )
+from atlas_engine.services.headvis import headvis_metrics
 from attention_core.head_stats import ROLES
 
 HISTOGRAM_BINS = 20
@@ -33,8 +34,9 @@ def open_store(path: str) -> Store | None:
 def run_fields(run: Run) -> CorpusRun:
     return CorpusRun(
         id=run.id, model=run.model, corpus=run.corpus, sequence_tokens=run.sequence_tokens,
-        planned=run.planned, done=run.done, statistics=run.statistics, layers=run.layers,
-        heads=run.heads,
+        planned=run.planned, done=run.done,
+        statistics=run.statistics if run.source == "atlas" else [], layers=run.layers,
+        heads=run.heads, source=run.source,
     )  # fmt: skip
 
 
@@ -92,14 +94,24 @@ def _means(run: Run, stats: np.ndarray) -> tuple[dict, dict]:
 
 
 def corpus_heads(store: Store | None, run_id: int) -> CorpusHeads:
+    """Atlas's statistics (means and spread over texts) and HeadVis's six metrics of every
+    head; a run imported from a HeadVis tree has HeadVis's only."""
     run = find_run(store, run_id)
+    pooled = headvis_metrics(store, run)
+    if run.source == "headvis":
+        return CorpusHeads(
+            run=run_fields(run), statistics={k: _nan_to_none(v) for k, v in pooled.items()},
+            spread={}, roles=[[[] for _ in range(run.heads)] for _ in range(run.layers)],
+            headvis=list(pooled),
+        )  # fmt: skip
     _, stats, _ = store.statistics(run)
     means, spread = _means(run, stats)
     return CorpusHeads(
         run=run_fields(run),
-        statistics={name: _nan_to_none(grid) for name, grid in means.items()},
+        statistics={name: _nan_to_none(grid) for name, grid in {**means, **pooled}.items()},
         spread={name: _nan_to_none(grid) for name, grid in spread.items()},
         roles=[[_roles(means, i, h) for h in range(run.heads)] for i in range(run.layers)],
+        headvis=list(pooled),
     )
 
 
@@ -113,6 +125,11 @@ def head_dashboard(
 ) -> HeadDashboard:
     """One head over the corpus: see HeadDashboard."""
     run = find_run(store, run_id)
+    if run.source == "headvis":
+        raise InvalidInput(
+            f"corpus run {run_id} was imported from a HeadVis tree, which keeps no per-text "
+            f"statistics: GET /api/corpus/{run_id}/heads/{layer}/{head}/headvis has its numbers"
+        )
     if not (0 <= layer < run.layers and 0 <= head < run.heads):
         raise InvalidInput(
             f"layer {layer} head {head} is not in {run.model} ({run.layers} layers × "

@@ -9,8 +9,16 @@ from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
 from app.deps import CorpusJobDep, SettingsDep
 from atlas_engine.corpus.store import Store, reading
-from atlas_engine.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard
-from atlas_engine.services.corpus import corpus_heads, corpus_runs, head_dashboard, open_store
+from atlas_engine.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard, HeadVisHead
+from atlas_engine.services.corpus import (
+    corpus_heads,
+    corpus_runs,
+    find_run,
+    head_dashboard,
+    open_store,
+    run_fields,
+)
+from atlas_engine.services.headvis import headvis_head
 from attention_core.head_stats import STATISTICS
 
 router = APIRouter(prefix="/api/corpus", tags=["corpus"], route_class=StrictJSONRoute)
@@ -56,7 +64,8 @@ def runs(settings: SettingsDep, store: StoreDep, job: CorpusJobDep) -> CorpusRun
 )
 def heads(store: StoreDep, run_id: RunId) -> CorpusHeads:
     """Each statistic's mean and spread over the run's finished texts, per layer and head, and
-    the roles the means pass: what the scatter and the head finder read."""
+    the roles the means pass: what the scatter and the head finder read. HeadVis's six metrics
+    come beside them (named in `headvis`); a run imported from a HeadVis tree has only those."""
     with reading(store):
         return corpus_heads(store, run_id)
 
@@ -87,3 +96,23 @@ def head(
     tokens it reads most and that read most sharply, and its distance histogram."""
     with reading(store):
         return head_dashboard(store, run_id, layer, head, metric, per_decile)
+
+
+@router.get(
+    "/{run_id}/heads/{layer}/{head}/headvis",
+    response_model=HeadVisHead,
+    summary="One head over a corpus as HeadVis shows it",
+    responses=errors(
+        404, 422, 429, 503, e404="No run of that id; the detail lists the runs.", e503=SET_ASIDE
+    ),
+)
+def head_headvis(store: StoreDep, run_id: RunId, layer: Index, head: Index) -> HeadVisHead:
+    """HeadVis's six metrics of the head, its sampled sequences by interval of max_activation
+    with their sparse top-k maps, its query-key distance histogram and top tokens over those
+    samples, and the histogram of max_activation over every sequence: the head's file of the
+    run's HeadVis tree (`atlas corpus export RUN --headvis DIR` writes the whole tree). At most
+    (n_intervals - 1) · samples_per_interval + samples_per_top_interval sequences (22 at the
+    job's defaults), each of at most the run's sequence length."""
+    with reading(store):
+        run = find_run(store, run_id)
+        return headvis_head(store, run, layer, head, run_fields(run))
