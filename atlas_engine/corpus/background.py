@@ -5,11 +5,13 @@ seconds and the head pages fill in while they look around.
 One thread per server walks the models in order (the settings' corpus_models): it waits for
 the corpus to exist (`make run` installs python3-doc beside the server), plans the run (or finds
 the one in the store: a server stopped half way goes on where it was), and hands the texts to
-the heavy lane one at a time as the lowest-priority work there is
-(atlas_engine.compute.run_when_idle): a request never waits for more than the one text being
-described, and short requests run inside it between its layers. Each text's results are stored
+the heavy lane a small batch at a time as the lowest-priority work there is
+(atlas_engine.compute.run_when_idle): a batch is as many texts as a forward pass of about
+BATCH_SECONDS holds by the model's own estimate (ForwardResult.seconds_for: MiniLM 16 texts of
+128 tokens, SmolLM2 one), so a request never waits for more than one such unit, and short
+requests run inside it between its layers. Each batch's results are stored in one transaction
 as it finishes. The thread itself runs no PyTorch (a model is loaded on a thread that ends,
-describe_text on the heavy lane), so it starts no OpenMP team of its own.
+describe_batch on the heavy lane), so it starts no OpenMP team of its own.
 
 What it is doing is `progress()`: GET /api/corpus reports it and the head pages show it; the
 log has one line a step (at most every LOG_EVERY_SECONDS, and each model's start and end).
@@ -25,11 +27,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from atlas_engine import compute
-from atlas_engine.corpus.job import describe_text, plan
+from atlas_engine.corpus.job import BATCH_TEXTS, batches, describe_batch, plan
 from atlas_engine.corpus.sampling import Sampler
 from atlas_engine.corpus.store import Store, open_or_set_aside, reading
 from atlas_engine.corpus.texts import CorpusMissing
 from atlas_engine.errors import AtlasError, StoreUnavailable
+from atlas_engine.inference.forward import ForwardResult
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.schemas.corpus import BackgroundState
 
@@ -40,6 +43,7 @@ SEQUENCE_TOKENS = 128
 LOG_EVERY_SECONDS = 15.0
 CORPUS_POLL_SECONDS = 5.0
 BACKGROUND_NICE = 19  # the thread's own work (planning, writing the store) goes after all else
+BATCH_SECONDS = 0.5  # a batch's forward pass at most this, by ForwardResult.seconds_for
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ class ModelProgress:
 
 class BackgroundCorpus:
     """Describes `models` over the first `texts` texts of the corpus into the store at
-    `store_path`, one text at a time on the heavy lane, on a thread of its own."""
+    `store_path`, a small batch at a time on the heavy lane, on a thread of its own."""
 
     def __init__(
         self,
@@ -157,20 +161,29 @@ class BackgroundCorpus:
         tokens, started, logged = 0, time.monotonic(), time.monotonic()
         pending = store.pending(run)
         sampler = Sampler(store, store.run(run))
-        for n, (idx, text) in enumerate(pending, start=1):
-            self._check_stop()
-            began = time.perf_counter()
-            found = compute.run_when_idle(
-                describe_text, loaded, text, sampler.settings, model=loaded.id
-            )
-            sampler.record(idx, found, found.keys, found.values, time.perf_counter() - began)
-            tokens += found.tokens
-            rate = tokens / max(1e-9, time.monotonic() - started)
-            left = (len(pending) - n) * (tokens / n) / rate
-            now = self._set(model, done=done + n, tokens_per_second=rate, seconds_left=left)
-            if time.monotonic() - logged >= LOG_EVERY_SECONDS and n < len(pending):
-                logged = time.monotonic()
-                log.info("corpus job: %s", describe(now))
+        size = batch_size(loaded, self._tokens)
+        warm = [item for item in pending if item[0] < sampler.settings.warmup_size]
+        rest = [item for item in pending if item[0] >= sampler.settings.warmup_size]
+        n = 0
+        for part in (warm, rest):
+            for batch in batches(loaded, part, size):
+                self._check_stop()
+                began = time.perf_counter()
+                found = compute.run_when_idle(
+                    describe_batch, loaded, [text for _, text in batch], sampler.settings,
+                    model=loaded.id,
+                )  # fmt: skip
+                seconds = (time.perf_counter() - began) / len(batch)
+                sampler.record_many([(idx, one, one.keys, one.values, seconds)
+                                     for (idx, _), one in zip(batch, found, strict=True)])  # fmt: skip
+                n += len(batch)
+                tokens += sum(one.tokens for one in found)
+                rate = tokens / max(1e-9, time.monotonic() - started)
+                left = (len(pending) - n) * (tokens / n) / rate
+                now = self._set(model, done=done + n, tokens_per_second=rate, seconds_left=left)
+                if time.monotonic() - logged >= LOG_EVERY_SECONDS and n < len(pending):
+                    logged = time.monotonic()
+                    log.info("corpus job: %s", describe(now))
         final = self._set(model, state="done", seconds_left=0.0, detail="")
         log.info("corpus job: %s", describe(final))
 
@@ -179,6 +192,13 @@ class BackgroundCorpus:
             raise StopRequested
         if compute.shutting_down():
             raise compute.ShuttingDown("the server is shutting down")
+
+
+def batch_size(loaded: LoadedModel, tokens: int) -> int:
+    """Texts of up to `tokens` tokens a background batch holds: as many as a forward pass of
+    BATCH_SECONDS runs by the model's estimate, 1 to BATCH_TEXTS."""
+    one = ForwardResult.seconds_for(loaded.arch, tokens)
+    return max(1, min(BATCH_TEXTS, int(BATCH_SECONDS / max(one, 1e-9))))
 
 
 class StopRequested(Exception):

@@ -2,9 +2,9 @@
 
 Each worker process loads the model once (the same ModelManager the server builds from the
 same settings: ATLAS_* in its environment and the `extra` models passed along) and describes
-the texts it is handed (atlas_engine.corpus.job.describe_text); the client writes each text's results
-as they come back, so the store has one writer and a stopped or crashed job resumes as the
-in-process one does.
+the batches of texts it is handed (atlas_engine.corpus.job.describe_batch, the batches cut as
+the in-process job cuts them); the client writes each batch's results as they come back, so
+the store has one writer and a stopped or crashed job resumes as the in-process one does.
 
 Dask was chosen over Ray by measuring both here (docs/corpus.md): for this job's tasks (a
 text takes 0.1 s or more) their per-task overhead (2.0 and 1.3-1.7 ms) does not matter, while
@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 
-from atlas_engine.corpus.job import TextResult, describe_text
+from atlas_engine.corpus.job import BATCH_TEXTS, TextResult, batches, describe_batch
 from atlas_engine.corpus.sampling import HeadVisSettings, Sampler
 from atlas_engine.corpus.store import Run, Store
 
@@ -42,12 +42,19 @@ def _model(model_id: str, extra: list[str]):
 
 
 def describe_on_worker(
-    model_id: str, extra: list[str], idx: int, text: str, settings: HeadVisSettings
-) -> tuple[int, TextResult, float]:
-    """A worker's task: (idx, the text described, seconds)."""
+    model_id: str, extra: list[str], items: list[tuple[int, str]], settings: HeadVisSettings
+) -> list[tuple[int, TextResult, float]]:
+    """A worker's task: texts (idx, text) -> (idx, the text described, seconds) each, in the
+    batches the in-process job would cut of them (atlas_engine.corpus.job.batches: sorted by
+    length, the maps' memory bounded)."""
     loaded = _model(model_id, extra)
-    began = time.perf_counter()
-    return idx, describe_text(loaded, text, settings), time.perf_counter() - began
+    out = []
+    for batch in batches(loaded, items, len(items)):
+        began = time.perf_counter()
+        found = describe_batch(loaded, [text for _, text in batch], settings)
+        seconds = (time.perf_counter() - began) / len(batch)
+        out += [(idx, one, seconds) for (idx, _), one in zip(batch, found, strict=True)]
+    return out
 
 
 def connect(cluster: str):
@@ -72,29 +79,35 @@ def run_on_cluster(
     run: Run,
     should_stop: Callable[[], bool] = lambda: False,
     progress: Callable[[int, int, float], None] = lambda done, planned, rate: None,
+    batch_size: int = BATCH_TEXTS,
 ) -> Run:
-    """Every text of the run not done yet, described on the cluster's workers and written here
-    as each comes back; stopping cancels what has not started. The warm-up's texts go first
-    (they set HeadVis's interval boundaries, atlas_engine.corpus.sampling), then the rest."""
+    """Every text of the run not done yet, described on the cluster's workers a task of
+    `batch_size` texts at a time (a worker cuts it into batches as the in-process job does) and
+    written here as each task comes back, in one transaction; stopping cancels what has not
+    started. The warm-up's texts go first and all finish before the rest is handed out (they
+    set HeadVis's interval boundaries, atlas_engine.corpus.sampling)."""
     from dask.distributed import as_completed
 
     sampler = Sampler(store, run)
     pending = store.pending(run.id)
     warm = [item for item in pending if item[0] < sampler.settings.warmup_size]
+    rest = [item for item in pending if item[0] >= sampler.settings.warmup_size]
     done, tokens, started = run.done, 0, time.perf_counter()
-    for part in (warm, pending[len(warm) :]):
+    for part in (warm, rest):
         futures = [
-            client.submit(describe_on_worker, model_id, extra, idx, text, sampler.settings,
+            client.submit(describe_on_worker, model_id, extra, batch, sampler.settings,
                           pure=False)
-            for idx, text in part
+            for batch in (part[i : i + batch_size] for i in range(0, len(part), batch_size))
         ]  # fmt: skip
         try:
             for future in as_completed(futures):
-                idx, found, seconds = future.result()
-                sampler.record(idx, found, found.keys, found.values, seconds)
-                done += 1
-                tokens += found.tokens
-                progress(done, run.planned, tokens / max(1e-9, time.perf_counter() - started))
+                found = future.result()
+                sampler.record_many([(idx, one, one.keys, one.values, seconds)
+                                     for idx, one, seconds in found])  # fmt: skip
+                for _, one, _ in found:
+                    done += 1
+                    tokens += one.tokens
+                    progress(done, run.planned, tokens / max(1e-9, time.perf_counter() - started))
                 if should_stop():
                     return store.run(run.id)
         finally:

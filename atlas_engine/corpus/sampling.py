@@ -114,7 +114,23 @@ class Sampler:
         self, idx: int, row: TextRow, keys: np.ndarray, values: np.ndarray, seconds: float
     ) -> None:
         """Store one finished text and the samples it enters."""
-        samples = self.candidates(idx, row, keys, values)
-        self.store.finish(self.run.id, idx, row, seconds, samples, self.settings.capacity)
-        if samples:
-            self._bounds = self.store.sample_bounds(self.run.id)
+        self.record_many([(idx, row, keys, values, seconds)])
+
+    def record_many(self, texts: list[tuple[int, TextRow, np.ndarray, np.ndarray, float]]) -> None:
+        """Store finished texts (idx, row, keys, values, seconds) and the samples they enter,
+        one transaction (Store.finish_many); the warm-up's texts first, in one of their own,
+        since the others' intervals are read from them. Every text's samples are chosen against
+        what was kept before the batch, then each (head, interval) cut back to its capacity:
+        what a head keeps is what one text at a time keeps."""
+        warm = [t for t in texts if t[0] < self.settings.warmup_size]
+        rest = [t for t in texts if t[0] >= self.settings.warmup_size]
+        for part in (warm, rest):
+            if not part:
+                continue
+            rows = [
+                (idx, row, seconds, self.candidates(idx, row, keys, values))
+                for idx, row, keys, values, seconds in part
+            ]
+            self.store.finish_many(self.run.id, rows, self.settings.capacity)
+            if any(samples for *_, samples in rows):
+                self._bounds = self.store.sample_bounds(self.run.id)

@@ -282,43 +282,26 @@ class Store:
         self, run: int, idx: int, row: TextRow, seconds: float, samples: list[SampleRow],
         capacity: tuple[int, int, int] = (1, 1, 1),
     ) -> None:  # fmt: skip
-        """One text's results, all or nothing; writing a text twice keeps the first, except a
-        row without HeadVis's numbers (an older store's), which is replaced. samples: the heads
-        that may keep this text; each (head, interval) is then cut back to its capacity,
-        capacity = (n_intervals, samples_per_interval, samples_per_top_interval)."""
+        """One text's results, all or nothing (finish_many with one text)."""
+        self.finish_many(run, [(idx, row, seconds, samples)], capacity)
+
+    def finish_many(
+        self,
+        run: int,
+        texts: list[tuple[int, TextRow, float, list[SampleRow]]],
+        capacity: tuple[int, int, int] = (1, 1, 1),
+    ) -> None:
+        """Texts' results (idx, row, seconds, samples) in one transaction, all or nothing;
+        writing a text twice keeps the first, except a row without HeadVis's numbers (an older
+        store's), which is replaced. samples: the heads that may keep each text; once all are
+        in, each (head, interval) is cut back to its capacity, capacity = (n_intervals,
+        samples_per_interval, samples_per_top_interval): the same samples as one text at a time,
+        since a cut keeps the lowest rank keys of what it sees."""
         with self._transaction() as db:
-            old = db.execute(
-                "SELECT headvis IS NULL FROM done WHERE run = ? AND idx = ?", (run, idx)
-            ).fetchone()
-            if old is not None and not old[0]:
-                return
-            if old is not None:
-                db.execute("DELETE FROM done WHERE run = ? AND idx = ?", (run, idx))
-                db.execute("DELETE FROM head_tokens WHERE run = ? AND idx = ?", (run, idx))
-            db.execute(
-                "INSERT INTO done (run, idx, tokens, stats, hist, seconds, headvis, "
-                "induction_rows, pieces) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run, idx, row.tokens, row.stats.astype("<f4").tobytes(),
-                 row.hist.astype("<f4").tobytes(), seconds, row.headvis.astype("<f4").tobytes(),
-                 row.induction_rows, json.dumps(row.pieces)),
-            )  # fmt: skip
-            db.executemany(
-                "INSERT INTO head_tokens (run, idx, layer, head, side, token_id, weight) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(run, idx, *found) for found in row.head_tokens],
-            )
-            db.executemany(
-                "INSERT OR IGNORE INTO labels (run, token_id, label) VALUES (?, ?, ?)",
-                [(run, token, label) for token, label in row.labels.items()],
-            )
-            if samples:
-                db.executemany(
-                    "INSERT OR REPLACE INTO samples (run, layer, head, idx, interval, rank_key, "
-                    "max_activation, indices, vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(run, s.layer, s.head, idx, s.interval, s.rank_key, s.max_activation,
-                      s.indices.astype("<i4").tobytes(), s.values.astype("<f4").tobytes())
-                     for s in samples],
-                )  # fmt: skip
+            cut = False
+            for idx, row, seconds, samples in texts:
+                cut |= self._finish_one(db, run, idx, row, seconds, samples)
+            if cut:
                 intervals, per_interval, per_top = capacity
                 db.execute(
                     "DELETE FROM samples WHERE run = ? AND rowid IN (SELECT rowid FROM ("
@@ -327,6 +310,46 @@ class Store:
                     "WHERE n > CASE WHEN interval = ? THEN ? ELSE ? END)",
                     (run, run, intervals, per_top, per_interval),
                 )
+
+    @staticmethod
+    def _finish_one(
+        db: sqlite3.Connection, run: int, idx: int, row: TextRow, seconds: float,
+        samples: list[SampleRow],
+    ) -> bool:  # fmt: skip
+        """One text's rows inside finish_many's transaction; whether it added samples."""
+        old = db.execute(
+            "SELECT headvis IS NULL FROM done WHERE run = ? AND idx = ?", (run, idx)
+        ).fetchone()
+        if old is not None and not old[0]:
+            return False
+        if old is not None:
+            db.execute("DELETE FROM done WHERE run = ? AND idx = ?", (run, idx))
+            db.execute("DELETE FROM head_tokens WHERE run = ? AND idx = ?", (run, idx))
+        db.execute(
+            "INSERT INTO done (run, idx, tokens, stats, hist, seconds, headvis, "
+            "induction_rows, pieces) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run, idx, row.tokens, row.stats.astype("<f4").tobytes(),
+             row.hist.astype("<f4").tobytes(), seconds, row.headvis.astype("<f4").tobytes(),
+             row.induction_rows, json.dumps(row.pieces)),
+        )  # fmt: skip
+        db.executemany(
+            "INSERT INTO head_tokens (run, idx, layer, head, side, token_id, weight) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(run, idx, *found) for found in row.head_tokens],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO labels (run, token_id, label) VALUES (?, ?, ?)",
+            [(run, token, label) for token, label in row.labels.items()],
+        )
+        if samples:
+            db.executemany(
+                "INSERT OR REPLACE INTO samples (run, layer, head, idx, interval, rank_key, "
+                "max_activation, indices, vals) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run, s.layer, s.head, idx, s.interval, s.rank_key, s.max_activation,
+                  s.indices.astype("<i4").tobytes(), s.values.astype("<f4").tobytes())
+                 for s in samples],
+            )  # fmt: skip
+        return bool(samples)
 
     def sample_bounds(self, run: int) -> dict[tuple[int, int, int], tuple[int, float]]:
         """(layer, head, interval) -> (sequences kept, the largest rank_key kept)."""

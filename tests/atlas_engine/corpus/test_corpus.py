@@ -104,7 +104,7 @@ def test_a_stopped_job_resumes_without_computing_a_text_again(corpus_app, tmp_pa
     assert run.planned >= 3 and run.done == 0
     calls = []
     run = run_job(loaded, store, run, should_stop=lambda: len(calls) >= 2,
-                  progress=lambda done, planned, rate: calls.append(done))  # fmt: skip
+                  progress=lambda done, planned, rate: calls.append(done), batch_size=1)  # fmt: skip
     assert run.done == 2 and len(store.pending(run.id)) == run.planned - 2
     again = plan(store, loaded, str(source), 48, limit=5)  # the same run, its texts kept
     assert again.id == run.id and again.done == 2
