@@ -29,6 +29,15 @@ METRICS = (
     "qk_distance_variance",
     "induction_score",
 )
+LABELS = {
+    # How a page names each (HeadVis's names, so a reader finds them in HeadVis too).
+    "self_attention_score": "HeadVis self-attention",
+    "prev_token_score": "HeadVis previous-token",
+    "pattern_entropy": "HeadVis entropy (nats)",
+    "qk_distance": "HeadVis q–k distance",
+    "qk_distance_variance": "HeadVis q–k distance variance",
+    "induction_score": "HeadVis induction",
+}
 DESCRIPTIONS = {
     # HeadVis's own tooltips (config.json metric_descriptions), word for word.
     "self_attention_score": "Mean attention from each query position to itself (the diagonal). "

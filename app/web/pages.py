@@ -30,6 +30,8 @@ from atlas_engine.schemas.generate import MAX_NEW_TOKENS
 from atlas_engine.schemas.lab_models import MAX_LAB_REAL_TOKENS
 from atlas_engine.services.lessons import get_lesson, lessons
 from attention_core.head_stats import DESCRIPTIONS, LABELS
+from attention_core.headvis import DESCRIPTIONS as HEADVIS_DESCRIPTIONS
+from attention_core.headvis import LABELS as HEADVIS_LABELS
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["plotly_js"] = plotly_js_name
@@ -242,6 +244,11 @@ def deep_zoom(request: Request) -> HTMLResponse:
     )
 
 
+# The corpus pages' statistics: Atlas's own, then HeadVis's six (attention_core.headvis).
+CORPUS_STATISTICS = [*DESCRIPTIONS.items(), *HEADVIS_DESCRIPTIONS.items()]
+CORPUS_LABELS = {**LABELS, **HEADVIS_LABELS}
+
+
 @page("/head/{model:path}/{layer:int}/{head:int}", response_class=HTMLResponse)
 def head_page(request: Request, model: str, layer: int, head: int) -> HTMLResponse:
     """One head over a corpus (its dashboard): a stable link per model, layer and head."""
@@ -254,8 +261,8 @@ def head_page(request: Request, model: str, layer: int, head: int) -> HTMLRespon
                 "model": model,
                 "layer": layer,
                 "head": head,
-                "statistics": list(DESCRIPTIONS.items()),
-                "labels": LABELS,
+                "statistics": CORPUS_STATISTICS,
+                "labels": CORPUS_LABELS,
             },
         },
     )
@@ -271,8 +278,8 @@ def corpus_heads_page(request: Request, model: str) -> HTMLResponse:
             "page": "corpus-heads",
             "page_data": {
                 "model": model,
-                "statistics": list(DESCRIPTIONS.items()),
-                "labels": LABELS,
+                "statistics": CORPUS_STATISTICS,
+                "labels": CORPUS_LABELS,
             },
         },
     )

@@ -135,6 +135,9 @@ class HeadVisSequence(BaseModel):
     attention_values: list[float] = Field(description="The kept weights (top-k a row)")
     seq_len: int
     max_activation: float = Field(description="Its largest weight with row 0 and column 0 left out")
+    text: str | None = Field(
+        None, description="The text itself where the run kept it (not in an imported tree)"
+    )
 
 
 class HeadVisHead(BaseModel):

@@ -56,7 +56,11 @@ def headvis_head(store: Store, run: Run, layer: int, head: int, fields) -> HeadV
                 f"corpus run {run.id} has no HeadVis numbers yet: the corpus job adds them to "
                 "each text it finishes"
             )
-        found = RunNumbers(store, run).head_file(layer, head)
+        numbers = RunNumbers(store, run)
+        found = numbers.head_file(layer, head)
+        ids = {int(numbers.idx[s["sequence_id"]]): s for s in found["sequences"]}
+        texts = store.texts(run, list(ids))
+        found["sequences"] = [{**s, "text": texts[idx]} for idx, s in ids.items()]
     grids = headvis_metrics(store, run)
     stats = found.get("statistics") or {}
 

@@ -24,6 +24,7 @@ from atlas_engine.corpus.store import Store
 from atlas_engine.inference.forward import run_forward
 from attention_core import headvis
 from tests.conftest import make_settings
+from tests.support.headvis import assert_valid_tree, write_example_tree
 
 pytestmark = pytest.mark.slow
 
@@ -168,6 +169,7 @@ def test_a_resumed_or_upgraded_job_keeps_the_same_samples(finished, local_checkp
 def test_export_import_export_gives_the_same_tree(finished, tmp_path):
     _, store, run, _ = finished
     first = export_tree(store, run, tmp_path / "first")
+    assert_valid_tree(first)
     imported = import_tree(store, read_folder(first))
     assert imported.source == "headvis" and imported.model == MODEL
     second = export_tree(store, imported, tmp_path / "second")
@@ -176,6 +178,7 @@ def test_export_import_export_gives_the_same_tree(finished, tmp_path):
                            if p.is_file())  # fmt: skip
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    assert_valid_tree(second)
     again = import_tree(store, read_folder(second))  # importing twice replaces the first
     assert [r.id for r in store.runs() if r.source == "headvis"] == [again.id]
 
@@ -212,3 +215,14 @@ def test_nan_in_a_tree_is_refused(finished):
     files["scatter_data.json"] = b'[{"layer": 0, "head": 0, "pattern_entropy": NaN}]'
     with pytest.raises(TreeError, match=r"scatter_data\.json: NaN is not JSON"):
         import_tree(store, files)
+
+
+def test_the_specs_own_example_comes_back_byte_for_byte(tmp_path):
+    example = write_example_tree(tmp_path / "example")
+    store = Store(tmp_path / "corpus.sqlite")
+    run = import_tree(store, read_folder(example))
+    assert (run.model, run.layers, run.heads, run.planned) == ("example-org/tiny-2x2", 2, 2, 2)
+    again = export_tree(store, run, tmp_path / "again")
+    for path in example.rglob("*.json"):
+        name = path.relative_to(example).as_posix()
+        assert (again / name).read_bytes() == path.read_bytes(), name

@@ -142,6 +142,8 @@ export const api = {
   corpusHeads: (run, opts) => request("GET", `/api/corpus/${run}/heads`, undefined, opts),
   corpusHead: (run, layer, head, query, opts) =>
     request("GET", `/api/corpus/${run}/heads/${layer}/${head}?${new URLSearchParams(query)}`, undefined, opts),
+  corpusHeadVis: (run, layer, head, opts) =>
+    request("GET", `/api/corpus/${run}/heads/${layer}/${head}/headvis`, undefined, opts),
   lessons: (opts) => request("GET", "/api/lessons", undefined, opts),
   lesson: (id, opts) => request("GET", `/api/lessons/${encodeURIComponent(id)}`, undefined, opts),
   checkLesson: (text, opts) => request("POST", "/api/lessons/check", { text }, opts),

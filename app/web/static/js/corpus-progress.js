@@ -15,9 +15,13 @@ export function duration(seconds) {
   return minutes < 60 ? `${minutes} min` : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
 }
 
-/** The run a page shows: the one the URL names, else the model's with the most texts done. */
+/** The run a page shows: the one the URL names, else the model's with the most texts done,
+ * runs described here before runs imported from a HeadVis tree. */
 function chooseRun(runs, model, asked) {
-  const mine = runs.filter((r) => r.model === model && r.done > 0).sort((a, b) => b.done - a.done);
+  const imported = (r) => (r.source === "headvis" ? 1 : 0);
+  const mine = runs
+    .filter((r) => r.model === model && r.done > 0)
+    .sort((a, b) => imported(a) - imported(b) || b.done - a.done);
   return mine.find((r) => r.id === asked) ?? mine[0] ?? null;
 }
 

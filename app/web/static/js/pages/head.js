@@ -7,6 +7,7 @@ import { followCorpus } from "../corpus-progress.js";
 import { $, el, metricCard, readPageData, showError } from "../dom.js";
 import { createState, textFields } from "../state.js";
 import { drawChart, drawHeatmap, plotlyReady, warmPlotlySoon, weightScale } from "../views/plot.js";
+import { drawHeadVis } from "./head-headvis.js";
 
 const page = readPageData();
 const { model, layer, head } = page;
@@ -131,6 +132,15 @@ async function drawTexts(dashboard) {
   }
 }
 
+/** A sequence's text from its tokens decoded one at a time (all an imported tree keeps): joined
+ * as they are, except WordPiece's pieces, which decode without their spaces ("##" marks a piece
+ * that continues a word). Close, not exact: a tokenizer may have changed the text's spacing. */
+function rebuilt(tokens) {
+  if (!tokens.some((t) => t.startsWith("##"))) return tokens.join("");
+  const words = tokens.filter((t) => !/^\[[A-Z]+\]$/.test(t)); // [CLS], [SEP]: the tokenizer adds them
+  return words.map((t, i) => (t.startsWith("##") ? t.slice(2) : i ? ` ${t}` : t)).join("");
+}
+
 /** Whether a span of two tokens or more comes twice (what an induction head copies from). */
 function repeatsASpan(tokens) {
   const seen = new Set();
@@ -186,7 +196,23 @@ async function main() {
   const select = $("#head-metric");
   let dashboard = null;
   let run = null;
+  let live = null; // whether this server can run the model (an imported tree may lack it)
+  const sequenceLink = (seq) => {
+    if (!live) return null;
+    const text = seq.text ?? rebuilt(seq.tokens);
+    return el("a", {
+      text: seq.text ? "Open in the explorer" : "Open in the explorer (text rebuilt from its tokens)",
+      attrs: { href: explorerLink(text) },
+    });
+  };
+  const showImported = async () => {
+    for (const id of ["#head-atlas", "#head-yours", "#head-metric-label"]) $(id).hidden = true;
+    $("#head-summary").textContent =
+      `Imported from a HeadVis data tree: ${run.planned.toLocaleString("en")} sequences of ${run.corpus.replace(/^headvis:/, "")} (up to ${run.sequence_tokens} tokens each). A tree keeps HeadVis's numbers and sampled sequences, not Atlas's per-text statistics.${live ? "" : ` ${model} is not installed on this server, so the views that run the model (the explorer, your own text) are not offered.`}`;
+    await drawHeadVis(run.id, layer, head, { linkFor: sequenceLink, labels: page.labels });
+  };
   const show = async () => {
+    if (run.source === "headvis") return showImported();
     const metric = value("metric");
     dashboard = await api.corpusHead(run.id, layer, head, metric ? { metric, per_decile: 1 } : { per_decile: 1 });
     select.value = dashboard.metric;
@@ -218,6 +244,9 @@ async function main() {
       },
     );
     await drawHistograms(dashboard);
+    await drawHeadVis(run.id, layer, head, { linkFor: sequenceLink, labels: page.labels }).catch(() => {
+      $("#hv").hidden = true; // a run described before the job kept HeadVis's numbers
+    });
     await drawTexts(dashboard);
   };
   const first = await followCorpus(model, Number(value("run")), $("#head-progress"), {
@@ -225,6 +254,8 @@ async function main() {
       const firstRun = run === null;
       run = found;
       if (firstRun) {
+        live = (await api.models()).models.some((m) => m.id === model);
+        $("#head-explorer").hidden = !live;
         select.replaceChildren(...run.statistics.map((name) => new Option(label(name), name)));
         await plotlyReady();
       }

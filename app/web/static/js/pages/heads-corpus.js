@@ -25,8 +25,45 @@ const headLink = (layer, head, run) => `/head/${model}/${layer}/${head}?run=${ru
 
 function cells(data, name) {
   const out = [];
-  data.statistics[name].forEach((row, layer) => row.forEach((v, head) => out.push({ layer, head, v })));
+  (data.statistics[name] ?? []).forEach((row, layer) => row.forEach((v, head) => out.push({ layer, head, v })));
   return out;
+}
+
+// Where a run lacks a statistic (a HeadVis tree has only HeadVis's six), its nearest.
+const FALLBACK = {
+  previous: "prev_token_score",
+  self: "self_attention_score",
+  entropy: "pattern_entropy",
+  distance: "qk_distance",
+  induction: "induction_score",
+  first: "self_attention_score",
+};
+const usable = (data, name) =>
+  name in data.statistics ? name : FALLBACK[name] in data.statistics ? FALLBACK[name] : Object.keys(data.statistics)[0];
+
+/** The axis, colour and finder choices: the run's statistics, Atlas's and HeadVis's apart. */
+function fillChoices(data) {
+  const groups = [
+    ["Atlas: mean over texts", Object.keys(DESCRIBE).filter((n) => n in data.statistics && !data.headvis.includes(n))],
+    ["HeadVis: pooled over every row", data.headvis],
+  ].filter(([, names]) => names.length);
+  for (const [id, key] of CHOICES) {
+    const select = $(id);
+    select.replaceChildren(
+      ...groups.map(([name, names]) => {
+        const group = el("optgroup", { attrs: { label: name } });
+        for (const n of names) {
+          const option = new Option(label(n), n);
+          option.title = `${n}: ${DESCRIBE[n] ?? ""}`;
+          group.append(option);
+        }
+        return group;
+      }),
+    );
+    const chosen = usable(data, value(key));
+    if (chosen !== value(key)) state.set({ [key]: chosen });
+    select.value = chosen;
+  }
 }
 
 async function drawScatter(data) {
@@ -34,7 +71,8 @@ async function drawScatter(data) {
   const xs = cells(data, x);
   const ys = cells(data, y);
   const cs = cells(data, colour);
-  const spread = cells({ statistics: data.spread }, y);
+  const spread = cells({ statistics: data.spread }, y); // none for HeadVis's pooled metrics
+  const spreadNote = y in data.spread ? " (± %{customdata[2]:.3f} over texts)" : "";
   const plot = $("#heads-scatter");
   await drawChart(
     plot,
@@ -54,14 +92,14 @@ async function drawScatter(data) {
         customdata: xs.map((c, i) => [
           c.layer,
           c.head,
-          spread[i].v ?? 0,
+          spread[i]?.v ?? 0,
           data.roles[c.layer][c.head].join(", ") || "no role",
         ]),
-        hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>${label(x)} %{x:.3f}<br>${label(y)} %{y:.3f} (± %{customdata[2]:.3f} over texts)<br>%{customdata[3]}<extra></extra>`,
+        hovertemplate: `L%{customdata[0]} h%{customdata[1]}<br>${label(x)} %{x:.3f}<br>${label(y)} %{y:.3f}${spreadNote}<br>%{customdata[3]}<extra></extra>`,
       },
     ],
     {
-      title: `${data.run.layers * data.run.heads} heads of ${model} over ${data.run.done} texts of ${data.run.corpus}: ${label(x)} across, ${label(y)} up, colour ${label(colour)}`,
+      title: `${data.run.layers * data.run.heads} heads of ${model} over ${data.run.done} ${data.run.source === "headvis" ? "sequences" : "texts"} of ${data.run.corpus.replace(/^headvis:/, "")}: ${label(x)} across, ${label(y)} up, colour ${label(colour)}`,
       height: 520,
       xaxis: { title: { text: label(x) } },
       yaxis: { title: { text: label(y) } },
@@ -103,7 +141,7 @@ function drawFinder(data) {
             }),
           ]),
           el("td", { text: c.v.toFixed(3) }),
-          el("td", { text: (data.spread[name][c.layer][c.head] ?? 0).toFixed(3) }),
+          el("td", { text: name in data.spread ? (data.spread[name][c.layer][c.head] ?? 0).toFixed(3) : "—" }),
           el("td", { text: data.roles[c.layer][c.head].join(", ") || "—" }),
         ]),
       ),
@@ -111,22 +149,16 @@ function drawFinder(data) {
   );
 }
 
+const CHOICES = [
+  ["#heads-x", "x"],
+  ["#heads-y", "y"],
+  ["#heads-colour", "colour"],
+  ["#heads-find-stat", "find"],
+];
+
 function bindControls(current) {
-  for (const [id, key] of [
-    ["#heads-x", "x"],
-    ["#heads-y", "y"],
-    ["#heads-colour", "colour"],
-    ["#heads-find-stat", "find"],
-  ]) {
+  for (const [id, key] of CHOICES) {
     const select = $(id);
-    select.replaceChildren(
-      ...Object.keys(DESCRIBE).map((n) => {
-        const option = new Option(label(n), n);
-        option.title = `${n}: ${DESCRIBE[n]}`;
-        return option;
-      }),
-    );
-    select.value = value(key);
     select.addEventListener("change", () => {
       state.set({ [key]: select.value });
       if (current() === null) return;
@@ -156,8 +188,11 @@ async function main() {
     onRun: async (run) => {
       if (data === null) await plotlyReady();
       data = await api.corpusHeads(run.id);
+      fillChoices(data);
       $("#heads-summary").textContent =
-        `Run ${run.id}: ${run.done.toLocaleString("en")} texts of ${run.corpus}, up to ${run.sequence_tokens} tokens each.`;
+        run.source === "headvis"
+          ? `Run ${run.id}: imported from a HeadVis data tree, ${run.planned.toLocaleString("en")} sequences of ${run.corpus.replace(/^headvis:/, "")}, up to ${run.sequence_tokens} tokens each: HeadVis's six metrics only.`
+          : `Run ${run.id}: ${run.done.toLocaleString("en")} texts of ${run.corpus}, up to ${run.sequence_tokens} tokens each. HeadVis's metrics are listed apart: they pool every row of the run, where Atlas's average each text's.`;
       await drawScatter(data);
       drawFinder(data);
     },
