@@ -157,21 +157,30 @@ class RequestBodyGuard:
     read; one that fits reserves nothing until its bytes come.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, timeout: float, budget: AnswerBudget) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, timeout: float, budget: AnswerBudget,
+        uploads: dict[str, tuple[int, str]] | None = None,
+    ) -> None:  # fmt: skip
         self.app = app
         self.budget = budget
         self.max_bytes = min(max_bytes, budget.max_bytes // PARSED_BODY_FACTOR)
         self.lowered = self.max_bytes < max_bytes
         self.timeout = timeout
+        # path -> (its limit, the setting that names it): bodies of files that are not parsed
+        # whole (a zip read one member at a time), held once, not PARSED_BODY_FACTOR times
+        self.uploads = {
+            path: (min(limit, budget.max_bytes // 2), name)
+            for path, (limit, name) in (uploads or {}).items()
+        }
 
-    def _too_big(self) -> _BodyRefused:
-        limit = "ATLAS_MAX_BODY_BYTES"
-        if self.lowered:
+    def _too_big(self, limit_bytes: int, setting: str | None = None) -> _BodyRefused:
+        limit = setting or "ATLAS_MAX_BODY_BYTES"
+        if self.lowered and setting is None:
             limit += f", here ATLAS_INFLIGHT_BYTES / {PARSED_BODY_FACTOR}"
         return _BodyRefused(
             413,
             "too_large",
-            f"the request body is larger than {self.max_bytes:,} bytes; send less "
+            f"the request body is larger than {limit_bytes:,} bytes; send less "
             f"(the limit is {limit})",
         )
 
@@ -183,9 +192,11 @@ class RequestBodyGuard:
         length = _content_length(scope)
         held = _HeldForBody(self.budget)
         refusal: _BodyRefused | None = None
-        parsed = (length or 0) * PARSED_BODY_FACTOR  # what the body claimed will hold, whole
-        if length is not None and length > self.max_bytes:
-            refusal = self._too_big()
+        max_bytes, setting = self.uploads.get(scope.get("path", ""), (self.max_bytes, None))
+        factor = 1 if setting else PARSED_BODY_FACTOR
+        parsed = (length or 0) * factor  # what the body claimed will hold, whole
+        if length is not None and length > max_bytes:
+            refusal = self._too_big(max_bytes, setting)
         elif parsed and self.budget.held_bytes + parsed > self.budget.max_bytes:
             refusal = held.refusal(parsed)  # a check on the claim: nothing is held for it
         if refusal is not None:  # answered without reading the body (app.transport drains it)
@@ -213,10 +224,10 @@ class RequestBodyGuard:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 body_done = not message.get("more_body", False)
-                if received > self.max_bytes:
-                    refused = self._too_big()
+                if received > max_bytes:
+                    refused = self._too_big(max_bytes, setting)
                     raise refused
-                wanted = received * (PARSED_BODY_FACTOR if body_done else 1)
+                wanted = received * (factor if body_done else 1)
                 if not held.hold(wanted):  # before the app sees the piece
                     refused = held.refusal(wanted)
                     raise refused

@@ -151,6 +151,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.max_body_bytes,
         timeout=settings.body_timeout_seconds,
         budget=app.state.answer_budget,
+        uploads={"/api/corpus/import": (settings.max_import_bytes, "ATLAS_MAX_IMPORT_BYTES")},
     )
     # Outside the body guard: every request is counted, those it refuses (503, 408, 413) too.
     app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)

@@ -119,6 +119,13 @@ class Settings(BaseSettings):
         "shipped ones.",
     )
     cors_origins: list[str] = Field(default_factory=list, description="Empty: CORS off.")
+    max_import_bytes: int = Field(
+        64 * 2**20,
+        ge=0,
+        le=2**30,
+        description="The largest zipped HeadVis tree POST /api/corpus/import takes (0: uploads "
+        "off; `atlas corpus import DIR` has no such limit). Unzipped, a tree may be 4 times it.",
+    )
     max_body_bytes: int = Field(
         2_000_000,
         ge=1024,

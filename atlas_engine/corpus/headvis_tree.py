@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -369,11 +370,12 @@ def check_head(name: str, body: object) -> None:
             _number(name, f"{key}[{i}].weight", row.get("weight"), nullable=False)
 
 
-def read_tree(files: dict[str, bytes]) -> tuple[Run, dict[str, str]]:
-    """A tree's files (relative path -> bytes) checked; -> the run to store and the files as
-    canonical JSON text. TreeError names the first file and field that break the format."""
-    if sum(len(b) for b in files.values()) > MAX_TREE_BYTES:
-        raise TreeError(f"the tree has more than {MAX_TREE_BYTES:,} bytes")
+def read_tree(files: Mapping[str, bytes]) -> tuple[Run, Iterator[tuple[str, str]]]:
+    """A tree's files (relative path -> bytes, read when looked up) checked; -> the run to
+    store, and its files as canonical JSON text, each checked as the iterator reaches it (so a
+    store taking them in one transaction holds one file at a time, and a bad one rolls all
+    back). TreeError names the first file and field that break the format. The caller bounds
+    the files' sizes (read_folder, ZipTree)."""
     for needed in ("config.json", "scatter_data.json"):
         if needed not in files:
             raise TreeError(f"{needed}: missing; a HeadVis tree has config.json, "
@@ -383,17 +385,22 @@ def read_tree(files: dict[str, bytes]) -> tuple[Run, dict[str, str]]:
     heads = {tuple(pair) for pair in config["heads"]}
     scatter = _load("scatter_data.json", files["scatter_data.json"])
     check_scatter(scatter, heads)
-    out = {"config.json": dump(config, indent=2), "scatter_data.json": dump(scatter)}
-    for name, body in sorted(files.items()):
-        if name.startswith("heads/") and HEAD_FILE.match(name.removeprefix("heads/")):
-            parsed = _load(name, body)
-            check_head(name, parsed)
-            out[name] = dump(parsed)
-    missing = [f"L{a}H{b}.json" for a, b in sorted(heads) if f"heads/L{a}H{b}.json" not in out]
-    if len(missing) == len(heads):
-        raise TreeError("heads/: no head file; a tree has one per head of config.json's heads")
-    for name in ("server_config.json", "attributions/manifest.json"):
-        out[name] = dump(_load(name, files[name])) if name in files else dump({})
+
+    def canonical() -> Iterator[tuple[str, str]]:
+        yield "config.json", dump(config, indent=2)
+        yield "scatter_data.json", dump(scatter)
+        found = 0
+        for name in sorted(files):
+            if name.startswith("heads/") and HEAD_FILE.match(name.removeprefix("heads/")):
+                parsed = _load(name, files[name])
+                check_head(name, parsed)
+                found += 1
+                yield name, dump(parsed)
+        if heads and not found:
+            raise TreeError("heads/: no head file; a tree has one per head of config.json's heads")
+        for name in ("server_config.json", "attributions/manifest.json"):
+            yield name, dump(_load(name, files[name])) if name in files else dump({})
+
     pipeline = config.get("pipeline_config", {})
     settings = {
         key: pipeline[key] for key in HeadVisSettings.__dataclass_fields__ if key in pipeline
@@ -408,25 +415,41 @@ def read_tree(files: dict[str, bytes]) -> tuple[Run, dict[str, str]]:
         planned=processed if isinstance(processed, int) else merged["n_sequences"], done=0,
         headvis=settings, source="headvis",
     )  # fmt: skip
-    return run, out
+    return run, canonical()
 
 
-def read_folder(folder: Path) -> dict[str, bytes]:
-    """Every regular file under a tree's folder, by relative path (links are not followed)."""
-    if not (folder / "config.json").is_file():
-        raise TreeError(f"{folder}: no config.json; name the folder that holds the tree")
-    files, total = {}, 0
-    for path in sorted(folder.rglob("*")):
-        if path.is_symlink() or not path.is_file():
-            continue
-        total += path.stat().st_size
-        if total > MAX_TREE_BYTES:
-            raise TreeError(f"{folder}: more than {MAX_TREE_BYTES:,} bytes")
-        files[path.relative_to(folder).as_posix()] = path.read_bytes()
-    return files
+class FolderTree(Mapping):
+    """The regular files under a tree's folder by relative path (links not followed), read
+    when looked up."""
+
+    def __init__(self, folder: Path) -> None:
+        if not (folder / "config.json").is_file():
+            raise TreeError(f"{folder}: no config.json; name the folder that holds the tree")
+        self._paths, total = {}, 0
+        for path in sorted(folder.rglob("*")):
+            if path.is_symlink() or not path.is_file():
+                continue
+            total += path.stat().st_size
+            if total > MAX_TREE_BYTES:
+                raise TreeError(f"{folder}: more than {MAX_TREE_BYTES:,} bytes")
+            self._paths[path.relative_to(folder).as_posix()] = path
+
+    def __getitem__(self, name: str) -> bytes:
+        return self._paths[name].read_bytes()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
 
 
-def import_tree(store: Store, files: dict[str, bytes]) -> Run:
+def read_folder(folder: Path) -> FolderTree:
+    """A tree's folder as its files (see FolderTree)."""
+    return FolderTree(folder)
+
+
+def import_tree(store: Store, files: Mapping[str, bytes]) -> Run:
     """A checked tree into the store as a run of its own; an earlier import of the same
     (model, dataset, sequence length) is replaced, in the same transaction."""
     run, canonical = read_tree(files)

@@ -27,7 +27,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -361,7 +361,7 @@ class Store:
             ).fetchall()
         return {(a, b, c): (n, key) for a, b, c, n, key in rows}
 
-    def import_tree(self, run: Run, files: dict[str, str]) -> Run:
+    def import_tree(self, run: Run, files: Iterable[tuple[str, str]]) -> Run:
         """An imported HeadVis tree as a run of its own: the run's row and every file, in one
         transaction (nothing half-imported); an earlier import of the same (model, corpus,
         sequence length) is replaced."""
@@ -383,8 +383,8 @@ class Store:
             rid = cursor.lastrowid
             db.executemany(
                 "INSERT INTO tree_files (run, name, body) VALUES (?, ?, ?)",
-                [(rid, name, body) for name, body in files.items()],
-            )
+                ((rid, name, body) for name, body in files),
+            )  # an error while the files are read rolls the whole import back
         return self.run(rid)
 
     def delete_run(self, run: int) -> None:

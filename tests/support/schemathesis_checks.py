@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import schemathesis
+from hypothesis import strategies
 from schemathesis.specs.openapi.checks import is_unexpected_http_status_case
 
 from atlas_engine.schemas.generate import MAX_NEW_TOKENS
@@ -54,3 +55,28 @@ def positive_data_accepted_unless_input_rule(ctx, response, case):
         except ValueError:
             pass
     raise AssertionError(f"Schema-valid data was refused with {status}: {response.content[:300]!r}")
+
+
+def _zipped_example() -> bytes:
+    """The HeadVis format's worked example as a zip: a tree the import route takes (201)."""
+    import io
+    import tempfile
+    import zipfile
+    from pathlib import Path
+
+    from tests.support.headvis import write_example_tree
+
+    out = io.BytesIO()
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(out, "w") as archive:
+        tree = write_example_tree(Path(tmp) / "tree")
+        for path in sorted(tree.rglob("*")):
+            if path.is_file():
+                archive.writestr(path.relative_to(tree).as_posix(), path.read_bytes())
+    return out.getvalue()
+
+
+# POST /api/corpus/import takes a zip: bytes of any kind, and now and then a real tree.
+schemathesis.openapi.media_type(
+    "application/zip",
+    strategies.binary(max_size=2048) | strategies.just(_zipped_example()),
+)

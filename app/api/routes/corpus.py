@@ -1,15 +1,25 @@
 """What corpus jobs found (GET /api/corpus ...): the head pages and Head roles' scatter read it."""
 
 from collections.abc import Iterator
+from pathlib import Path as PathLib
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 
 from app.api.responses import errors
 from app.api.strict_json import StrictJSONRoute
 from app.deps import CorpusJobDep, SettingsDep
-from atlas_engine.corpus.store import Store, reading
-from atlas_engine.schemas.corpus import CorpusHeads, CorpusRuns, HeadDashboard, HeadVisHead
+from atlas_engine.corpus.headvis_upload import MAX_UNZIPPED_FACTOR, import_upload
+from atlas_engine.corpus.store import Store, open_or_set_aside, reading
+from atlas_engine.errors import AtlasError
+from atlas_engine.schemas.corpus import (
+    CorpusHeads,
+    CorpusRun,
+    CorpusRuns,
+    HeadDashboard,
+    HeadVisHead,
+)
 from atlas_engine.services.corpus import (
     corpus_heads,
     corpus_runs,
@@ -116,3 +126,53 @@ def head_headvis(store: StoreDep, run_id: RunId, layer: Index, head: Index) -> H
     with reading(store):
         run = find_run(store, run_id)
         return headvis_head(store, run, layer, head, run_fields(run))
+
+
+class NotAZip(AtlasError):
+    status = 415
+    code = "unsupported_media_type"
+
+
+@router.post(
+    "/import",
+    response_model=CorpusRun,
+    status_code=201,
+    summary="Import a HeadVis data tree (a zip)",
+    responses=errors(
+        400, 408, 413, 415, 422, 429, 503,
+        e413="The zip is larger than the server's ATLAS_MAX_IMPORT_BYTES (64 MiB unless set; "
+        "0 turns uploads off): `atlas corpus import DIR` takes any size.",
+        e415="The body was not sent as `Content-Type: application/zip`.",
+        e422="Not a zip, or a tree that breaks the HeadVis format: the detail names the file "
+        "and the field. Nothing is stored.",
+        e503="Another tree is being imported (Retry-After), or the store could not be read.",
+    ),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "description": "A zip of a HeadVis tree's folder (config.json, scatter_data.json, "
+            "heads/...), as Neuronpedia exports them; the folder may sit inside the zip. At most "
+            f"ATLAS_MAX_IMPORT_BYTES, unzipped at most {MAX_UNZIPPED_FACTOR} times that.",
+            "content": {"application/zip": {"schema": {"type": "string", "format": "binary"}}},
+        }
+    },
+)  # fmt: skip
+async def import_tree_zip(request: Request, settings: SettingsDep) -> CorpusRun:
+    """Store a HeadVis tree as a corpus run of its own, in one transaction: its head pages, the
+    scatter and the head finder open with HeadVis's numbers, with or without the model on this
+    server. An earlier import of the same model, dataset and sequence length is replaced."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind not in ("application/zip", "application/x-zip-compressed"):
+        raise NotAZip(f"send the tree as a zip with Content-Type: application/zip; got {kind!r}")
+    body = await request.body()  # the body guard has bounded it (ATLAS_MAX_IMPORT_BYTES)
+    return await run_in_threadpool(_import_zip, settings.corpus_store, body,
+                                   settings.max_import_bytes)  # fmt: skip
+
+
+def _import_zip(store_path: str, body: bytes, max_import_bytes: int) -> CorpusRun:
+    store = open_or_set_aside(PathLib(store_path))
+    try:
+        with reading(store):
+            return run_fields(import_upload(store, body, max_import_bytes))
+    finally:
+        store.close()

@@ -51,14 +51,15 @@ export function routeKey(body) {
  * own explanation (or "cannot reach the server"). */
 async function send(method, path, body, signal) {
   let response;
-  const headers = body === undefined ? {} : { "Content-Type": "application/json" };
-  const key = routeKey(body);
+  const file = body instanceof Blob; // sent as it is (a zip), not as JSON
+  const headers = body === undefined ? {} : { "Content-Type": file ? "application/zip" : "application/json" };
+  const key = file ? null : routeKey(body);
   if (key) headers["X-Atlas-Key"] = key;
   try {
     response = await fetch(path, {
       method,
       headers,
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined || file ? body : JSON.stringify(body),
       signal,
     });
   } catch (err) {
@@ -142,6 +143,8 @@ export const api = {
   corpusHeads: (run, opts) => request("GET", `/api/corpus/${run}/heads`, undefined, opts),
   corpusHead: (run, layer, head, query, opts) =>
     request("GET", `/api/corpus/${run}/heads/${layer}/${head}?${new URLSearchParams(query)}`, undefined, opts),
+  /** A zipped HeadVis tree (a File or Blob) into the corpus store: the run it became. */
+  importTree: (zip, opts) => request("POST", "/api/corpus/import", zip, opts),
   corpusHeadVis: (run, layer, head, opts) =>
     request("GET", `/api/corpus/${run}/heads/${layer}/${head}/headvis`, undefined, opts),
   lessons: (opts) => request("GET", "/api/lessons", undefined, opts),

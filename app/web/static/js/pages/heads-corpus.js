@@ -180,8 +180,30 @@ function bindControls(current) {
   }
 }
 
+/** The import form: a zipped HeadVis tree becomes a run, and the page moves to its scatter. */
+function bindImport() {
+  const status = $("#heads-import-status");
+  $("#heads-import").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const [file] = $("#heads-import-file").files;
+    if (!file) {
+      status.textContent = "Choose a zip of a HeadVis tree first.";
+      return;
+    }
+    status.textContent = `Importing ${file.name} (${(file.size / 2 ** 20).toFixed(1)} MB)…`;
+    try {
+      const run = await api.importTree(file);
+      status.textContent = `Imported as run ${run.id}: ${run.layers} layers × ${run.heads} heads of ${run.model}. Opening its heads…`;
+      location.href = `/heads/${run.model}?run=${run.id}`;
+    } catch (err) {
+      status.textContent = `Not imported: ${err.message}`;
+    }
+  });
+}
+
 async function main() {
   $("#heads-title").textContent = `Every head of ${model}, over a corpus`;
+  bindImport();
   let data = null;
   bindControls(() => data);
   await followCorpus(model, Number(value("run")), $("#heads-progress"), {
