@@ -334,3 +334,124 @@ def head_statistics(attentions: Tensor, facts: TokenFacts, *, causal: bool) -> H
     return HeadStatistics(
         values={name: torch.stack([s[name] for s in per_layer]).float() for name in STATISTICS}
     )
+
+
+# --- a padded batch of texts at once -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    """TokenFacts of a batch of texts padded on the right to T tokens, each (batch, T), and
+    each text's tokens `lengths` (batch,). Padded positions: special and separator False, word
+    and ids -1 (never equal to a real token's)."""
+
+    special: Tensor
+    separator: Tensor
+    word: Tensor
+    ids: Tensor
+    lengths: Tensor
+
+    @property
+    def valid(self) -> Tensor:
+        """(batch, T) bool: the real positions."""
+        size = self.ids.shape[1]
+        return torch.arange(size, device=self.ids.device)[None, :] < self.lengths[:, None]
+
+
+@dataclass(frozen=True)
+class RowValues:
+    """Per query row of every text of a batch, what the statistics average, and which rows
+    each counts. values[name] (batch, heads, T); counted[name] (batch, heads or 1, T) bool,
+    padded rows never. Beside them, per row: the entropy in nats (unnormalised) and the
+    weight on each of the caller's `extra` key sets (batch_row_values)."""
+
+    values: dict[str, Tensor]
+    counted: dict[str, Tensor]
+    entropy_nats: Tensor  # (batch, heads, T)
+    extra: Tensor  # (batch, heads, T, E)
+
+    def means(self) -> dict[str, Tensor]:
+        """{name: (batch, heads)}: each statistic's mean over the rows it counts, NaN where
+        none does; what layer_statistics gives each text alone, within float32 rounding."""
+        out = {}
+        for name in STATISTICS:
+            chosen = self.counted[name]
+            total = torch.where(chosen, self.values[name], 0.0).sum(-1, dtype=torch.float64)
+            count = chosen.sum(-1)
+            out[name] = torch.where(count > 0, total / count.clamp_min(1), math.nan).float()
+        return out
+
+
+def batch_row_values(
+    weights: Tensor, facts: BatchFacts, visible: Tensor, extra: Tensor | None = None
+) -> RowValues:
+    """Every statistic's per-row values over a padded batch at once, each map read a few
+    times for all of them (the batched form of layer_statistics_by_rows, which one text's rows
+    give alike: tests/atlas_engine/corpus/test_corpus_batch.py). OVERWRITES `weights` (with its
+    entropy terms, the last thing it reads), so a batch's maps need no copy of that size.
+
+    weights (batch, heads, T, T) float32, padded rows and keys exactly 0 (heads may be every
+    layer's, flattened); fastest where its memory is (batch, T, heads, T), rows first: the
+    shares on per-row key sets are then one matrix product a row with no copy. visible (batch,
+    heads, T): the keys each query may read (i + 1 in a causal map, the text's length in a full
+    one, fewer under a sliding window). extra (T, T, E): more key sets, per row (query, key),
+    whose shares come back in RowValues.extra at no extra read of the maps."""
+    batch, heads, size, _ = weights.shape
+    device = weights.device
+    valid = facts.valid  # (B, T)
+    i = torch.arange(size, device=device)
+    gap = i[:, None] - i[None, :]  # (T, T): how far each key lies before its query
+    distance = gap.abs()
+    pair = valid[:, :, None] & valid[:, None, :]  # (B, T, T) real query, real key
+    same_id = (facts.ids[:, :, None] == facts.ids[:, None, :]) & pair
+    earlier_copy = same_id & (gap > 0)
+    # ids[j - 1] == ids[i] and ids[j - 2] == ids[i - 1], j - 1 < i (see _key_sets)
+    before = torch.full_like(facts.ids, -2)
+    before[:, 1:] = facts.ids[:, :-1]  # (B, T): each query's previous token; -2 for the first
+    same_before = (before[:, :, None] == facts.ids[:, None, :]) & pair
+    follows_copy = torch.zeros_like(same_id)
+    follows_copy[:, :, 2:] = same_id[:, :, 1:-1] & same_before[:, :, :-2] & (gap[:, 1:-1] > 0)
+    word = facts.word
+    same_word = (word[:, :, None] == word[:, None, :]) & (word[:, :, None] >= 0) & (gap != 0)
+    local = (distance <= LOCAL_REACH) & (gap != 0) & (gap != 1)
+    more = 0 if extra is None else extra.shape[-1]
+    sets = torch.empty(batch, size, size, 7 + more, device=device)  # (B, T_q, T_k, sets)
+    sets[..., 0] = same_word
+    sets[..., 1] = local
+    sets[..., 2] = earlier_copy
+    sets[..., 3] = follows_copy
+    sets[..., 4] = distance
+    sets[..., 5] = facts.special[:, None, :]  # the same keys for every row
+    sets[..., 6] = facts.separator[:, None, :]
+    if extra is not None:
+        sets[..., 7:] = extra
+    rows_first = weights.transpose(1, 2)  # (B, T, H, T): a view where memory is rows first
+    row_shares = torch.matmul(rows_first, sets).permute(0, 3, 2, 1)  # (B, sets, H, T)
+    previous = torch.zeros(batch, heads, size, dtype=weights.dtype, device=device)
+    previous[..., 1:] = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # w[i, i - 1]
+    pieces = ((word[:, :, None] == word[:, None, :]) & (word[:, :, None] >= 0)).sum(-1)
+    rows = valid[:, None, :]  # (B, 1, T)
+    values = {
+        "distance": row_shares[:, 4],
+        "first": weights[..., 0].clone(),
+        "special": row_shares[:, 5],
+        "previous": previous,
+        "self": weights.diagonal(dim1=-2, dim2=-1).clone(),
+        "same_word": row_shares[:, 0],
+        "max_weight": weights.amax(dim=-1),
+        "separator": row_shares[:, 6],
+        "local": row_shares[:, 1],
+        "duplicate": row_shares[:, 2],
+        "induction": row_shares[:, 3],
+    }
+    # Last, in place: -sum w log w a row (xlogy: 0 log 0 = 0), as _row_entropy computes it.
+    entropy = -weights.xlogy_(weights).sum(dim=-1)  # (B, H, T) nats
+    values["entropy"] = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
+    counted = {name: rows for name in STATISTICS}
+    counted["entropy"] = rows & (visible > 1)
+    counted["previous"] = rows & (i > 0)
+    counted["same_word"] = rows & (pieces > 1)[:, None, :]
+    counted["duplicate"] = rows & earlier_copy.any(dim=-1)[:, None, :]
+    counted["induction"] = rows & follows_copy.any(dim=-1)[:, None, :]
+    extra_shares = row_shares[:, 7:].permute(0, 2, 3, 1)  # (B, H, T, E)
+    return RowValues(values, counted, entropy, extra_shares)

@@ -169,8 +169,10 @@ class BackgroundCorpus:
             for batch in batches(loaded, part, size):
                 self._check_stop()
                 began = time.perf_counter()
+                indices = [idx for idx, _ in batch]
                 found = compute.run_when_idle(
                     describe_batch, loaded, [text for _, text in batch], sampler.settings,
+                    lambda activation, at=indices: sampler.wanted(at, activation),
                     model=loaded.id,
                 )  # fmt: skip
                 seconds = (time.perf_counter() - began) / len(batch)

@@ -33,13 +33,8 @@ from atlas_engine.models import capture
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.placement import model_device
 from attention_core import headvis
-from attention_core.corpus_stats import (
-    DISTANCE_EDGES,
-    distance_histogram,
-    strongest_of,
-    token_weights,
-)
-from attention_core.head_stats import STATISTICS, TokenFacts, layer_statistics_by_rows
+from attention_core.corpus_stats import DISTANCE_EDGES, strongest_of, token_weights
+from attention_core.head_stats import STATISTICS, BatchFacts, RowValues, batch_row_values
 
 TOKENS_KEPT = 5  # a head's tokens kept per text and side
 MAX_SEQUENCE_TOKENS = 512
@@ -139,7 +134,7 @@ class _BatchRecorder(capture.Recorder):
     def __init__(self, layers: list[torch.nn.Module], shape: tuple[int, ...], device) -> None:
         super().__init__()
         self.index = {id(module): i for i, module in enumerate(layers)}
-        self.maps = torch.empty(shape, dtype=torch.float32, device=device)  # (B, L, H, T, T)
+        self.maps = torch.empty(shape, dtype=torch.float32, device=device)  # (B, T, L · H, T)
         self.visible: list[torch.Tensor | None] = [None] * len(layers)  # (B, T) per layer
         self._counted: dict[int, torch.Tensor] = {}  # id(mask) -> its (B, T) counts
 
@@ -148,7 +143,8 @@ class _BatchRecorder(capture.Recorder):
         index = self.index.get(id(module))
         if index is None or weights is None:
             return out, weights
-        self.maps[:, index] = weights  # (B, H, T, T), as float32
+        heads = weights.shape[1]
+        self.maps[:, :, index * heads : (index + 1) * heads] = weights.transpose(1, 2)
         if mask is not None:
             if id(mask) not in self._counted:
                 allowed = mask if mask.dtype == torch.bool else mask == 0
@@ -160,18 +156,20 @@ class _BatchRecorder(capture.Recorder):
 
 
 def batch_maps(loaded: LoadedModel, batch: Batch) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-    """One forward pass over a padded batch with eager attention: (maps (batch, layers, heads,
-    T, T) float32 on the model's device, exactly 0 on padded rows and keys; per layer the keys
-    each query may read (batch, T), or None where the pass had no mask to read). Between two
-    layers, short jobs waiting on the heavy lane run (atlas_engine.compute.run_beside), and a
-    server shutting down stops the pass, as a request's pass does. Ends after the last layer's
-    attention: nothing later is wanted."""
+    """One forward pass over a padded batch with eager attention: (maps (batch, layers · heads,
+    T, T) float32 on the model's device, exactly 0 on padded rows and keys, held rows first
+    (its memory is (batch, T, layers · heads, T), as attention_core.head_stats.batch_row_values
+    reads it fastest); per layer the keys each query may read (batch, T), or None where the
+    pass had no mask to read). Between two layers, short jobs waiting on the heavy lane run
+    (atlas_engine.compute.run_beside), and a server shutting down stops the pass, as a
+    request's pass does. Ends after the last layer's attention: nothing later is wanted."""
     device = model_device(loaded.model)
     inputs = {name: value.to(device) for name, value in batch.inputs.items()}
     size = int(batch.inputs["input_ids"].shape[1])
     layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
     modules = loaded.attention_layers if loaded.replayable else []
-    recorder = _BatchRecorder(modules, (len(batch.lengths), layers, heads, size, size), device)
+    shape = (len(batch.lengths), size, layers * heads, size)
+    recorder = _BatchRecorder(modules, shape, device)
     depth = compute.depth()
 
     def between_layers(module, args, kwargs):
@@ -192,16 +190,16 @@ def batch_maps(loaded: LoadedModel, batch: Batch) -> tuple[torch.Tensor, list[to
         finally:
             for handle in handles:
                 handle.remove()
-    maps = recorder.maps
+    rows_first = recorder.maps  # (B, T, L · H, T)
     if output is not None:  # a model outside the capture path: the maps it returned
         if output.attentions is None or len(output.attentions) != layers:
             raise RuntimeError(f"'{loaded.id}' returned no attentions: it must run eagerly")
         for i, layer in enumerate(output.attentions):
-            maps[:, i] = layer
+            rows_first[:, :, i * heads : (i + 1) * heads] = layer.transpose(1, 2)
     for b, n in enumerate(batch.lengths.tolist()):  # padded rows and keys hold nothing
-        maps[b, :, :, n:] = 0.0
-        maps[b, :, :, :, n:] = 0.0
-    return maps, recorder.visible
+        rows_first[b, n:] = 0.0
+        rows_first[b, :, :, n:] = 0.0
+    return rows_first.transpose(1, 2), recorder.visible
 
 
 def describe_text(
@@ -212,7 +210,10 @@ def describe_text(
 
 
 def describe_batch(
-    loaded: LoadedModel, texts: list[str], settings: HeadVisSettings | None = None
+    loaded: LoadedModel,
+    texts: list[str],
+    settings: HeadVisSettings | None = None,
+    sparse_heads: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> list[TextResult]:
     """Every head of the model on each text (see the module docstring), the texts padded on the
     right into one batch (encode_batch) and run through one forward pass; every number is what
@@ -220,66 +221,70 @@ def describe_batch(
     The statistics run on the model's device: HeadVis's sums, sparse maps, the distance
     histograms and what the strongest tokens are ranked by over the whole batch at once; the
     head statistics and the token ranking per text, over its own rows and keys. The layers
-    whose mask is plain (no sliding window) are described together, as one stack of heads."""
+    whose mask is plain (no sliding window) are described together, as one stack of heads.
+
+    sparse_heads(max_activation (batch, layers · heads) float32) -> (batch, layers · heads)
+    bool: the heads whose sparse maps are wanted (those whose samples the text may enter,
+    Sampler.wanted; a top-k of every row, the costliest statistic here, for a few heads);
+    the others' are left empty. Every head's by default."""
     settings = settings or HeadVisSettings()
     batch = encode_batch(loaded, texts)
-    maps, visible = batch_maps(loaded, batch)
-    count, layers, heads, size, _ = maps.shape
-    device = maps.device
-    flat = maps.view(count, layers * heads, size, size)  # every head of every layer
-    ids = batch.inputs["input_ids"].to(device)  # (B, T)
+    flat, visible = batch_maps(loaded, batch)  # (B, L·H, T, T), every head of every layer
+    size = flat.shape[-1]
+    layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
+    device = flat.device
     lengths = batch.lengths.to(device)
-    sums, induction_rows = headvis.sequence_sums(
-        flat, ids, lengths, settings.induction_attention_threshold
-    )  # (B, L·H, SUMS), (B,)
-    keys, values = headvis.sparse_rows(
-        flat, lengths, settings.sparse_topk_per_row, settings.sparse_threshold
-    )  # (B, L·H, T, k) each
-    hist = distance_histogram(flat)  # (B, L·H, bins)
-    special = torch.zeros(count, size, dtype=torch.bool)
-    labels: list[list[str]] = []
-    for b, n in enumerate(batch.lengths.tolist()):
-        token_ids = batch.inputs["input_ids"][b, :n].tolist()
-        shown, _, flags = display_tokens(loaded.tokenizer, token_ids)
-        labels.append(shown)
-        special[b, :n] = torch.tensor(flags)
-    ignore = special.clone()
+    facts, labels = _batch_facts(loaded, batch, device)
+    ids = batch.inputs["input_ids"].to(device)  # (B, T)
+    # HeadVis's max_activation: rows and keys from 1 (each row's maximum first: memory order)
+    max_activation = flat[:, :, 1:, 1:].amax(-1).amax(-1) if size > 1 else flat.new_zeros(1)
+    max_activation = max_activation.expand(flat.shape[:2])  # (B, L·H)
+    keys, values = _sparse_maps(flat, lengths, settings, max_activation, sparse_heads)
+    ignore = facts.special.clone()
     ignore[:, 0] = True  # the first token: where heads park attention they do not use
-    received, sharpest = token_weights(flat, ignore.to(device))  # (B, L·H, T) each
+    received, sharpest = token_weights(flat, ignore)  # (B, L·H, T) each
+    induction, induction_rows = headvis_induction(
+        flat, ids, lengths, settings.induction_attention_threshold
+    )  # (B, L·H), (B,)
+    # Last, as it overwrites the maps: every statistic's rows, the histogram's and HeadVis's
+    # squared distance among them.
+    rows = batch_row_values(
+        flat, facts, _visible_keys(loaded, visible, batch, heads, device), _extra_sets(size, device)
+    )
+    means = rows.means()  # {name: (B, L·H)}
+    stats = torch.stack([means[name] for name in STATISTICS], dim=-1).cpu()  # (B, L·H, 12)
+    hist = rows.extra[..., 1:].sum(dim=2).cpu()  # (B, L·H, bins): padded rows hold 0
+    sums = headvis_sums(rows, induction, max_activation).cpu()  # (B, L·H, SUMS)
+    keys, values = keys.cpu(), values.cpu()
     results = []
     for b, n in enumerate(batch.lengths.tolist()):
         token_ids = batch.inputs["input_ids"][b, :n].tolist()
-        facts = token_facts(loaded, _Tokens(token_ids, labels[b], special[b, :n].tolist(),
-                                            batch.words[b]))  # fmt: skip
-        facts = TokenFacts(*(t.to(device) for t in (facts.special, facts.separator, facts.word,
-                                                    facts.ids)))  # fmt: skip
-        stats = _head_statistics(loaded, flat[b, :, :n, :n], visible, b, n, facts)
         to_ids, to_weight, from_ids, from_weight = strongest_of(
-            received[b, :, :n], sharpest[b, :, :n], facts.ids, TOKENS_KEPT
+            received[b, :, :n], sharpest[b, :, :n], facts.ids[b, :n], TOKENS_KEPT
         )
-        rows = []
+        read = []  # (layer, head, side, token, weight)
         for side, found_ids, weights in (
             ("to", to_ids, to_weight),
             ("from", from_ids, from_weight),
         ):
             found_ids, weights = found_ids.cpu().numpy(), weights.cpu().numpy()
             for n_head, slot in zip(*np.nonzero((found_ids >= 0) & (weights > 0)), strict=True):
-                rows.append((int(n_head) // heads, int(n_head) % heads, side,
+                read.append((int(n_head) // heads, int(n_head) % heads, side,
                              int(found_ids[n_head, slot]), float(weights[n_head, slot])))  # fmt: skip
         shown = dict(zip(token_ids, labels[b], strict=True))
         k = min(settings.sparse_topk_per_row, n)
         results.append(
             TextResult(
-                labels={token: shown[token] for token in {row[3] for row in rows}},
+                labels={token: shown[token] for token in {row[3] for row in read}},
                 tokens=n,
-                stats=stats.cpu().numpy(),
-                hist=hist[b].view(layers, heads, -1).cpu().numpy(),
-                head_tokens=rows,
-                headvis=sums[b].view(layers, heads, -1).cpu().numpy(),
+                stats=stats[b].view(layers, heads, -1).numpy(),
+                hist=hist[b].view(layers, heads, -1).numpy(),
+                head_tokens=read,
+                headvis=sums[b].view(layers, heads, -1).numpy(),
                 induction_rows=int(induction_rows[b]),
                 pieces=loaded.tokenizer.batch_decode([[token] for token in token_ids]),
-                keys=keys[b, :, :n, :k].cpu().numpy(),
-                values=values[b, :, :n, :k].cpu().numpy(),
+                keys=keys[b, :, :n, :k].numpy(),
+                values=values[b, :, :n, :k].numpy(),
             )
         )
     return results
@@ -294,37 +299,117 @@ class _Tokens(NamedTuple):
     words: list[int]
 
 
-def _head_statistics(
+def _batch_facts(
+    loaded: LoadedModel, batch: Batch, device: torch.device
+) -> tuple[BatchFacts, list[list[str]]]:
+    """What the statistics need to know of each token of a padded batch, and each text's
+    labels: token_facts of each text alone, padded (atlas_engine.inference.tokens)."""
+    count, size = batch.inputs["input_ids"].shape
+    special = torch.zeros(count, size, dtype=torch.bool)
+    separator = torch.zeros(count, size, dtype=torch.bool)
+    word = torch.full((count, size), -1, dtype=torch.int64)
+    ids = torch.full((count, size), -1, dtype=torch.int64)
+    labels = []
+    for b, n in enumerate(batch.lengths.tolist()):
+        token_ids = batch.inputs["input_ids"][b, :n].tolist()
+        shown, _, flags = display_tokens(loaded.tokenizer, token_ids)
+        facts = token_facts(loaded, _Tokens(token_ids, shown, flags, batch.words[b]))
+        special[b, :n], separator[b, :n] = facts.special, facts.separator
+        word[b, :n], ids[b, :n] = facts.word, facts.ids
+        labels.append(shown)
+    held = (special, separator, word, ids, batch.lengths)
+    return BatchFacts(*(t.to(device) for t in held)), labels
+
+
+def _visible_keys(
     loaded: LoadedModel,
-    maps: torch.Tensor,
     visible: list[torch.Tensor | None],
-    b: int,
-    n: int,
-    facts: TokenFacts,
+    batch: Batch,
+    heads: int,
+    device: torch.device,
 ) -> torch.Tensor:
-    """Every head statistic of one text of a batch: maps (layers · heads, n, n), its own rows
-    and keys -> (layers, heads, statistics). A layer whose mask lets a query read fewer keys
-    than causality (or the whole text) does is a sliding window, described with those keys."""
-    layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
-    default = torch.arange(1, n + 1) if loaded.causal else torch.full((n,), n)
-    windows = []
-    for counts in visible:
-        own = None if counts is None else counts[b, :n].cpu()
-        windows.append(None if own is None or torch.equal(own, default) else own)
-    stats = torch.empty(layers, heads, len(STATISTICS), device=maps.device)
-    plain = [i for i in range(layers) if windows[i] is None]
-    groups = [(plain, None)] if plain else []
-    groups += [([i], windows[i]) for i in range(layers) if windows[i] is not None]
-    for group, window in groups:
-        if len(group) == layers:
-            stacked = maps  # (layers · heads, n, n), a view
-        else:
-            stacked = torch.cat([maps[i * heads : (i + 1) * heads] for i in group])
-        keys_of = None if window is None else (lambda r0, r1, w=window: w[r0:r1])
-        found = layer_statistics_by_rows([(0, stacked)], facts, loaded.causal, keys_of)
-        values = torch.stack([found[name] for name in STATISTICS], dim=-1)
-        stats[group] = values.view(len(group), heads, -1)
-    return stats
+    """(batch, layers · heads, T): the keys each query may read in each layer, as its mask
+    said (a sliding window reads fewer); where a layer had no mask to read, i + 1 in a causal
+    map and the text's length in a full one."""
+    size = batch.inputs["input_ids"].shape[1]
+    lengths = batch.lengths.to(device)
+    i = torch.arange(size, device=device)
+    default = (
+        (i + 1).expand(len(lengths), -1) if loaded.causal else lengths[:, None].expand(-1, size)
+    )
+    per_layer = torch.stack([default if v is None else v.to(device) for v in visible], dim=1)
+    return per_layer.repeat_interleave(heads, dim=1)  # (B, L · H, T)
+
+
+def _sparse_maps(
+    maps: torch.Tensor,
+    lengths: torch.Tensor,
+    settings: HeadVisSettings,
+    max_activation: torch.Tensor,
+    sparse_heads: Callable[[np.ndarray], np.ndarray] | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """HeadVis's sparse maps (attention_core.headvis.sparse_rows) of the heads sparse_heads
+    names, every head's where it is None: maps (B, H, T, T) -> keys, values (B, H, T, k), 0 and
+    empty for the heads left out."""
+    top, threshold = settings.sparse_topk_per_row, settings.sparse_threshold
+    if sparse_heads is None:
+        return headvis.sparse_rows(maps, lengths, top, threshold)
+    chosen = torch.from_numpy(sparse_heads(max_activation.float().cpu().numpy()))
+    at = chosen.nonzero().to(maps.device)  # (P, 2): text, head
+    count, heads, size, _ = maps.shape
+    k = min(top, size)
+    keys = torch.zeros(count, heads, size, k, dtype=torch.int64, device=maps.device)
+    values = torch.zeros(count, heads, size, k, dtype=torch.float32, device=maps.device)
+    if len(at):
+        picked = maps[at[:, 0], at[:, 1]][:, None]  # (P, 1, T, T)
+        found_keys, found_values = headvis.sparse_rows(picked, lengths[at[:, 0]], top, threshold)
+        keys[at[:, 0], at[:, 1]] = found_keys[:, 0]
+        values[at[:, 0], at[:, 1]] = found_values[:, 0]
+    return keys, values
+
+
+def _extra_sets(size: int, device: torch.device) -> torch.Tensor:
+    """(T, T, 1 + bins) key sets per (query, key) for batch_row_values: the squared distance
+    (HeadVis's variance), then one set per bin of attention_core.corpus_stats.DISTANCE_EDGES
+    (the distance histogram: a row's shares on them are its histogram)."""
+    i = torch.arange(size, device=device)
+    distance = (i[:, None] - i[None, :]).abs()  # (T, T)
+    edges = torch.tensor(DISTANCE_EDGES, device=device)
+    bins = torch.bucketize(distance, edges, right=True) - 1  # (T, T) in 0 .. bins - 1
+    out = torch.empty(size, size, 1 + len(DISTANCE_EDGES), device=device)
+    out[..., 0] = distance * distance
+    out[..., 1:] = torch.nn.functional.one_hot(bins, len(DISTANCE_EDGES))
+    return out
+
+
+def headvis_induction(
+    maps: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor, threshold: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """HeadVis's thresholded induction sum (attention_core.headvis.sequence_sums' column 5),
+    read only at the induction pairs: maps (batch, heads, T, T) -> (sums (batch, heads),
+    induction_rows (batch,))."""
+    pairs, counted = headvis.induction_pairs(ids, lengths)  # (B, T, T) bool
+    at = pairs.nonzero()  # (P, 3): text, query, key
+    picked = maps[at[:, 0], :, at[:, 1], at[:, 2]]  # (P, heads)
+    kept = torch.where(picked >= threshold, picked, 0.0).double()
+    sums = torch.zeros(maps.shape[0], maps.shape[1], dtype=torch.float64, device=maps.device)
+    return sums.index_add_(0, at[:, 0], kept), counted
+
+
+def headvis_sums(
+    rows: RowValues, induction: torch.Tensor, max_activation: torch.Tensor
+) -> torch.Tensor:
+    """attention_core.headvis.sequence_sums (where HeadVis's sums are defined) from the rows'
+    values Atlas's statistics computed already: the diagonal, the first subdiagonal, each
+    row's entropy in nats and its weighted distance and squared distance (rows.extra[..., 0]),
+    summed over the real rows (padded rows hold 0 in each), beside the induction sum and
+    max_activation read from the maps (headvis_induction) -> (batch, heads, len(SUMS))
+    float32; tests/atlas_engine/corpus/test_corpus_batch.py holds it to sequence_sums."""
+    per_row = (rows.values["self"], rows.values["previous"], rows.entropy_nats,
+               rows.values["distance"], rows.extra[..., 0])  # fmt: skip
+    columns = [values.sum(-1, dtype=torch.float64) for values in per_row]
+    columns += [induction, max_activation.double().expand_as(induction)]
+    return torch.stack(columns, dim=-1).float()
 
 
 def batches(
@@ -379,7 +464,11 @@ def run_job(
             if should_stop():
                 return store.run(run.id)
             began = time.perf_counter()
-            found = describe_batch(loaded, [text for _, text in batch], sampler.settings)
+            indices = [idx for idx, _ in batch]
+            found = describe_batch(
+                loaded, [text for _, text in batch], sampler.settings,
+                lambda activation, at=indices: sampler.wanted(at, activation),
+            )  # fmt: skip
             seconds = (time.perf_counter() - began) / len(batch)
             sampler.record_many([(idx, one, one.keys, one.values, seconds)
                                  for (idx, _), one in zip(batch, found, strict=True)])  # fmt: skip

@@ -76,32 +76,51 @@ class Sampler:
                 )
         return self._edges
 
-    def candidates(self, idx: int, row: TextRow, keys: np.ndarray, values: np.ndarray):
-        """The samples this text may enter: keys, values (layers · heads, L, k) its sparse rows."""
-        if idx < self.settings.warmup_size:
-            return []
+    def _entering(self, idx: int, activation: np.ndarray):
+        """(interval, rank, may enter) per head, each (layers · heads,), of a text whose
+        max_activation per head is `activation`: the heads whose samples it may enter by what
+        was kept before (a (head, interval) not full, or the text ranks before its worst)."""
         edges = self.edges()
         if edges is None:
             raise RuntimeError(
                 f"text {idx} finished before the warm-up's {self.settings.warmup_size} texts: "
                 "describe the run's texts in order up to the warm-up"
             )
-        activation = row.headvis[..., headvis.SUMS.index("max_activation")].reshape(-1)
         interval = headvis.route(activation[None, :], edges)[0]
         draws = headvis.priorities(self.settings.sample_seed, self._head_ids, idx)
         top = interval == self.settings.n_intervals
         rank = np.where(top, -activation.astype(np.float64), draws)
-        found = []
+        room = np.where(
+            top, self.settings.samples_per_top_interval, self.settings.samples_per_interval
+        )
+        enters = np.ones(activation.shape[0], dtype=bool)
         for n in range(activation.shape[0]):
             layer, head = divmod(n, self.run.heads)
             held, worst = self._bounds.get((layer, head, int(interval[n])), (0, np.inf))
-            room = (
-                self.settings.samples_per_top_interval
-                if top[n]
-                else (self.settings.samples_per_interval)
-            )
-            if held >= room and rank[n] > worst:
-                continue
+            enters[n] = not (held >= room[n] and rank[n] > worst)
+        return interval, rank, enters
+
+    def wanted(self, indices: list[int], activation: np.ndarray) -> np.ndarray:
+        """Which heads' sparse maps a batch of texts needs: indices (batch,), activation (batch,
+        layers · heads) each head's max_activation -> (batch, layers · heads) bool, the heads
+        whose samples each text may enter (candidates' own test), none for a warm-up text.
+        What a head keeps is then chosen from those alone (atlas_engine.corpus.job)."""
+        out = np.zeros(activation.shape, dtype=bool)
+        for b, idx in enumerate(indices):
+            if idx >= self.settings.warmup_size:
+                out[b] = self._entering(idx, activation[b])[2]
+        return out
+
+    def candidates(self, idx: int, row: TextRow, keys: np.ndarray, values: np.ndarray):
+        """The samples this text may enter: keys, values (layers · heads, L, k) its sparse rows
+        (needed only for the heads that `wanted` names)."""
+        if idx < self.settings.warmup_size:
+            return []
+        activation = row.headvis[..., headvis.SUMS.index("max_activation")].reshape(-1)
+        interval, rank, enters = self._entering(idx, activation)
+        found = []
+        for n in np.flatnonzero(enters).tolist():
+            layer, head = divmod(n, self.run.heads)
             indices, vals = headvis.coo(keys[n], values[n])
             if not indices:
                 continue  # HeadVis offers a sequence only with a non-empty sparse map

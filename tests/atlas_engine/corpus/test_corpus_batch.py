@@ -121,6 +121,8 @@ def test_batches_sort_by_length_within_a_window_and_bound_their_maps(manager):
 
 
 def test_a_job_in_batches_stores_what_one_text_at_a_time_stores(manager, tmp_path):
+    """Batches of 1 and 3 (each computing only the sparse maps its samples may take), and every
+    head's sparse map computed for one batch of all: the same statistics and samples."""
     loaded = manager.get("local/qwen2-tiny")
     source = tmp_path / "texts.txt"
     source.write_text(PROSE)
@@ -130,16 +132,32 @@ def test_a_job_in_batches_stores_what_one_text_at_a_time_stores(manager, tmp_pat
         run = run_job(loaded, store, plan(store, loaded, str(source), 40, limit=8), batch_size=size)
         assert run.done == run.planned >= 6
         stores.append((store, run))
-    (one, run_one), (many, run_many) = stores
-    idx_a, stats_a, hist_a = one.statistics(run_one)
-    idx_b, stats_b, hist_b = many.statistics(run_many)
-    assert idx_a.tolist() == idx_b.tolist()
-    close(stats_a, stats_b)
-    close(hist_a, hist_b)
-    heads = [(layer, head) for layer in range(run_one.layers) for head in range(run_one.heads)]
-    kept_a = {at: [i for i, _ in one.samples(run_one, *at)] for at in heads}
-    kept_b = {at: [i for i, _ in many.samples(run_many, *at)] for at in heads}
-    assert kept_a == kept_b and any(kept_a.values())
+    store = Store(tmp_path / "all.sqlite")
+    run = plan(store, loaded, str(source), 40, limit=8)
+    sampler = Sampler(store, run)
+    pending = store.pending(run.id)
+    for part in (pending[: sampler.settings.warmup_size], pending[sampler.settings.warmup_size :]):
+        found = describe_batch(loaded, [text for _, text in part], sampler.settings)
+        sampler.record_many([(idx, one, one.keys, one.values, 0.1)
+                             for (idx, _), one in zip(part, found, strict=True)])  # fmt: skip
+    stores.append((store, store.run(run.id)))
+    (first, run_first), *others = stores
+    heads = [(layer, head) for layer in range(run_first.layers) for head in range(run_first.heads)]
+
+    def kept(store, run):
+        return {
+            at: [(i, s.interval, s.indices.tolist()) for i, s in store.samples(run, *at)]
+            for at in heads
+        }
+
+    idx_a, stats_a, hist_a = first.statistics(run_first)
+    for other, run_other in others:
+        idx_b, stats_b, hist_b = other.statistics(run_other)
+        assert idx_a.tolist() == idx_b.tolist()
+        close(stats_a, stats_b)
+        close(hist_a, hist_b)
+        assert kept(first, run_first) == kept(other, run_other)
+    assert any(kept(first, run_first).values())
 
 
 def test_a_bulk_write_keeps_the_first_and_cuts_samples_once(manager, tmp_path):
