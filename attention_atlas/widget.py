@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from contextlib import contextmanager
 
 import anywidget
 import numpy as np
@@ -29,12 +30,14 @@ from atlas_engine.models.families import architecture
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.registry import Family, ModelSpec, Source
 from atlas_engine.schemas.attention import DetailRequest
+from atlas_engine.schemas.circuit import CircuitRequest
 from atlas_engine.schemas.qkspace import QKSpaceRequest
 from atlas_engine.schemas.trace import TraceRequest
 from atlas_engine.schemas.writes import AttributionRequest, LensRequest
 from atlas_engine.serialize import json_with_float32
 from atlas_engine.services.attention import detail_of
 from atlas_engine.services.attribution import attribution_fields, plan_attribution
+from atlas_engine.services.circuit import circuit_fields, plan_circuit
 from atlas_engine.services.lens import lens_fields, plan_lens
 from atlas_engine.services.qkspace import projection_methods, qkspace_of
 from atlas_engine.services.score_trace import plan_trace, trace_fields
@@ -274,25 +277,46 @@ def replay_attribution(run: AttentionRun | None, body: dict) -> dict:
     return orjson.loads(json_with_float32(fields))
 
 
-def replay_trace(run: AttentionRun | None, body: dict) -> dict:
-    """The server's score trace for `run`'s text, from the view's request body: the dict POST
-    /api/attention/trace answers (it runs the text again, taken apart up to the layer)."""
-    if run is None or run.text is None or run.text_pair is not None:
-        raise ValueError(
-            "Trace a score runs the text again: show a model with one text (show(model, text))"
-        )
-    loaded = _loaded(run)
-    request = TraceRequest.model_validate({**body, "model": loaded.id, "text": run.text})
-    # The trace takes one gradient of its own; the notebook's weights, trainable, must stay
-    # out of it (as the server's are), and are left as they were.
+@contextmanager
+def _weights_frozen(run: AttentionRun):
+    """The notebook's trainable weights kept out of a service's own gradients (the server's
+    are frozen too) while it runs, and left as they were."""
     trainable = [p for p in run.model.parameters() if p.requires_grad]
     try:
         for p in trainable:
             p.requires_grad_(False)
-        fields = trace_fields(loaded, request, plan_trace(loaded, request))
+        yield
     finally:
         for p in trainable:
             p.requires_grad_(True)
+
+
+def _one_text(run: AttentionRun | None, view: str) -> LoadedModel:
+    if run is None or run.text is None or run.text_pair is not None:
+        raise ValueError(
+            f"{view} runs the text again: show a model with one text (show(model, text))"
+        )
+    return _loaded(run)
+
+
+def replay_trace(run: AttentionRun | None, body: dict) -> dict:
+    """The server's score trace for `run`'s text, from the view's request body: the dict POST
+    /api/attention/trace answers (it runs the text again, taken apart up to the layer)."""
+    loaded = _one_text(run, "Trace a score")
+    request = TraceRequest.model_validate({**body, "model": loaded.id, "text": run.text})
+    with _weights_frozen(run):
+        fields = trace_fields(loaded, request, plan_trace(loaded, request))
+    return orjson.loads(json_with_float32(fields))
+
+
+def replay_circuit(run: AttentionRun | None, body: dict) -> dict:
+    """The server's circuit for `run`'s text, from the view's request body: the dict POST
+    /api/attention/circuit answers (by text, by the weights, or by edge attribution patching
+    against a corrupted text of the same length)."""
+    loaded = _one_text(run, "Circuit")
+    request = CircuitRequest.model_validate({**body, "model": loaded.id, "text": run.text})
+    with _weights_frozen(run):
+        fields = circuit_fields(loaded, request, plan_circuit(loaded, request))
     return orjson.loads(json_with_float32(fields))
 
 
@@ -302,6 +326,7 @@ REPLAYS = {
     "lens": replay_lens,
     "attribution": replay_attribution,
     "trace": replay_trace,
+    "circuit": replay_circuit,
 }
 
 

@@ -208,6 +208,7 @@ VIEWS: dict[str, View] = {
             text("circuitTarget", "ctgt"),  # its metric's tokens ("" = the top guesses)
             text("circuitContrast", "ccon"),
         ),
+        widget="replay",
     ),
     "ablation": View(
         "Ablation",

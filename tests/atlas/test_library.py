@@ -21,6 +21,7 @@ from attention_atlas.client import AtlasClient
 from attention_atlas.widget import (
     AttentionWidget,
     replay_attribution,
+    replay_circuit,
     replay_detail,
     replay_lens,
     replay_qkspace,
@@ -160,6 +161,31 @@ def test_widget_trace_is_the_servers_answer(client, minilm_run):
     assert ours["score"] == pytest.approx(theirs["score"], abs=1e-5)
     assert np.allclose(ours["trace"]["matrix"], theirs["trace"]["matrix"], atol=1e-5)
     assert abs(ours["parts_sum"] - ours["score"]) <= ours["bound"]
+
+
+def edge_keys(edges: list[dict]) -> list[tuple]:
+    return [
+        (e["from_layer"], e["from_head"], e["to_layer"], e["to_head"], e["input"]) for e in edges
+    ]
+
+
+def test_widget_circuit_is_the_servers_answer(client, minilm_run):
+    """The circuit view in a notebook: the kernel runs the server's own service on the shown
+    text, by the text and by the weights, and the view is offered with the replay views."""
+    assert 'data-view="circuit"' in show(minilm_run, view="circuit").panels
+    for body in ({"by": "text", "top": 12}, {"by": "weights", "top": 12, "inputs": ["k"]}):
+        ours = replay_circuit(minilm_run, body)
+        server = client.post(
+            "/api/attention/circuit", json={"model": MINILM_ID, "text": TEXT, **body}
+        )
+        assert server.status_code == 200, server.text
+        theirs = server.json()
+        assert ours["tokens"] == theirs["tokens"] and ours["edge_count"] == theirs["edge_count"]
+        assert edge_keys(ours["edges"]) == edge_keys(theirs["edges"])
+        assert np.allclose([e["value"] for e in ours["edges"]],
+                           [e["value"] for e in theirs["edges"]], atol=1e-5)  # fmt: skip
+    with pytest.raises(ValueError, match="one text"):
+        replay_circuit(None, {"by": "text"})
 
 
 def test_widget_query_key_space_is_the_servers_answer(client, minilm_run):

@@ -78,6 +78,11 @@ export class WidgetSession {
     return this.ask("trace", extra);
   }
 
+  /** Edges between heads, found by the Python kernel (the circuit API's answer). */
+  circuit(extra) {
+    return this.ask("circuit", extra);
+  }
+
   /** A replay by the kernel: `kind` names it, `body` is the API request's own. */
   ask(kind, body) {
     if (!this.meta.replayable) {
