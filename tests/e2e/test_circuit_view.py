@@ -3,11 +3,12 @@ drawn from its link at 1280 and 390 px, the numbers shown being the API's, the t
 inputs in the URL, a click on a head opening it; edge patching on the name-swap pair; and
 MiniLM, which has no language-model head, saying why it has no edge patching."""
 
+import json
 from urllib.parse import parse_qs, urlencode, urlparse
 
 import pytest
 
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import export, wait_js
 from tests.e2e.pages import MINILM, SENTENCE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -122,3 +123,35 @@ def test_composition_from_the_weights(browser, live_server):
     assert query["layer"] == ["18"]  # the strongest edge's later head, its trace opened
     assert not page.errors
     context.close()
+
+
+def test_the_circuit_exports_the_edges_it_draws(page, live_server):
+    """JSON and CSV hold exactly the edges drawn (above the threshold), as the API gave them."""
+    state = {"model": MINILM, "text": SENTENCE, "layer": 3, "head": 1, "view": "circuit",
+             "cmin": "0.25"}  # fmt: skip
+    page.goto(f"{live_server}/?{urlencode(state)}")
+    page.wait_for_selector("#result:not([hidden])", timeout=120_000)
+    wait_js(page, DRAWN, 120)
+    api = page.request.post(
+        f"{live_server}/api/attention/circuit",
+        data={
+            "model": MINILM,
+            "text": SENTENCE,
+            "by": "text",
+            "inputs": ["q", "k", "v"],
+            "top": 400,
+        },
+    ).json()
+    largest = max(1e-12, api["largest"])
+    drawn = [e for e in api["edges"] if abs(e["value"]) >= 0.25 * largest]
+    name, body = export(page, "json")
+    assert "circuit-text" in name
+    data = json.loads(body)
+    rows = data["edges"]  # the edges drawn; every edge found is in data["answer"]
+    assert len(rows) == len(drawn) > 0 and data["answer"]["edges"] == api["edges"]
+    for row, edge in zip(rows, drawn, strict=True):
+        assert row[:5] == [edge["from_layer"], edge["from_head"], edge["to_layer"],
+                           edge["to_head"], "qkv".index(edge["input"])]  # fmt: skip
+        assert abs(row[5] - edge["value"]) < 1e-6
+    name, body = export(page, "csv")
+    assert name.endswith(".csv") and len(body.decode().strip().splitlines()) == len(drawn) + 1

@@ -238,6 +238,7 @@ export async function render(scene) {
     corner: "edge",
     title: `Circuit (${{ edges: "edge attribution patching", weights: "composition from the weights", text: "this text" }[answer.by]})`,
     scope: "every head",
-    payload: { what: `circuit edges: ${what}`, ...answer },
+    // the edges drawn are the table above; the whole answer (every edge found) beside it
+    payload: { what: `circuit edges: ${what}`, threshold: state.circuitMin, answer },
   };
 }
