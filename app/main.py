@@ -28,6 +28,7 @@ from app.api.routes import (
     lab,
     lessons,
     models,
+    projection,
     trace,
     writes,
 )
@@ -170,6 +171,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(trace.router)
     app.include_router(composition.router)
     app.include_router(corpus.router)
+    app.include_router(projection.router)
     app.include_router(lab.router)
     app.include_router(lessons.router)
     app.include_router(pages.router)

@@ -147,6 +147,8 @@ export const api = {
   importTree: (zip, opts) => request("POST", "/api/corpus/import", zip, opts),
   corpusHeadVis: (run, layer, head, opts) =>
     request("GET", `/api/corpus/${run}/heads/${layer}/${head}/headvis`, undefined, opts),
+  corpusProjection: (run, layer, head, body, opts) =>
+    request("POST", `/api/corpus/${run}/heads/${layer}/${head}/projection`, body, opts),
   lessons: (opts) => request("GET", "/api/lessons", undefined, opts),
   lesson: (id, opts) => request("GET", `/api/lessons/${encodeURIComponent(id)}`, undefined, opts),
   checkLesson: (text, opts) => request("POST", "/api/lessons/check", { text }, opts),

@@ -8,6 +8,7 @@ import { $, el, metricCard, readPageData, showError } from "../dom.js";
 import { createState, textFields } from "../state.js";
 import { drawChart, drawHeatmap, plotlyReady, warmPlotlySoon, weightScale } from "../views/plot.js";
 import { drawHeadVis } from "./head-headvis.js";
+import { mountProjection, PROJECTION_STATE } from "./head-projection.js";
 
 const page = readPageData();
 const { model, layer, head } = page;
@@ -15,12 +16,13 @@ const DESCRIBE = Object.fromEntries(page.statistics);
 const label = (name) => page.labels[name] ?? name;
 const SHOWN = ["entropy", "first", "previous", "self", "induction", "distance", "max_weight", "local"];
 // The statistic shown, the corpus run and the user's own text: all in the link.
-const state = createState(textFields({ metric: null, run: null, text: "" }), {}, { always: [] });
+const state = createState(textFields({ metric: null, run: null, text: "", ...PROJECTION_STATE }), {}, { always: [] });
 state.readUrl();
 const value = (name) => state.get()[name];
 const error = $("#head-error");
 
-const explorerLink = (text) => `/?${new URLSearchParams({ model, text, layer, head })}`; // the view a head opens in, the explorer's default
+const explorerLink = (text, q) =>
+  `/?${new URLSearchParams({ model, text, layer, head, ...(q === undefined ? {} : { q }) })}`; // the view a head opens in, the explorer's default
 const zoomLink = (text) => `/zoom?${new URLSearchParams({ model, layer, head })}#${new URLSearchParams({ text })}`;
 
 function tokenTable(table, caption, rows) {
@@ -244,6 +246,7 @@ async function main() {
       },
     );
     await drawHistograms(dashboard);
+    mountProjection({ state, runId: run.id, layer, head, explorerLink, newTab: false });
     await drawHeadVis(run.id, layer, head, { linkFor: sequenceLink, labels: page.labels }).catch(() => {
       $("#hv").hidden = true; // a run described before the job kept HeadVis's numbers
     });
