@@ -5,6 +5,7 @@
 import { api } from "../api.js";
 import { followCorpus } from "../corpus-progress.js";
 import { $, el, metricCard, readPageData, showError } from "../dom.js";
+import { EMBED_STATE, embedded, keepEmbedded } from "../embed.js";
 import { createState, textFields } from "../state.js";
 import { drawChart, drawHeatmap, plotlyReady, warmPlotlySoon, weightScale } from "../views/plot.js";
 import { drawHeadVis } from "./head-headvis.js";
@@ -16,7 +17,11 @@ const DESCRIBE = Object.fromEntries(page.statistics);
 const label = (name) => page.labels[name] ?? name;
 const SHOWN = ["entropy", "first", "previous", "self", "induction", "distance", "max_weight", "local"];
 // The statistic shown, the corpus run and the user's own text: all in the link.
-const state = createState(textFields({ metric: null, run: null, text: "", ...PROJECTION_STATE }), {}, { always: [] });
+const state = createState(
+  textFields({ metric: null, run: null, text: "", ...PROJECTION_STATE, ...EMBED_STATE }),
+  {},
+  { always: [] },
+);
 state.readUrl();
 const value = (name) => state.get()[name];
 const error = $("#head-error");
@@ -246,7 +251,7 @@ async function main() {
       },
     );
     await drawHistograms(dashboard);
-    mountProjection({ state, runId: run.id, layer, head, explorerLink, newTab: false });
+    mountProjection({ state, runId: run.id, layer, head, explorerLink, newTab: embedded() });
     await drawHeadVis(run.id, layer, head, { linkFor: sequenceLink, labels: page.labels }).catch(() => {
       $("#hv").hidden = true; // a run described before the job kept HeadVis's numbers
     });
@@ -283,5 +288,6 @@ async function main() {
   if (value("text")) await compareText(dashboard);
 }
 
+keepEmbedded();
 warmPlotlySoon();
 main().catch((err) => showError(error, err.message));

@@ -4,6 +4,7 @@
 import { api } from "../api.js";
 import { followCorpus } from "../corpus-progress.js";
 import { $, el, readPageData, showError } from "../dom.js";
+import { EMBED_STATE, embedLink, keepEmbedded } from "../embed.js";
 import { createState, textFields } from "../state.js";
 import { drawChart, plotlyReady, warmPlotlySoon } from "../views/plot.js";
 
@@ -12,7 +13,16 @@ const { model } = page;
 const error = $("#heads-error");
 // The axes, the colour, the finder's statistic and range, and the corpus run: all in the link.
 const state = createState(
-  textFields({ x: "previous", y: "first", colour: "entropy", find: "induction", min: "0.3", max: "1", run: null }),
+  textFields({
+    x: "previous",
+    y: "first",
+    colour: "entropy",
+    find: "induction",
+    min: "0.3",
+    max: "1",
+    run: null,
+    ...EMBED_STATE,
+  }),
   {},
   { always: [], keepEmpty: true },
 );
@@ -21,7 +31,7 @@ const value = (name) => state.get()[name];
 const DESCRIBE = Object.fromEntries(page.statistics);
 const label = (name) => page.labels[name] ?? name;
 
-const headLink = (layer, head, run) => `/head/${model}/${layer}/${head}?run=${run}`;
+const headLink = (layer, head, run) => embedLink(`/head/${model}/${layer}/${head}?run=${run}`);
 
 function cells(data, name) {
   const out = [];
@@ -226,5 +236,6 @@ async function main() {
   });
 }
 
+keepEmbedded();
 warmPlotlySoon();
 main().catch((err) => showError(error, err.message));
