@@ -359,45 +359,23 @@ class BatchFacts:
 
 
 @dataclass(frozen=True)
-class RowValues:
-    """Per query row of every text of a batch, what the statistics average, and which rows
-    each counts. values[name] (batch, heads, T); counted[name] (batch, heads or 1, T) bool,
-    padded rows never. Beside them, per row: the entropy in nats (unnormalised) and the
-    weight on each of the caller's `extra` key sets (batch_row_values)."""
+class RowSets:
+    """What batch_row_values reads besides the maps, the same for every layer of a batch
+    (row_sets): per (text, query, key) the key sets whose shares are statistics, stacked for
+    one matrix product a row, and per (text, query) which rows each row-selective statistic
+    counts."""
 
-    values: dict[str, Tensor]
-    counted: dict[str, Tensor]
-    entropy_nats: Tensor  # (batch, heads, T)
-    extra: Tensor  # (batch, heads, T, E)
-
-    def means(self) -> dict[str, Tensor]:
-        """{name: (batch, heads)}: each statistic's mean over the rows it counts, NaN where
-        none does; what layer_statistics gives each text alone, within float32 rounding."""
-        out = {}
-        for name in STATISTICS:
-            chosen = self.counted[name]
-            total = torch.where(chosen, self.values[name], 0.0).sum(-1, dtype=torch.float64)
-            count = chosen.sum(-1)
-            out[name] = torch.where(count > 0, total / count.clamp_min(1), math.nan).float()
-        return out
+    sets: Tensor  # (batch, T, T, 7 + extra) float32
+    counted: dict[str, Tensor]  # name -> (batch, T) bool; padded rows never
+    extra: int  # the caller's key sets, last in `sets`
 
 
-def batch_row_values(
-    weights: Tensor, facts: BatchFacts, visible: Tensor, extra: Tensor | None = None
-) -> RowValues:
-    """Every statistic's per-row values over a padded batch at once, each map read a few
-    times for all of them (the batched form of layer_statistics_by_rows, which one text's rows
-    give alike: tests/atlas_engine/corpus/test_corpus_batch.py). OVERWRITES `weights` (with its
-    entropy terms, the last thing it reads), so a batch's maps need no copy of that size.
-
-    weights (batch, heads, T, T) float32, padded rows and keys exactly 0 (heads may be every
-    layer's, flattened); fastest where its memory is (batch, T, heads, T), rows first: the
-    shares on per-row key sets are then one matrix product a row with no copy. visible (batch,
-    heads, T): the keys each query may read (i + 1 in a causal map, the text's length in a full
-    one, fewer under a sliding window). extra (T, T, E): more key sets, per row (query, key),
-    whose shares come back in RowValues.extra at no extra read of the maps."""
-    batch, heads, size, _ = weights.shape
-    device = weights.device
+def row_sets(facts: BatchFacts, extra: Tensor | None = None) -> RowSets:
+    """The key sets of a padded batch (see _key_sets, their one-text form): same word, nearby,
+    earlier copy, follows an earlier copy, distance, special, separator, then `extra` (T, T, E)
+    the caller's own, whose shares come back in RowValues.extra at no extra read of the maps."""
+    batch, size = facts.ids.shape
+    device = facts.ids.device
     valid = facts.valid  # (B, T)
     i = torch.arange(size, device=device)
     gap = i[:, None] - i[None, :]  # (T, T): how far each key lies before its query
@@ -425,18 +403,66 @@ def batch_row_values(
     sets[..., 6] = facts.separator[:, None, :]
     if extra is not None:
         sets[..., 7:] = extra
-    rows_first = weights.transpose(1, 2)  # (B, T, H, T): a view where memory is rows first
-    row_shares = torch.matmul(rows_first, sets).permute(0, 3, 2, 1)  # (B, sets, H, T)
-    previous = torch.zeros(batch, heads, size, dtype=weights.dtype, device=device)
-    previous[..., 1:] = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # w[i, i - 1]
     pieces = ((word[:, :, None] == word[:, None, :]) & (word[:, :, None] >= 0)).sum(-1)
-    rows = valid[:, None, :]  # (B, 1, T)
+    counted = {
+        "rows": valid,
+        "previous": valid & (i > 0),
+        "same_word": valid & (pieces > 1),
+        "duplicate": valid & earlier_copy.any(dim=-1),
+        "induction": valid & follows_copy.any(dim=-1),
+    }
+    return RowSets(sets, counted, more)
+
+
+@dataclass(frozen=True)
+class RowValues:
+    """Per query row of every text of a batch, what the statistics average, and which rows
+    each counts. values[name] (batch, heads, T); counted[name] (batch, heads or 1, T) bool,
+    padded rows never. Beside them, per row: the entropy in nats (unnormalised) and the
+    weight on each of the caller's `extra` key sets (row_sets)."""
+
+    values: dict[str, Tensor]
+    counted: dict[str, Tensor]
+    entropy_nats: Tensor  # (batch, heads, T)
+    extra: Tensor  # (batch, heads, T, E)
+
+    def means(self) -> dict[str, Tensor]:
+        """{name: (batch, heads)}: each statistic's mean over the rows it counts, NaN where
+        none does; what layer_statistics gives each text alone, within float32 rounding."""
+        out = {}
+        for name in STATISTICS:
+            chosen = self.counted[name]
+            total = torch.where(chosen, self.values[name], 0.0).sum(-1, dtype=torch.float64)
+            count = chosen.sum(-1)
+            out[name] = torch.where(count > 0, total / count.clamp_min(1), math.nan).float()
+        return out
+
+
+def batch_row_values(weights: Tensor, sets: RowSets, visible: Tensor) -> RowValues:
+    """Every statistic's per-row values over a padded batch at once, each map read a few
+    times for all of them (the batched form of layer_statistics_by_rows, which one text's rows
+    give alike: tests/atlas_engine/corpus/test_corpus_batch.py).
+
+    weights (batch, heads, T, T) float32, padded rows and keys exactly 0 (one layer's heads, or
+    several layers' flattened); sets: row_sets of the batch; visible (batch, heads, T): the
+    keys each query may read (i + 1 in a causal map, the text's length in a full one, fewer
+    under a sliding window). The shares on every key set are one matrix product a row: for
+    each text, (T, heads, T) @ (T, T, sets), the maps read in place through their strides."""
+    batch, heads, size, _ = weights.shape
+    shares = torch.stack(
+        [torch.bmm(weights[b].transpose(0, 1), sets.sets[b]) for b in range(batch)]
+    )  # (B, T, H, sets)
+    row_shares = shares.permute(0, 3, 2, 1)  # (B, sets, H, T)
+    previous = torch.zeros(batch, heads, size, dtype=weights.dtype, device=weights.device)
+    previous[..., 1:] = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # w[i, i - 1]
+    entropy = _row_entropy(weights)  # (B, H, T) nats
     values = {
+        "entropy": entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12),
         "distance": row_shares[:, 4],
-        "first": weights[..., 0].clone(),
+        "first": weights[..., 0],
         "special": row_shares[:, 5],
         "previous": previous,
-        "self": weights.diagonal(dim1=-2, dim2=-1).clone(),
+        "self": weights.diagonal(dim1=-2, dim2=-1),
         "same_word": row_shares[:, 0],
         "max_weight": weights.amax(dim=-1),
         "separator": row_shares[:, 6],
@@ -444,14 +470,10 @@ def batch_row_values(
         "duplicate": row_shares[:, 2],
         "induction": row_shares[:, 3],
     }
-    # Last, in place: -sum w log w a row (xlogy: 0 log 0 = 0), as _row_entropy computes it.
-    entropy = -weights.xlogy_(weights).sum(dim=-1)  # (B, H, T) nats
-    values["entropy"] = entropy / torch.log(visible.to(torch.float32)).clamp_min(1e-12)
+    rows = sets.counted["rows"][:, None, :]  # (B, 1, T)
     counted = {name: rows for name in STATISTICS}
     counted["entropy"] = rows & (visible > 1)
-    counted["previous"] = rows & (i > 0)
-    counted["same_word"] = rows & (pieces > 1)[:, None, :]
-    counted["duplicate"] = rows & earlier_copy.any(dim=-1)[:, None, :]
-    counted["induction"] = rows & follows_copy.any(dim=-1)[:, None, :]
+    for name in ("previous", "same_word", "duplicate", "induction"):
+        counted[name] = sets.counted[name][:, None, :]
     extra_shares = row_shares[:, 7:].permute(0, 2, 3, 1)  # (B, H, T, E)
     return RowValues(values, counted, entropy, extra_shares)

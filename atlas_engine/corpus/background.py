@@ -172,7 +172,7 @@ class BackgroundCorpus:
                 indices = [idx for idx, _ in batch]
                 found = compute.run_when_idle(
                     describe_batch, loaded, [text for _, text in batch], sampler.settings,
-                    lambda activation, at=indices: sampler.wanted(at, activation),
+                    lambda first, activation, at=indices: sampler.wanted(at, activation, first),
                     model=loaded.id,
                 )  # fmt: skip
                 seconds = (time.perf_counter() - began) / len(batch)

@@ -33,14 +33,20 @@ from atlas_engine.models import capture
 from atlas_engine.models.loader import LoadedModel
 from atlas_engine.models.placement import model_device
 from attention_core import headvis
-from attention_core.corpus_stats import DISTANCE_EDGES, strongest_of, token_weights
-from attention_core.head_stats import STATISTICS, BatchFacts, RowValues, batch_row_values
+from attention_core.corpus_stats import DISTANCE_EDGES, strongest_of
+from attention_core.head_stats import (
+    STATISTICS,
+    BatchFacts,
+    RowValues,
+    batch_row_values,
+    row_sets,
+)
 
 TOKENS_KEPT = 5  # a head's tokens kept per text and side
 MAX_SEQUENCE_TOKENS = 512
 BATCH_TEXTS = 8  # texts a batch at most (run_job's default; measured in bench/corpus_cost.py)
 BUCKET_WINDOW = 64  # texts sorted by length together, to pad little (batches())
-BATCH_MAP_BYTES = 512 * 2**20  # a batch's maps at most (float32, every layer and head, padded)
+BATCH_MAP_BYTES = 64 * 2**20  # one layer's maps of a batch at most (float32, padded)
 
 
 @dataclass(frozen=True)
@@ -127,15 +133,14 @@ def encode_batch(loaded: LoadedModel, texts: list[str]) -> Batch:
 
 
 class _BatchRecorder(capture.Recorder):
-    """Keeps each layer's maps (batch, heads, T, T) as eager attention computes them, in one
-    float32 buffer on the model's device, with the keys each query may read (from the mask the
-    layer was given); the pass ends after the last layer's maps."""
+    """Hands each layer's maps (batch, heads, T, T), as eager attention computes them, to
+    `sink` with the keys each query may read (batch, T) from the mask the layer was given (None
+    where it had none); the pass ends after the last layer's maps."""
 
-    def __init__(self, layers: list[torch.nn.Module], shape: tuple[int, ...], device) -> None:
+    def __init__(self, layers: list[torch.nn.Module], sink) -> None:
         super().__init__()
         self.index = {id(module): i for i, module in enumerate(layers)}
-        self.maps = torch.empty(shape, dtype=torch.float32, device=device)  # (B, T, L · H, T)
-        self.visible: list[torch.Tensor | None] = [None] * len(layers)  # (B, T) per layer
+        self.sink = sink
         self._counted: dict[int, torch.Tensor] = {}  # id(mask) -> its (B, T) counts
 
     def on_call(self, module, q, k, v, mask, kw):
@@ -143,33 +148,30 @@ class _BatchRecorder(capture.Recorder):
         index = self.index.get(id(module))
         if index is None or weights is None:
             return out, weights
-        heads = weights.shape[1]
-        self.maps[:, :, index * heads : (index + 1) * heads] = weights.transpose(1, 2)
+        visible = None
         if mask is not None:
             if id(mask) not in self._counted:
                 allowed = mask if mask.dtype == torch.bool else mask == 0
                 self._counted[id(mask)] = allowed[:, 0].sum(-1)  # (B, T)
-            self.visible[index] = self._counted[id(mask)]
+            visible = self._counted[id(mask)]
+        self.sink(index, weights, visible)
         if index == len(self.index) - 1:
             raise _PassEnded
-        return out, weights
+        return out, None  # its maps are described: nothing later reads them
 
 
-def batch_maps(loaded: LoadedModel, batch: Batch) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-    """One forward pass over a padded batch with eager attention: (maps (batch, layers · heads,
-    T, T) float32 on the model's device, exactly 0 on padded rows and keys, held rows first
-    (its memory is (batch, T, layers · heads, T), as attention_core.head_stats.batch_row_values
-    reads it fastest); per layer the keys each query may read (batch, T), or None where the
-    pass had no mask to read). Between two layers, short jobs waiting on the heavy lane run
-    (atlas_engine.compute.run_beside), and a server shutting down stops the pass, as a
-    request's pass does. Ends after the last layer's attention: nothing later is wanted."""
+def run_batch(loaded: LoadedModel, batch: Batch, sink) -> None:
+    """One forward pass over a padded batch with eager attention, each layer's maps handed to
+    sink(layer, maps (batch, heads, T, T) on the model's device, visible keys (batch, T) or
+    None) as the layer computes them, so no batch's worth of maps is ever held. Between two
+    layers, short jobs waiting on the heavy lane run (atlas_engine.compute.run_beside), and a
+    server shutting down stops the pass, as a request's pass does. Ends after the last layer's
+    attention: nothing later is wanted. A model outside the capture path returns its maps,
+    handed over after the pass."""
     device = model_device(loaded.model)
     inputs = {name: value.to(device) for name, value in batch.inputs.items()}
-    size = int(batch.inputs["input_ids"].shape[1])
-    layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
     modules = loaded.attention_layers if loaded.replayable else []
-    shape = (len(batch.lengths), size, layers * heads, size)
-    recorder = _BatchRecorder(modules, shape, device)
+    recorder = _BatchRecorder(modules, sink)
     depth = compute.depth()
 
     def between_layers(module, args, kwargs):
@@ -190,16 +192,12 @@ def batch_maps(loaded: LoadedModel, batch: Batch) -> tuple[torch.Tensor, list[to
         finally:
             for handle in handles:
                 handle.remove()
-    rows_first = recorder.maps  # (B, T, L · H, T)
-    if output is not None:  # a model outside the capture path: the maps it returned
-        if output.attentions is None or len(output.attentions) != layers:
+    if output is not None:
+        layers = output.attentions
+        if layers is None or len(layers) != loaded.arch.num_layers:
             raise RuntimeError(f"'{loaded.id}' returned no attentions: it must run eagerly")
-        for i, layer in enumerate(output.attentions):
-            rows_first[:, :, i * heads : (i + 1) * heads] = layer.transpose(1, 2)
-    for b, n in enumerate(batch.lengths.tolist()):  # padded rows and keys hold nothing
-        rows_first[b, n:] = 0.0
-        rows_first[b, :, :, n:] = 0.0
-    return rows_first.transpose(1, 2), recorder.visible
+        for i, maps in enumerate(layers):
+            sink(i, maps, None)
 
 
 def describe_text(
@@ -209,59 +207,43 @@ def describe_text(
     return describe_batch(loaded, [text], settings)[0]
 
 
+SparseHeads = Callable[[int, np.ndarray], np.ndarray]
+"""(first head, max_activation (batch, n) of heads first.. first + n in layer · heads order)
+-> (batch, n) bool: the heads whose sparse maps are wanted (Sampler.wanted)."""
+
+
 def describe_batch(
     loaded: LoadedModel,
     texts: list[str],
     settings: HeadVisSettings | None = None,
-    sparse_heads: Callable[[np.ndarray], np.ndarray] | None = None,
+    sparse_heads: SparseHeads | None = None,
 ) -> list[TextResult]:
     """Every head of the model on each text (see the module docstring), the texts padded on the
     right into one batch (encode_batch) and run through one forward pass; every number is what
     the text alone gives, within float32 rounding (tests/atlas_engine/corpus/test_corpus_batch.py).
-    The statistics run on the model's device: HeadVis's sums, sparse maps, the distance
-    histograms and what the strongest tokens are ranked by over the whole batch at once; the
-    head statistics and the token ranking per text, over its own rows and keys. The layers
-    whose mask is plain (no sliding window) are described together, as one stack of heads.
 
-    sparse_heads(max_activation (batch, layers · heads) float32) -> (batch, layers · heads)
-    bool: the heads whose sparse maps are wanted (those whose samples the text may enter,
-    Sampler.wanted; a top-k of every row, the costliest statistic here, for a few heads);
-    the others' are left empty. Every head's by default."""
+    Each layer is described as the pass leaves it, on the model's device, for the whole batch
+    at once (_LayerStatistics): Atlas's statistics with the distance histogram and HeadVis's
+    sums from one matrix product a row (attention_core.head_stats.batch_row_values), what the
+    strongest tokens are ranked by, HeadVis's induction sum and max_activation, and its sparse
+    maps of the heads sparse_heads names (those whose samples the text may enter: a top-k of
+    every row, the costliest number here, for a few heads; every head's by default, the
+    others' left empty). Then per text, its token ranking and its result."""
     settings = settings or HeadVisSettings()
     batch = encode_batch(loaded, texts)
-    flat, visible = batch_maps(loaded, batch)  # (B, L·H, T, T), every head of every layer
-    size = flat.shape[-1]
-    layers, heads = loaded.arch.num_layers, loaded.arch.num_heads
-    device = flat.device
-    lengths = batch.lengths.to(device)
+    device = model_device(loaded.model)
     facts, labels = _batch_facts(loaded, batch, device)
-    ids = batch.inputs["input_ids"].to(device)  # (B, T)
-    # HeadVis's max_activation: rows and keys from 1 (each row's maximum first: memory order)
-    max_activation = flat[:, :, 1:, 1:].amax(-1).amax(-1) if size > 1 else flat.new_zeros(1)
-    max_activation = max_activation.expand(flat.shape[:2])  # (B, L·H)
-    keys, values = _sparse_maps(flat, lengths, settings, max_activation, sparse_heads)
-    ignore = facts.special.clone()
-    ignore[:, 0] = True  # the first token: where heads park attention they do not use
-    received, sharpest = token_weights(flat, ignore)  # (B, L·H, T) each
-    induction, induction_rows = headvis_induction(
-        flat, ids, lengths, settings.induction_attention_threshold
-    )  # (B, L·H), (B,)
-    # Last, as it overwrites the maps: every statistic's rows, the histogram's and HeadVis's
-    # squared distance among them.
-    rows = batch_row_values(
-        flat, facts, _visible_keys(loaded, visible, batch, heads, device), _extra_sets(size, device)
-    )
-    means = rows.means()  # {name: (B, L·H)}
-    stats = torch.stack([means[name] for name in STATISTICS], dim=-1).cpu()  # (B, L·H, 12)
-    hist = rows.extra[..., 1:].sum(dim=2).cpu()  # (B, L·H, bins): padded rows hold 0
-    sums = headvis_sums(rows, induction, max_activation).cpu()  # (B, L·H, SUMS)
-    keys, values = keys.cpu(), values.cpu()
+    layer = _LayerStatistics(loaded, batch, facts, settings, sparse_heads)
+    run_batch(loaded, batch, layer)
+    found = layer.gathered()
+    heads = loaded.arch.num_heads
     results = []
     for b, n in enumerate(batch.lengths.tolist()):
         token_ids = batch.inputs["input_ids"][b, :n].tolist()
         to_ids, to_weight, from_ids, from_weight = strongest_of(
-            received[b, :, :n], sharpest[b, :, :n], facts.ids[b, :n], TOKENS_KEPT
-        )
+            found["received"][b, :, :n], found["sharpest"][b, :, :n], facts.ids[b, :n],
+            TOKENS_KEPT,
+        )  # fmt: skip
         read = []  # (layer, head, side, token, weight)
         for side, found_ids, weights in (
             ("to", to_ids, to_weight),
@@ -277,17 +259,146 @@ def describe_batch(
             TextResult(
                 labels={token: shown[token] for token in {row[3] for row in read}},
                 tokens=n,
-                stats=stats[b].view(layers, heads, -1).numpy(),
-                hist=hist[b].view(layers, heads, -1).numpy(),
+                stats=found["stats"][b].view(-1, heads, len(STATISTICS)).numpy(),
+                hist=found["hist"][b].view(-1, heads, len(DISTANCE_EDGES)).numpy(),
                 head_tokens=read,
-                headvis=sums[b].view(layers, heads, -1).numpy(),
-                induction_rows=int(induction_rows[b]),
+                headvis=found["sums"][b].view(-1, heads, len(headvis.SUMS)).numpy(),
+                induction_rows=int(layer.induction_rows[b]),
                 pieces=loaded.tokenizer.batch_decode([[token] for token in token_ids]),
-                keys=keys[b, :, :n, :k].numpy(),
-                values=values[b, :, :n, :k].numpy(),
+                keys=found["keys"][b, :, :n, :k].numpy(),
+                values=found["values"][b, :, :n, :k].numpy(),
             )
         )
     return results
+
+
+class _LayerStatistics:
+    """run_batch's sink for describe_batch: every number of one layer's maps for the whole
+    batch, kept per layer (each a few numbers a head, a row or a kept key) and gathered at the
+    end into (batch, layers · heads, ...) on the host."""
+
+    def __init__(self, loaded, batch: Batch, facts: BatchFacts, settings, sparse_heads) -> None:
+        self.loaded, self.settings, self.sparse_heads = loaded, settings, sparse_heads
+        self.lengths = facts.lengths
+        self.size = int(batch.inputs["input_ids"].shape[1])
+        device = facts.ids.device
+        self.ids = batch.inputs["input_ids"].to(device)  # (B, T)
+        self.ignore = facts.special.clone()
+        self.ignore[:, 0] = True  # the first token: where heads park attention they do not use
+        self.other_specials = facts.special.clone()
+        self.other_specials[:, 0] = False
+        self.other_specials = self.other_specials.nonzero()  # (Q, 2): text, special key from 1
+        self.sets = row_sets(facts, _extra_sets(self.size, device))
+        self.pairs, self.induction_rows = headvis.induction_pairs(self.ids, self.lengths)
+        i = torch.arange(self.size, device=device)
+        count = len(self.lengths)
+        self.default_visible = (
+            (i + 1).expand(count, -1)
+            if loaded.causal
+            else self.lengths[:, None].expand(-1, self.size)
+        )  # (B, T): where a layer had no mask to read
+        self.kept: dict[str, list[torch.Tensor]] = {}
+
+    def __call__(self, index: int, maps: torch.Tensor, visible: torch.Tensor | None) -> None:
+        weights = maps.float()  # (B, H, T, T): the model's own tensor where it is float32
+        for b, n in enumerate(self.lengths.tolist()):  # padded rows and keys hold nothing
+            weights[b, :, n:] = 0.0
+            weights[b, :, :, n:] = 0.0
+        heads = weights.shape[1]
+        visible = self.default_visible if visible is None else visible.to(weights.device)
+        rows = batch_row_values(weights, self.sets, visible[:, None, :].expand(-1, heads, -1))
+        means = rows.means()
+        # What the strongest tokens rank: the weight each key receives, the first token and
+        # specials aside (corpus_stats.token_weights), then each query's sharpest weight.
+        received = weights.sum(dim=-2).masked_fill(self.ignore[:, None, :], 0.0)  # (B, H, T)
+        induction = self._induction(weights)
+        sharpest, activation = self._sharpest(weights)
+        keys, values = self._sparse(index * heads, weights, activation)
+        found = {
+            "stats": torch.stack([means[name] for name in STATISTICS], dim=-1),  # (B, H, 12)
+            "hist": rows.extra[..., 1:].sum(dim=2),  # (B, H, bins): padded rows hold 0
+            "sums": self._headvis_sums(rows, induction, activation),  # (B, H, SUMS)
+            "received": received,
+            "sharpest": sharpest,
+            "keys": keys,
+            "values": values,
+        }
+        for name, value in found.items():
+            self.kept.setdefault(name, []).append(value)
+
+    def _sharpest(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sharpest (B, H, T): each query's largest weight on a key neither the first nor
+        special, as corpus_stats.token_weights ranks them; max_activation (B, H): HeadVis's
+        largest weight of rows and keys from 1) in one read of the maps: the special keys'
+        columns (a few a text) are read aside and set to 0 for that read, then put back."""
+        count, heads, size, _ = weights.shape
+        if size == 1:
+            return weights.new_zeros(count, heads, size), weights.new_zeros(count, heads)
+        at = self.other_specials  # (Q, 2): text, special key from 1
+        special = weights.new_zeros(count, heads, size)  # each row's largest on a special key
+        if len(at):
+            columns = weights[at[:, 0], :, :, at[:, 1]]  # (Q, H, T)
+            texts = at[:, 0, None, None].expand_as(columns)
+            special.scatter_reduce_(0, texts, columns, reduce="amax")
+            weights[at[:, 0], :, :, at[:, 1]] = 0.0
+        sharpest = weights[..., 1:].amax(dim=-1)  # (B, H, T)
+        if len(at):
+            weights[at[:, 0], :, :, at[:, 1]] = columns
+        activation = torch.maximum(sharpest, special)[:, :, 1:].amax(dim=-1)
+        return sharpest, activation
+
+    def gathered(self) -> dict[str, torch.Tensor]:
+        """Every layer's numbers, (batch, layers · heads, ...), on the host but the token
+        weights (read on the device per text)."""
+        out = {name: torch.cat(parts, dim=1) for name, parts in self.kept.items()}
+        for name in ("stats", "hist", "sums", "keys", "values"):
+            out[name] = out[name].cpu()
+        return out
+
+    def _sparse(self, first: int, weights: torch.Tensor, activation: torch.Tensor):
+        """HeadVis's sparse maps (attention_core.headvis.sparse_rows) of the heads
+        sparse_heads names, every head's where it is None: (B, H, T, k) keys and values, 0 and
+        empty for the heads left out."""
+        top, threshold = self.settings.sparse_topk_per_row, self.settings.sparse_threshold
+        if self.sparse_heads is None:
+            return headvis.sparse_rows(weights, self.lengths, top, threshold)
+        chosen = torch.from_numpy(self.sparse_heads(first, activation.cpu().numpy()))
+        at = chosen.nonzero().to(weights.device)  # (P, 2): text, head
+        count, heads, size, _ = weights.shape
+        k = min(top, size)
+        keys = torch.zeros(count, heads, size, k, dtype=torch.int64, device=weights.device)
+        values = torch.zeros(count, heads, size, k, dtype=torch.float32, device=weights.device)
+        if len(at):
+            picked = weights[at[:, 0], at[:, 1]][:, None]  # (P, 1, T, T)
+            found = headvis.sparse_rows(picked, self.lengths[at[:, 0]], top, threshold)
+            keys[at[:, 0], at[:, 1]] = found[0][:, 0]
+            values[at[:, 0], at[:, 1]] = found[1][:, 0]
+        return keys, values
+
+    def _induction(self, weights: torch.Tensor) -> torch.Tensor:
+        """HeadVis's thresholded induction sum (attention_core.headvis.sequence_sums' column
+        5), read only at the batch's induction pairs: (B, H) float64."""
+        at = self.pairs.nonzero()  # (P, 3): text, query, key
+        picked = weights[at[:, 0], :, at[:, 1], at[:, 2]]  # (P, heads)
+        kept = torch.where(picked >= self.settings.induction_attention_threshold, picked, 0.0)
+        out = torch.zeros(weights.shape[:2], dtype=torch.float64, device=weights.device)
+        return out.index_add_(0, at[:, 0], kept.double())
+
+    @staticmethod
+    def _headvis_sums(
+        rows: RowValues, induction: torch.Tensor, activation: torch.Tensor
+    ) -> torch.Tensor:
+        """attention_core.headvis.sequence_sums (where HeadVis's sums are defined) of one
+        layer, from the rows' values Atlas's statistics computed already: the diagonal, the
+        first subdiagonal, each row's entropy in nats and its weighted distance and squared
+        distance (rows.extra[..., 0]), summed over the real rows (padded rows hold 0 in each);
+        then the induction sum and max_activation -> (batch, heads, len(SUMS)) float32.
+        tests/atlas_engine/corpus/test_corpus_batch.py holds it to sequence_sums."""
+        per_row = (rows.values["self"], rows.values["previous"], rows.entropy_nats,
+                   rows.values["distance"], rows.extra[..., 0])  # fmt: skip
+        columns = [values.sum(-1, dtype=torch.float64) for values in per_row]
+        columns += [induction, activation.double()]
+        return torch.stack(columns, dim=-1).float()
 
 
 class _Tokens(NamedTuple):
@@ -321,53 +432,6 @@ def _batch_facts(
     return BatchFacts(*(t.to(device) for t in held)), labels
 
 
-def _visible_keys(
-    loaded: LoadedModel,
-    visible: list[torch.Tensor | None],
-    batch: Batch,
-    heads: int,
-    device: torch.device,
-) -> torch.Tensor:
-    """(batch, layers · heads, T): the keys each query may read in each layer, as its mask
-    said (a sliding window reads fewer); where a layer had no mask to read, i + 1 in a causal
-    map and the text's length in a full one."""
-    size = batch.inputs["input_ids"].shape[1]
-    lengths = batch.lengths.to(device)
-    i = torch.arange(size, device=device)
-    default = (
-        (i + 1).expand(len(lengths), -1) if loaded.causal else lengths[:, None].expand(-1, size)
-    )
-    per_layer = torch.stack([default if v is None else v.to(device) for v in visible], dim=1)
-    return per_layer.repeat_interleave(heads, dim=1)  # (B, L · H, T)
-
-
-def _sparse_maps(
-    maps: torch.Tensor,
-    lengths: torch.Tensor,
-    settings: HeadVisSettings,
-    max_activation: torch.Tensor,
-    sparse_heads: Callable[[np.ndarray], np.ndarray] | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """HeadVis's sparse maps (attention_core.headvis.sparse_rows) of the heads sparse_heads
-    names, every head's where it is None: maps (B, H, T, T) -> keys, values (B, H, T, k), 0 and
-    empty for the heads left out."""
-    top, threshold = settings.sparse_topk_per_row, settings.sparse_threshold
-    if sparse_heads is None:
-        return headvis.sparse_rows(maps, lengths, top, threshold)
-    chosen = torch.from_numpy(sparse_heads(max_activation.float().cpu().numpy()))
-    at = chosen.nonzero().to(maps.device)  # (P, 2): text, head
-    count, heads, size, _ = maps.shape
-    k = min(top, size)
-    keys = torch.zeros(count, heads, size, k, dtype=torch.int64, device=maps.device)
-    values = torch.zeros(count, heads, size, k, dtype=torch.float32, device=maps.device)
-    if len(at):
-        picked = maps[at[:, 0], at[:, 1]][:, None]  # (P, 1, T, T)
-        found_keys, found_values = headvis.sparse_rows(picked, lengths[at[:, 0]], top, threshold)
-        keys[at[:, 0], at[:, 1]] = found_keys[:, 0]
-        values[at[:, 0], at[:, 1]] = found_values[:, 0]
-    return keys, values
-
-
 def _extra_sets(size: int, device: torch.device) -> torch.Tensor:
     """(T, T, 1 + bins) key sets per (query, key) for batch_row_values: the squared distance
     (HeadVis's variance), then one set per bin of attention_core.corpus_stats.DISTANCE_EDGES
@@ -382,36 +446,6 @@ def _extra_sets(size: int, device: torch.device) -> torch.Tensor:
     return out
 
 
-def headvis_induction(
-    maps: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor, threshold: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """HeadVis's thresholded induction sum (attention_core.headvis.sequence_sums' column 5),
-    read only at the induction pairs: maps (batch, heads, T, T) -> (sums (batch, heads),
-    induction_rows (batch,))."""
-    pairs, counted = headvis.induction_pairs(ids, lengths)  # (B, T, T) bool
-    at = pairs.nonzero()  # (P, 3): text, query, key
-    picked = maps[at[:, 0], :, at[:, 1], at[:, 2]]  # (P, heads)
-    kept = torch.where(picked >= threshold, picked, 0.0).double()
-    sums = torch.zeros(maps.shape[0], maps.shape[1], dtype=torch.float64, device=maps.device)
-    return sums.index_add_(0, at[:, 0], kept), counted
-
-
-def headvis_sums(
-    rows: RowValues, induction: torch.Tensor, max_activation: torch.Tensor
-) -> torch.Tensor:
-    """attention_core.headvis.sequence_sums (where HeadVis's sums are defined) from the rows'
-    values Atlas's statistics computed already: the diagonal, the first subdiagonal, each
-    row's entropy in nats and its weighted distance and squared distance (rows.extra[..., 0]),
-    summed over the real rows (padded rows hold 0 in each), beside the induction sum and
-    max_activation read from the maps (headvis_induction) -> (batch, heads, len(SUMS))
-    float32; tests/atlas_engine/corpus/test_corpus_batch.py holds it to sequence_sums."""
-    per_row = (rows.values["self"], rows.values["previous"], rows.entropy_nats,
-               rows.values["distance"], rows.extra[..., 0])  # fmt: skip
-    columns = [values.sum(-1, dtype=torch.float64) for values in per_row]
-    columns += [induction, max_activation.double().expand_as(induction)]
-    return torch.stack(columns, dim=-1).float()
-
-
 def batches(
     loaded: LoadedModel,
     pending: list[tuple[int, str]],
@@ -421,9 +455,9 @@ def batches(
 ) -> Iterator[list[tuple[int, str]]]:
     """pending (idx, text), in order, cut into batches of at most `size` texts: each `window`
     texts sorted by their token count first, so that a batch's texts are of like length and
-    pad little, and a batch cut where its maps (float32, every layer and head, padded to its
+    pad little, and a batch cut where one layer's maps (float32, every head, padded to its
     longest text) would pass `map_bytes`: what bounds a batch's memory."""
-    per_cell = 4 * loaded.arch.num_layers * loaded.arch.num_heads
+    per_cell = 4 * loaded.arch.num_heads  # one layer's maps, float32: all a batch holds at once
     for start in range(0, len(pending), window):
         part = pending[start : start + window]
         counts = [len(loaded.tokenizer(text)["input_ids"]) for _, text in part]
@@ -467,7 +501,7 @@ def run_job(
             indices = [idx for idx, _ in batch]
             found = describe_batch(
                 loaded, [text for _, text in batch], sampler.settings,
-                lambda activation, at=indices: sampler.wanted(at, activation),
+                lambda first, activation, at=indices: sampler.wanted(at, activation, first),
             )  # fmt: skip
             seconds = (time.perf_counter() - began) / len(batch)
             sampler.record_many([(idx, one, one.keys, one.values, seconds)

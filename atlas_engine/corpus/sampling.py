@@ -51,6 +51,16 @@ class HeadVisSettings:
         return self.n_intervals, self.samples_per_interval, self.samples_per_top_interval
 
 
+def coo_arrays(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """attention_core.headvis.coo as arrays, for the store (no Python list of every entry):
+    keys, values (L, k) -> (indices q · L + k increasing, int32; values, float32)."""
+    length = keys.shape[0]
+    rows, slots = np.nonzero(values > 0)
+    flat = rows * length + keys[rows, slots]
+    order = np.argsort(flat, kind="stable")
+    return flat[order].astype(np.int32), values[rows, slots][order].astype(np.float32)
+
+
 class Sampler:
     """Writes each finished text of a run with the samples it enters (Store.finish)."""
 
@@ -76,18 +86,20 @@ class Sampler:
                 )
         return self._edges
 
-    def _entering(self, idx: int, activation: np.ndarray):
-        """(interval, rank, may enter) per head, each (layers · heads,), of a text whose
-        max_activation per head is `activation`: the heads whose samples it may enter by what
-        was kept before (a (head, interval) not full, or the text ranks before its worst)."""
+    def _entering(self, idx: int, activation: np.ndarray, first: int = 0):
+        """(interval, rank, may enter) per head, each (n,), of a text whose max_activation is
+        `activation` (n,) on heads first.. first + n (layer · heads order): the heads whose
+        samples it may enter by what was kept before (a (head, interval) not full, or the text
+        ranks before its worst)."""
         edges = self.edges()
         if edges is None:
             raise RuntimeError(
                 f"text {idx} finished before the warm-up's {self.settings.warmup_size} texts: "
                 "describe the run's texts in order up to the warm-up"
             )
-        interval = headvis.route(activation[None, :], edges)[0]
-        draws = headvis.priorities(self.settings.sample_seed, self._head_ids, idx)
+        heads = slice(first, first + activation.shape[0])
+        interval = headvis.route(activation[None, :], edges[heads])[0]
+        draws = headvis.priorities(self.settings.sample_seed, self._head_ids[heads], idx)
         top = interval == self.settings.n_intervals
         rank = np.where(top, -activation.astype(np.float64), draws)
         room = np.where(
@@ -95,20 +107,20 @@ class Sampler:
         )
         enters = np.ones(activation.shape[0], dtype=bool)
         for n in range(activation.shape[0]):
-            layer, head = divmod(n, self.run.heads)
+            layer, head = divmod(first + n, self.run.heads)
             held, worst = self._bounds.get((layer, head, int(interval[n])), (0, np.inf))
             enters[n] = not (held >= room[n] and rank[n] > worst)
         return interval, rank, enters
 
-    def wanted(self, indices: list[int], activation: np.ndarray) -> np.ndarray:
+    def wanted(self, indices: list[int], activation: np.ndarray, first: int = 0) -> np.ndarray:
         """Which heads' sparse maps a batch of texts needs: indices (batch,), activation (batch,
-        layers · heads) each head's max_activation -> (batch, layers · heads) bool, the heads
-        whose samples each text may enter (candidates' own test), none for a warm-up text.
-        What a head keeps is then chosen from those alone (atlas_engine.corpus.job)."""
+        n) the max_activation of heads first.. first + n (layer · heads order) -> (batch, n)
+        bool, the heads whose samples each text may enter (candidates' own test), none for a
+        warm-up text. What a head keeps is then chosen from those alone (job.describe_batch)."""
         out = np.zeros(activation.shape, dtype=bool)
         for b, idx in enumerate(indices):
             if idx >= self.settings.warmup_size:
-                out[b] = self._entering(idx, activation[b])[2]
+                out[b] = self._entering(idx, activation[b], first)[2]
         return out
 
     def candidates(self, idx: int, row: TextRow, keys: np.ndarray, values: np.ndarray):
@@ -121,12 +133,11 @@ class Sampler:
         found = []
         for n in np.flatnonzero(enters).tolist():
             layer, head = divmod(n, self.run.heads)
-            indices, vals = headvis.coo(keys[n], values[n])
-            if not indices:
+            indices, vals = coo_arrays(keys[n], values[n])
+            if not len(indices):
                 continue  # HeadVis offers a sequence only with a non-empty sparse map
             found.append(SampleRow(layer, head, int(interval[n]), float(rank[n]),
-                                   float(activation[n]), np.asarray(indices, np.int32),
-                                   np.asarray(vals, np.float32)))  # fmt: skip
+                                   float(activation[n]), indices, vals))  # fmt: skip
         return found
 
     def record(

@@ -12,7 +12,7 @@ import torch
 
 from app.main import create_app
 from atlas_engine.corpus.job import batches, describe_batch, plan, run_job
-from atlas_engine.corpus.sampling import HeadVisSettings, Sampler
+from atlas_engine.corpus.sampling import HeadVisSettings, Sampler, coo_arrays
 from atlas_engine.corpus.store import Store
 from atlas_engine.inference.forward import run_forward
 from atlas_engine.inference.tokens import token_facts
@@ -105,6 +105,8 @@ def test_a_text_in_a_padded_batch_gives_what_it_gives_alone(manager, model):
             got = headvis.coo(one.keys[n], one.values[n])
             assert got[0] == indices, (model, n)
             close(got[1], values)
+            as_arrays = coo_arrays(one.keys[n], one.values[n])  # what the store keeps
+            assert as_arrays[0].tolist() == indices and as_arrays[1].tolist() == got[1]
 
 
 def test_batches_sort_by_length_within_a_window_and_bound_their_maps(manager):
