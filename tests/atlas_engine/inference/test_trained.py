@@ -7,6 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from atlas_engine.inference.trained import save_checkpoint, to_gpt2, token_names
+from atlas_engine.models.loader import load_model
+from atlas_engine.models.registry import Family, ModelSpec, Source
 from attention_core.training import TrainConfig, train
 
 pytestmark = pytest.mark.slow
@@ -49,3 +51,16 @@ def test_the_tokenizer_names_every_token_and_splits_on_spaces(trained, tmp_path)
     names = token_names(trained.config.vocab)
     assert tok(" ".join(names), add_special_tokens=False)["input_ids"] == list(range(len(names)))
     assert tok("ba nonsense", add_special_tokens=False)["input_ids"] == [0, trained.config.vocab]
+
+
+def test_atlas_opens_the_checkpoint_as_a_replayable_gpt2(trained, tmp_path):
+    folder = save_checkpoint(trained, tmp_path / "lab")
+    spec = ModelSpec("lab/induction", Source.FOLDER, "trained in the lab", folder=folder)
+    loaded = load_model(spec, cache_dir=tmp_path / "cache", token_limit=24, progress=_quiet)
+    assert loaded.family is Family.GPT2 and loaded.causal
+    assert loaded.replay_refusal is None  # every head view, trace and ablation included
+    assert (loaded.arch.num_layers, loaded.arch.num_heads) == (2, 4)
+
+
+def _quiet(*_args) -> None:
+    pass
