@@ -62,6 +62,7 @@ def gpt2_config(model: AttentionOnly) -> GPT2Config:
         tie_word_embeddings=False,
         bos_token_id=None,
         eos_token_id=None,
+        attn_implementation="eager",  # maps from output_attentions (loaders choose their own)
     )
 
 
