@@ -50,6 +50,7 @@ from atlas_engine.inference.inflight import AnswerBudget
 from atlas_engine.models.manager import ModelManager
 from atlas_engine.serialize import BINARY_MEDIA_TYPE
 from atlas_engine.services.passes import Passes
+from atlas_engine.services.training import register_saved
 
 log = logging.getLogger("attention_atlas")
 
@@ -131,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         handler.setFormatter(logging.Formatter("%(levelname)s:     %(name)s: %(message)s"))
         log.addHandler(handler)
     app.state.manager = ModelManager.from_settings(settings)
+    register_saved(Path(settings.trained_dir), app.state.manager)  # the lab's trained models
     app.state.forward_cache = ForwardCache(
         settings.forward_cache_entries, settings.forward_cache_bytes
     )

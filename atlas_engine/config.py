@@ -73,6 +73,11 @@ class Settings(BaseSettings):
     cache_dir: str = Field(
         "var/cache", description="Where converted checkpoints (SmolLM2) are kept between runs."
     )
+    trained_dir: str = Field(
+        "var/trained",
+        description="Where POST /api/lab/train saves its checkpoints (the newest 8 are kept); "
+        "each opens in the explorer as trained/<folder name>.",
+    )
     corpus_store: str = Field(
         "var/corpus.sqlite",
         description="The corpus store (SQLite) that `atlas corpus run` writes and the head "

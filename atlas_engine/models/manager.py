@@ -26,7 +26,7 @@ from atlas_engine import timing
 from atlas_engine.errors import ModelUnavailable, ServerBusy, UnknownModel
 from atlas_engine.models.loader import LoadedModel, load_model
 from atlas_engine.models.placement import CPU_FLOAT32, Placement, resolve_placement
-from atlas_engine.models.registry import ModelSpec, build_registry
+from atlas_engine.models.registry import ModelSpec, Source, build_registry
 from atlas_engine.models.sizing import ModelSize, model_size
 from atlas_engine.models.sources import (
     GGUF_SOURCES,
@@ -146,6 +146,28 @@ class ModelManager:
         if spec is None:
             raise UnknownModel(unknown_model_detail(model_id, list(self.registry)))
         return spec
+
+    def add_folder(self, spec: ModelSpec) -> None:
+        """Register a local checkpoint at runtime (a model trained in the lab), openable like
+        any other from now on. The registry is replaced, never changed in place, so a reader
+        iterating the old one is not disturbed."""
+        if spec.source is not Source.FOLDER or spec.folder is None:
+            raise ValueError(f"add_folder takes a folder's spec; got {spec.source} {spec.folder}")
+        with self._guard:
+            self._states.setdefault(spec.id, LoadState())
+            self._locks.setdefault(spec.id, threading.Lock())
+            self.load_count.setdefault(spec.id, 0)
+            self.registry = {**self.registry, spec.id: spec}
+
+    def remove_folder(self, model_id: str) -> bool:
+        """Forget a model add_folder registered, unless it is loaded (then it stays, and its
+        folder's removal makes its next load fail with a clear reason). True if forgotten."""
+        with self._guard:
+            spec = self.registry.get(model_id)
+            if spec is None or spec.source is not Source.FOLDER or model_id in self._loaded:
+                return False
+            self.registry = {k: v for k, v in self.registry.items() if k != model_id}
+            return True
 
     def state(self, model_id: str) -> LoadState:
         self.spec(model_id)

@@ -16,6 +16,7 @@ from hypothesis import strategies
 from schemathesis.specs.openapi.checks import is_unexpected_http_status_case
 
 from atlas_engine.schemas.generate import MAX_NEW_TOKENS
+from attention_core.training import MAX_STEPS
 
 ACCEPTED = {404, 429}  # unknown model ids, rate limits: as schemathesis's own default
 
@@ -26,11 +27,23 @@ ACCEPTED = {404, 429}  # unknown model ids, rate limits: as schemathesis's own d
 # these hooks do not change, still sends the boundary lengths 127, 128 and 129.
 GENERATE = "/api/attention/generate"
 FUZZED_NEW_TOKENS = 16
+# POST /api/lab/train runs up to 60 estimated seconds, one at a time: a schema-valid `steps`
+# drawn for it is folded into 1..8 (a refused one is sent as drawn), so a case costs well
+# under a second and a second case never meets the first still running (503).
+TRAIN = "/api/lab/train"
+FUZZED_STEPS = 8
 
 
 @schemathesis.hook
 def map_body(ctx, body):
-    if ctx.operation is None or ctx.operation.path != GENERATE or not isinstance(body, dict):
+    if ctx.operation is None or not isinstance(body, dict):
+        return body
+    if ctx.operation.path == TRAIN:
+        steps = body.get("steps")
+        if type(steps) is int and FUZZED_STEPS < steps <= MAX_STEPS:
+            body = {**body, "steps": 1 + steps % FUZZED_STEPS}
+        return body
+    if ctx.operation.path != GENERATE:
         return body
     length = body.get("max_new_tokens")
     if type(length) is int and FUZZED_NEW_TOKENS < length <= MAX_NEW_TOKENS:

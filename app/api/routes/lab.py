@@ -1,9 +1,12 @@
-from fastapi import APIRouter
+from pathlib import Path
 
-from app.api.responses import BODY_ROUTE, errors
-from app.api.running import run_with_room
+from fastapi import APIRouter
+from starlette.responses import StreamingResponse
+
+from app.api.responses import BODY_ROUTE, errors, ndjson_lines
+from app.api.running import ProgressStream, run_with_room
 from app.api.strict_json import StrictJSONRoute
-from app.deps import PassesDep
+from app.deps import PassesDep, SettingsDep
 from atlas_engine.compute import Lane, run_on_compute
 from atlas_engine.schemas.lab import MasksRequest, MasksResponse, ScalingRequest, ScalingResponse
 from atlas_engine.schemas.lab_inside import (
@@ -38,8 +41,17 @@ from atlas_engine.schemas.lab_models import (
     SparseRequest,
     SparseResponse,
 )
+from atlas_engine.schemas.training import (
+    MAX_STREAM_BYTES,
+    MAX_TRAIN_SECONDS,
+    TrainEnded,
+    TrainRequest,
+    TrainSnapshot,
+    TrainStarted,
+)
 from atlas_engine.services import lab_inside, lab_matrices, lab_models
 from atlas_engine.services.lab import all_masks, scaling_demo
+from atlas_engine.services.training import KEEP_TRAINED, MAX_TRAINING_JOBS, start_training
 
 router = APIRouter(prefix="/api/lab", tags=["lab"], route_class=StrictJSONRoute)
 # Small tensors of the request's own (bounded by its schema) take the quick lane; the routes that
@@ -217,3 +229,38 @@ async def padding(body: PaddingRequest, passes: PassesDep) -> PaddingResponse:
     """Two to four sentences as one padded batch through an encoder: the key-padding mask, the
     zero weight on padded keys, and each sentence against a run of it alone."""
     return await run_with_room(lab_models.padding, passes, body)
+
+
+@router.post(
+    "/train",
+    summary="Train a small attention-only transformer and stream its heads forming",
+    description="Trains attention_core.training's model (the induction or reverse task) on one "
+    "intra-op thread of a lane of its own, below the explorer's priority, and streams "
+    "`application/x-ndjson`: a first line (`event` 'started': the config and its cost, "
+    "estimated before any work), a line per snapshot (`event` 'snapshot', at step 0, every "
+    "`every` steps and the last: losses in nats, (layers, heads) scores, (layers, heads, T, T) "
+    "maps on the probe, floats as the shortest decimal of their float32), and a last line "
+    "(`event` 'end', `reason` done, client_gone, stopped or error). When done the model is "
+    "saved as a GPT-2 checkpoint and `model` names it: it opens in the explorer at once (the "
+    f"newest {KEEP_TRAINED} are kept). Refused before any work with 422 (code 'input_rule'): "
+    "d_model not divisible by heads, more than "
+    f"{MAX_STREAM_BYTES} bytes of snapshots ((steps // every + 2) x snapshot_bytes), or a run "
+    f"estimated over {MAX_TRAIN_SECONDS:.0f} s; with 503 and Retry-After while "
+    f"{MAX_TRAINING_JOBS} run(s) already go. Closing the connection stops the run at its next "
+    "snapshot.",
+    response_class=StreamingResponse,
+    responses={
+        **errors(*BODY_ROUTE),
+        200: ndjson_lines(
+            "One JSON object per line: TrainStarted, TrainSnapshot lines, then TrainEnded",
+            TrainStarted,
+            TrainSnapshot,
+            TrainEnded,
+        ),
+    },
+)
+async def train(body: TrainRequest, settings: SettingsDep, passes: PassesDep) -> ProgressStream:
+    lines, stop = start_training(
+        body, Path(settings.trained_dir), passes.manager, settings.heavy_lane_nice
+    )
+    return ProgressStream(lines, stop)
