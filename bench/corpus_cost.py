@@ -1,6 +1,7 @@
 """What the corpus job costs, side by side in one run, for both embedded models.
 
-    .venv/bin/python -m bench.corpus_cost [--texts N] [--sizes 1 8 16] [--pages]
+    .venv/bin/python -m bench.corpus_cost [--texts N] [--sizes 1 8 16] [--threads N] [--pages]
+    .venv/bin/python -m bench.corpus_cost --dtypes bfloat16 float16   (ATLAS_DEVICE=cuda on a GPU)
 
 For each batch size, the same texts in the same batches (atlas_engine.corpus.job.batches:
 sorted by length within a window, padded on the right), batch by batch, interleaved:
@@ -143,6 +144,42 @@ def measure(loaded, size: int, texts: int, folder: Path) -> None:
     store.close()
 
 
+def precision(dtypes: list[str], count: int = 16) -> None:
+    """How far a job run in half precision lands from float32: the same texts described by
+    each model loaded in each dtype (on the settings' device: a GPU where there is one),
+    against float32. Atlas's statistics are shares and means in [0, 1] (distance in tokens);
+    HeadVis's sums are per row here (each divided by the text's tokens)."""
+    from atlas_engine.corpus.texts import paragraphs, sequences
+
+    for model_id in (MINILM_ID, SMOLLM2_ID):
+        found = {}
+        for dtype in ["float32", *dtypes]:
+            manager = ModelManager.from_settings(Settings(preload=[], dtype=dtype), max_loaded=1)
+            loaded = manager.get(model_id)
+
+            def count_tokens(text: str, loaded=loaded) -> int:
+                return len(loaded.tokenizer(text)["input_ids"])
+
+            texts = list(sequences(paragraphs("python-docs"), count_tokens, 128, count))
+            found[dtype] = [one for i in range(0, count, 8)
+                            for one in describe_batch(loaded, texts[i : i + 8])]  # fmt: skip
+        base = found["float32"]
+        for dtype in dtypes:
+            stats = [abs(a.stats - b.stats) for a, b in zip(found[dtype], base, strict=True)]
+            sums = [abs(a.headvis - b.headvis) / a.tokens
+                    for a, b in zip(found[dtype], base, strict=True)]  # fmt: skip
+            distance = [s[..., 1] for s in stats]  # the one statistic in tokens
+            shares = [s[..., [i for i in range(s.shape[-1]) if i != 1]] for s in stats]
+            print(
+                f"  {model_id.split('/')[-1]} in {dtype}: statistics (shares) max |Δ| "
+                f"{max(float(x.max()) for x in shares):.4f}, mean "
+                f"{statistics.mean(float(x.mean()) for x in shares):.5f}; distance max |Δ| "
+                f"{max(float(x.max()) for x in distance):.3f} tokens; HeadVis sums a row max "
+                f"|Δ| {max(float(x.max()) for x in sums):.4f}",
+                flush=True,
+            )
+
+
 def page_paint() -> None:
     """The head page's first paint and first chart, from a server reading a store."""
     from playwright.sync_api import sync_playwright
@@ -199,9 +236,14 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 16])
     parser.add_argument("--pages", action="store_true", help="and the head page in Chromium")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: its own)")
+    parser.add_argument("--dtypes", nargs="*", default=[], choices=["bfloat16", "float16"],
+                        help="only: how far the job in these dtypes lands from float32")  # fmt: skip
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.dtypes:
+        precision(args.dtypes)
+        return
     run(args.texts, args.sizes, args.pages)
 
 
