@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import psutil
 import torch
 
@@ -44,6 +45,7 @@ from atlas_engine.models.capture import implementation
 from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from atlas_engine.services.corpus import head_dashboard
+from attention_core.head_stats import STATISTICS
 
 
 class PeakRss:
@@ -164,18 +166,19 @@ def precision(dtypes: list[str], count: int = 16) -> None:
             found[dtype] = [one for i in range(0, count, 8)
                             for one in describe_batch(loaded, texts[i : i + 8])]  # fmt: skip
         base = found["float32"]
+        rows = [0, 1, 2, 5]  # HeadVis's self, previous, entropy and induction sums: per row
         for dtype in dtypes:
-            stats = [abs(a.stats - b.stats) for a, b in zip(found[dtype], base, strict=True)]
-            sums = [abs(a.headvis - b.headvis) / a.tokens
-                    for a, b in zip(found[dtype], base, strict=True)]  # fmt: skip
-            distance = [s[..., 1] for s in stats]  # the one statistic in tokens
-            shares = [s[..., [i for i in range(s.shape[-1]) if i != 1]] for s in stats]
+            pairs = list(zip(found[dtype], base, strict=True))
+            stats = np.stack([abs(a.stats - b.stats) for a, b in pairs])  # NaN: no row counted
+            shares = np.delete(stats, STATISTICS.index("distance"), axis=-1)
+            distance = stats[..., STATISTICS.index("distance")]
+            sums = np.stack([abs(a.headvis - b.headvis)[..., rows] / a.tokens for a, b in pairs])
+            active = np.stack([abs(a.headvis - b.headvis)[..., -1] for a, b in pairs])
             print(
-                f"  {model_id.split('/')[-1]} in {dtype}: statistics (shares) max |Δ| "
-                f"{max(float(x.max()) for x in shares):.4f}, mean "
-                f"{statistics.mean(float(x.mean()) for x in shares):.5f}; distance max |Δ| "
-                f"{max(float(x.max()) for x in distance):.3f} tokens; HeadVis sums a row max "
-                f"|Δ| {max(float(x.max()) for x in sums):.4f}",
+                f"  {model_id.split('/')[-1]} in {dtype}: Atlas's shares max |Δ| "
+                f"{np.nanmax(shares):.4f} (mean {np.nanmean(shares):.5f}); distance max |Δ| "
+                f"{np.nanmax(distance):.3f} tokens; HeadVis's sums a row max |Δ| "
+                f"{sums.max():.4f}, max_activation {active.max():.4f}",
                 flush=True,
             )
 
