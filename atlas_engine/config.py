@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     cache_dir: str = Field(
         "var/cache", description="Where converted checkpoints (SmolLM2) are kept between runs."
     )
+    max_train_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=600,
+        description="POST /api/lab/train refuses (422) a run estimated to take longer here.",
+    )
     trained_dir: str = Field(
         "var/trained",
         description="Where POST /api/lab/train saves its checkpoints (the newest 8 are kept); "

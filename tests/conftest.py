@@ -6,6 +6,7 @@ same loading code (an operator's `name=/folder` entry) with random weights and r
 """
 
 import os
+import tempfile
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -151,6 +152,9 @@ def local_checkpoints(tmp_path_factory) -> dict[str, Path]:
     return folders
 
 
+TRAINED_DIR = Path(tempfile.gettempdir()) / f"atlas-tests-trained-{os.getpid()}"
+
+
 def make_settings(local_checkpoints: dict[str, Path], **overrides) -> Settings:
     extra = [f"{model_id}={folder}" for model_id, folder in local_checkpoints.items()]
     values = {
@@ -160,6 +164,8 @@ def make_settings(local_checkpoints: dict[str, Path], **overrides) -> Settings:
         "max_loaded_models": 8,
         "model_bytes": 8 * 2**30,  # all 8 at once, as before: test_model_memory tests the bound
         "rate_limit_per_minute": 0,
+        # not var/trained: models a developer trained in the lab stay out of the tests' lists
+        "trained_dir": str(TRAINED_DIR),
         **overrides,
     }
     return Settings(**values)

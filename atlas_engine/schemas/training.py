@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from atlas_engine.schemas.common import Seed, json_int
+from atlas_engine.schemas.common import Seed, StrictModel, json_int
 from attention_core import training as tr
 
 MAX_STREAM_BYTES = 16 * 2**20
@@ -17,8 +17,9 @@ MAX_TRAIN_SECONDS = 60.0
 """A run estimated (training_cost) to take longer than this is refused (422)."""
 
 
-class TrainRequest(BaseModel):
+class TrainRequest(StrictModel):
     model_config = ConfigDict(
+        strict=True,
         extra="forbid",
         json_schema_extra={"examples": [{"task": "induction", "layers": 2, "steps": 300}]},
     )

@@ -70,8 +70,11 @@ def _lane(nice: int) -> ThreadPoolExecutor:
         return _executor
 
 
-def checked(req: TrainRequest) -> tuple[TrainConfig, TrainStarted]:
-    """The run's config and its cost, after refusing what the schema cannot state (422)."""
+def checked(
+    req: TrainRequest, max_seconds: float = MAX_TRAIN_SECONDS
+) -> tuple[TrainConfig, TrainStarted]:
+    """The run's config and its cost, after refusing what the schema cannot state (422); a run
+    estimated over max_seconds (the server's ATLAS_MAX_TRAIN_SECONDS) is refused too."""
     fields = req.model_dump(exclude={"every"})
     try:
         config = TrainConfig(**fields)
@@ -85,9 +88,9 @@ def checked(req: TrainRequest) -> tuple[TrainConfig, TrainStarted]:
             f"{snapshots} snapshots of {cost.snapshot_bytes} bytes exceed {MAX_STREAM_BYTES} "
             f"bytes; raise `every` to at least {least} or lower `steps`"
         )
-    if cost.seconds > MAX_TRAIN_SECONDS:
+    if cost.seconds > max_seconds:
         raise InvalidInput(
-            f"this run is estimated at {cost.seconds:.0f} s here, over the {MAX_TRAIN_SECONDS:.0f} "
+            f"this run is estimated at {cost.seconds:.0f} s here, over the {max_seconds:g} "
             "s a run may take; lower `steps`, `batch`, `half`, `d_model` or `layers`"
         )
     started = TrainStarted(
@@ -158,11 +161,12 @@ def _run(
 
 
 def start_training(
-    req: TrainRequest, root: Path, manager: ModelManager, nice: int
-) -> tuple[AsyncIterator[bytes], Callable[[], None]]:
+    req: TrainRequest, root: Path, manager: ModelManager, nice: int,
+    max_seconds: float = MAX_TRAIN_SECONDS,
+) -> tuple[AsyncIterator[bytes], Callable[[], None]]:  # fmt: skip
     """Check, size and admit the run (422, 503 before any work), start it on the training lane,
     and return (the NDJSON lines, stop): stop() makes the run end at its next snapshot."""
-    config, started = checked(req)
+    config, started = checked(req, max_seconds)
     if not _slots.acquire(blocking=False):
         raise ServerBusy(
             f"{MAX_TRAINING_JOBS} training run(s) already going; retry in a while",

@@ -245,7 +245,8 @@ async def padding(body: PaddingRequest, passes: PassesDep) -> PaddingResponse:
     f"newest {KEEP_TRAINED} are kept). Refused before any work with 422 (code 'input_rule'): "
     "d_model not divisible by heads, more than "
     f"{MAX_STREAM_BYTES} bytes of snapshots ((steps // every + 2) x snapshot_bytes), or a run "
-    f"estimated over {MAX_TRAIN_SECONDS:.0f} s; with 503 and Retry-After while "
+    f"estimated over ATLAS_MAX_TRAIN_SECONDS ({MAX_TRAIN_SECONDS:.0f} s unless set); with 503 "
+    "and Retry-After while "
     f"{MAX_TRAINING_JOBS} run(s) already go. Closing the connection stops the run at its next "
     "snapshot.",
     response_class=StreamingResponse,
@@ -261,6 +262,7 @@ async def padding(body: PaddingRequest, passes: PassesDep) -> PaddingResponse:
 )
 async def train(body: TrainRequest, settings: SettingsDep, passes: PassesDep) -> ProgressStream:
     lines, stop = start_training(
-        body, Path(settings.trained_dir), passes.manager, settings.heavy_lane_nice
-    )
+        body, Path(settings.trained_dir), passes.manager, settings.heavy_lane_nice,
+        settings.max_train_seconds,
+    )  # fmt: skip
     return ProgressStream(lines, stop)
