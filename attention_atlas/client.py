@@ -181,15 +181,20 @@ class AtlasClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
 
-    def _open(self, path: str, body: dict | None, encoding: str = ACCEPT_ENCODING) -> HTTPResponse:
-        """The server's answer, open (POST when there is a body, else GET)."""
-        headers = {"Content-Type": "application/json", "Accept-Encoding": encoding}
-        key = route_key(body)
+    def _open(
+        self, path: str, body: dict | bytes | None, encoding: str = ACCEPT_ENCODING
+    ) -> HTTPResponse:
+        """The server's answer, open (POST when there is a body, else GET); a bytes body is a
+        zip, sent as it is."""
+        raw = isinstance(body, bytes)
+        kind = "application/zip" if raw else "application/json"
+        headers = {"Content-Type": kind, "Accept-Encoding": encoding}
+        key = None if raw else route_key(body)
         if key is not None:
             headers[ROUTE_HEADER] = key
         request = urllib.request.Request(
             self.base_url + path,
-            data=None if body is None else json.dumps(body).encode("utf-8"),
+            data=None if body is None else body if raw else json.dumps(body).encode("utf-8"),
             headers=headers,
             method="GET" if body is None else "POST",
         )
@@ -210,7 +215,7 @@ class AtlasClient:
             "`make run` (or `python -m app`), or give AtlasClient its address",
         )
 
-    def _call(self, path: str, body: dict | None = None) -> _Answer:
+    def _call(self, path: str, body: dict | bytes | None = None) -> _Answer:
         with self._open(path, body) as response:
             try:
                 raw = response.read()
@@ -477,6 +482,15 @@ class AtlasClient:
         body = _body(model=model, text=text, max_new_tokens=max_new_tokens, **options)
         return self._stream("/api/attention/generate", body)
 
+    def train(self, **config) -> Iterator[dict]:
+        """POST /api/lab/train: train the lab's small attention-only model, an iterator of
+        dicts: {"event": "started", config, seconds...}, one {"event": "snapshot", step, losses,
+        previous_token, induction, maps...} every `every` steps, then {"event": "end", reason,
+        model} (the saved model's id when done). config: task ('induction' or 'reverse'),
+        layers, heads, d_model, vocab, half, positions, lr, steps, batch, seed, every. Stop
+        early by leaving the loop."""
+        return self._stream("/api/lab/train", _body(**config))
+
     def lens(self, model: str, text: str, **options) -> dict:
         """POST /api/attention/lens: the logit lens, a dict. rows ('embeddings', 'after layer
         l'...) by positions: top[row][position] candidates, and one token's token_probability
@@ -565,6 +579,23 @@ class AtlasClient:
         metric, per_decile."""
         suffix = f"?{urllib.parse.urlencode(query)}" if query else ""
         return self.get_json(f"/api/corpus/{int(run)}/heads/{int(layer)}/{int(head)}{suffix}")
+
+    def corpus_headvis(self, run: int, layer: int, head: int) -> dict:
+        """GET /api/corpus/{run_id}/heads/{layer}/{head}/headvis: one head as HeadVis shows it,
+        a dict (its six metrics, sampled sequences with sparse maps, distance histogram, top
+        tokens, max-activation histogram)."""
+        return self.get_json(f"/api/corpus/{int(run)}/heads/{int(layer)}/{int(head)}/headvis")
+
+    def corpus_import(self, zipped: bytes) -> dict:
+        """POST /api/corpus/import: a zipped HeadVis tree (its bytes) stored as a run; the run,
+        a dict."""
+        return json.loads(self._call("/api/corpus/import", bytes(zipped)).body)
+
+    def corpus_projection(self, run: int, layer: int, head: int, **body) -> dict:
+        """POST /api/corpus/{run_id}/heads/{layer}/{head}/projection: the head's queries, keys,
+        values and outputs over the run's tokens in 2-D, a dict. body: tokens, method, seed."""
+        path = f"/api/corpus/{int(run)}/heads/{int(layer)}/{int(head)}/projection"
+        return self.post_json(path, _body(**body))
 
     def lab(self, name: str, **body) -> dict:
         """POST /api/lab/<name>, one of LAB_ROUTES (masks, scaling, scoring, tiling, linear,

@@ -23,6 +23,9 @@ BUILT_FROM_NUMBERS = {
     "random_mask",  # draws on a seeded CPU generator, then moves to the asked device
     "random", "weight", "maybe_bias",  # multihead's seeded random projections
     "sinusoidal_encoding", "rope_inverse_frequencies", "sinusoidal_shift_matrix",
+    # the training lab builds its model and seeded batches on the CPU, one thread, by design
+    # (attention_core.training): its parameters and data are made, not derived from inputs
+    "make_batch", "trained_targets", "target_halves", "__init__",
 }  # fmt: skip
 PACKAGE = Path(ac.__file__).parent
 
