@@ -1,12 +1,10 @@
 """One head's queries, keys, values and outputs over a corpus run's tokens, in 2-D: the head
 page's projection panel (HeadVis's projection)."""
 
-from typing import Annotated
-
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 
 from app.api.responses import BODY_ROUTE, errors
-from app.api.routes.corpus import StoreDep
+from app.api.routes.corpus import Index, RunId, StoreDep
 from app.api.running import FIRST_LOAD_SECONDS, LaneCost, until_disconnect
 from app.api.strict_json import StrictJSONRoute
 from app.deps import PassesDep
@@ -20,8 +18,6 @@ from atlas_engine.schemas.projection import (
 from atlas_engine.services.projection import head_projection, projection_run, projection_seconds
 
 router = APIRouter(prefix="/api/corpus", tags=["corpus"], route_class=StrictJSONRoute)
-RunId = Annotated[int, Path(ge=1, le=2**31 - 1, description="A run's id from GET /api/corpus.")]
-Index = Annotated[int, Path(ge=0, le=4096)]
 
 
 @router.post(
