@@ -18,6 +18,7 @@ PARTS = {
     "model": "What a real model adds: masks, padding, positions",
     "variants": "Variants: more heads, other texts, other scores, fewer pairs",
     "efficient": "Attention at scale: tiles, linear attention, cost",
+    "learning": "How attention is learned: a circuit forming in training",
 }
 
 LAB_TOPICS: dict[str, Topic] = {
@@ -57,6 +58,11 @@ LAB_TOPICS: dict[str, Topic] = {
     "tiling": Topic("FlashAttention", "The online softmax, one tile at a time.", "efficient"),
     "linear": Topic("Linear attention", "φ(Q)(φ(K)ᵀV): no n × n matrix.", "efficient"),
     "cost": Topic("Cost", "Pairs, MACs and memory up to a million tokens.", "efficient"),
+    "induction": Topic(
+        "Watch an induction head form",
+        "Train a small model live: the loss cliff and the induction head arrive at one step.",
+        "learning",
+    ),
 }
 
 

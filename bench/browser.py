@@ -9,7 +9,8 @@ main-thread task and the JS heap. Deep zoom: from running the model to the first
 (the forward pass included), from the answer to the paint, zooming into a 64 x 64 window of single
 weights, then every head at once: the head finder's table of every head's statistics complete
 (30 layers x 9 heads, a layer a request, from its button), the longest task and the heap.
-Last, the longest task while each page loads. The server is started as `make run` starts it.
+Then the longest task while each page loads, and the induction lab training its default run live.
+The server is started as `make run` starts it.
 """
 
 from __future__ import annotations
@@ -163,6 +164,40 @@ def loading_tasks(browser, base: str, repeats: int = 3) -> None:
             print(f"{'/docs, opening one':<22} {opening:>24,.0f}ms")
 
 
+PHASE_SHOWN = (
+    "document.querySelector('[data-metric=phase-change] .value')?.textContent.startsWith('step')"
+)
+
+
+def induction_lab(browser, base: str) -> None:
+    """The induction lab with its default knobs (seed 0): from pressing Train to the phase change
+    on screen and to the saved model, the longest task while it trains live (a snapshot drawn
+    as each arrives) and while Play replays every snapshot."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.add_init_script(PROBES)
+    page.goto(f"{base}/lab/induction")
+    page.wait_for_load_state("networkidle")
+    page.evaluate("window.__long = []")
+    started = time.perf_counter()
+    page.click("#train-start")
+    wait_js(page, PHASE_SHOWN, 300)
+    phase = time.perf_counter() - started
+    wait_js(page, "!document.querySelector('#train-next').hidden", 300)
+    done = time.perf_counter() - started
+    training = max(page.evaluate("window.__long"), default=0)
+    page.evaluate("window.__long = []")
+    page.fill("#train-at", "0")
+    page.dispatch_event("#train-at", "input")
+    page.click("#train-play")
+    wait_js(page, "document.querySelector('#train-play').textContent === 'Play'", 120)
+    replay = max(page.evaluate("window.__long"), default=0)
+    shown = page.inner_text("[data-metric=phase-change] .value")
+    print(f"induction lab: phase change on screen {phase:.1f} s after Train ({shown}), "
+          f"saved at {done:.1f} s; longest task training {training:,.0f} ms, "
+          f"replaying {replay:,.0f} ms (budget {TASK_BUDGET_MS} ms)")  # fmt: skip
+    page.close()
+
+
 def run(lengths: list[int]) -> None:
     tokenizer = AutoTokenizer.from_pretrained(
         smollm2_folder(REPO / "var" / "cache", lambda *_: None)
@@ -199,6 +234,7 @@ def run(lengths: list[int]) -> None:
                         )
                         page.close()
                 loading_tasks(browser, server.base)
+                induction_lab(browser, server.base)
                 browser.close()
         finally:
             server.stop()

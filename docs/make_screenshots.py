@@ -99,6 +99,13 @@ def query_hovered(page: Page) -> None:
     page.wait_for_timeout(800)
 
 
+def trained(page: Page) -> None:
+    """The induction lab's default run, trained to its end (about half a minute)."""
+    page.click("#train-start")
+    wait(page, "!document.querySelector('#train-next').hidden", 300)
+    settled(page)
+
+
 def random_words_twice(words: str) -> Callable[[Page], None]:
     def act(page: Page) -> None:
         wait(page, "document.querySelector('#zoom-model').options.length > 0")
@@ -212,6 +219,7 @@ SHOTS = [
     Shot("lab-sparse", "/lab/sparse"),
     Shot("lab-positions", "/lab/positions"),
     Shot("lab-tiling", "/lab/tiling"),
+    Shot("lab-induction", "/lab/induction", trained),
     Shot("learn", "/learn"),
     Shot("glossary", "/glossary", full_page=False),
     Shot("api-docs", "/docs", docs_operation, full_page=False),

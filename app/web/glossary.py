@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from attention_core.training import PHASE_CHANGE_SCORE
+
 
 @dataclass(frozen=True)
 class Term:
@@ -271,5 +273,13 @@ TERMS: dict[str, Term] = {
         "from a previous-token head",
         r"K-composition",
         formula="k_j = W_K · norm(… + Σ_h o_h(j) + …);   its part from head h: W_K · norm(o_h(j))",
+    ),
+    "phase-change": Term(
+        "phase change",
+        "the few training steps in which an induction head forms: the loss on repeated text "
+        "falls off a cliff as a later head starts to copy (Olsson et al. 2022)",
+        r"phase change",
+        formula="first step t with max over heads of layers ≥ 1 of induction score(t) > "
+        f"{PHASE_CHANGE_SCORE}",
     ),
 }

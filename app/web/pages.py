@@ -28,10 +28,12 @@ from atlas_engine.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from atlas_engine.schemas.core import SEED_EXAMPLE
 from atlas_engine.schemas.generate import MAX_NEW_TOKENS
 from atlas_engine.schemas.lab_models import MAX_LAB_REAL_TOKENS
+from atlas_engine.schemas.training import TrainRequest
 from atlas_engine.services.lessons import get_lesson, lessons
 from attention_core.head_stats import DESCRIPTIONS, LABELS
 from attention_core.headvis import DESCRIPTIONS as HEADVIS_DESCRIPTIONS
 from attention_core.headvis import LABELS as HEADVIS_LABELS
+from attention_core.training import MAX_STEPS, PHASE_CHANGE_SCORE
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
 templates.env.globals["plotly_js"] = plotly_js_name
@@ -298,12 +300,26 @@ def scaling_lab(request: Request) -> HTMLResponse:
     )
 
 
+@page("/lab/induction", response_class=HTMLResponse)
+def induction_lab(request: Request) -> HTMLResponse:
+    defaults = TrainRequest().model_dump()
+    page_data = {
+        "defaults": defaults,  # the knobs a link leaves out
+        "max_steps": MAX_STEPS,
+        "max_seed": 2**31 - 1,
+        "phase_score": PHASE_CHANGE_SCORE,  # a later head's induction score past it
+    }
+    return templates.TemplateResponse(
+        request, "lab_induction.html", {"page": "induction", "page_data": page_data}
+    )
+
+
 @page("/lab", response_class=HTMLResponse)
 def lab_index(request: Request) -> HTMLResponse:
     return templates.TemplateResponse(request, "lab_index.html", {"page": "lab"})
 
 
-TOPICS_WITH_OWN_ROUTE = ("step-by-step", "masks", "scaling")  # their routes are above
+TOPICS_WITH_OWN_ROUTE = ("step-by-step", "masks", "scaling", "induction")  # their routes are above
 
 
 def _topic_page(slug: str):

@@ -54,6 +54,9 @@ class TrainStarted(BaseModel):
     bytes: int = Field(description="Estimated peak memory")
     seconds: float = Field(description="Estimated time on this machine")
     snapshot_bytes: int
+    probe: list[str] = Field(
+        description="The probe sequence the maps show, as the trained tokenizer's words (2 x half)"
+    )
 
 
 class TrainSnapshot(BaseModel):

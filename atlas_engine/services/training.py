@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from atlas_engine import compute
 from atlas_engine.errors import InvalidInput, ServerBusy
-from atlas_engine.inference.trained import save_checkpoint
+from atlas_engine.inference.trained import save_checkpoint, token_names
 from atlas_engine.models.manager import ModelManager
 from atlas_engine.models.registry import ModelSpec, Source
 from atlas_engine.schemas.training import (
@@ -36,7 +36,13 @@ from atlas_engine.schemas.training import (
     TrainStarted,
 )
 from atlas_engine.serialize import to_lists
-from attention_core.training import Snapshot, TrainConfig, train, training_cost
+from attention_core.training import (
+    Snapshot,
+    TrainConfig,
+    probe_batches,
+    train,
+    training_cost,
+)
 
 log = logging.getLogger("attention_atlas")
 
@@ -93,9 +99,11 @@ def checked(
             f"this run is estimated at {cost.seconds:.0f} s here, over the {max_seconds:g} "
             "s a run may take; lower `steps`, `batch`, `half`, `d_model` or `layers`"
         )
+    words = token_names(config.vocab)
+    probe = [words[i] for i in probe_batches(config)[0][0].tolist()]  # the maps' sequence
     started = TrainStarted(
         event="started", config=asdict(config), every=req.every, parameters=cost.parameters,
-        bytes=cost.bytes, seconds=cost.seconds, snapshot_bytes=cost.snapshot_bytes,
+        bytes=cost.bytes, seconds=cost.seconds, snapshot_bytes=cost.snapshot_bytes, probe=probe,
     )  # fmt: skip
     return config, started
 

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 from fastapi.testclient import TestClient
-from transformers import GPT2LMHeadModel
+from transformers import AutoTokenizer, GPT2LMHeadModel
 
 from app.main import create_app
 from atlas_engine.schemas.training import TrainRequest
@@ -56,7 +56,11 @@ def test_a_short_run_streams_snapshots_and_saves_a_model_transformers_opens(serv
     torch.testing.assert_close(ours, torch.tensor(snapshots[-1]["maps"]), atol=1e-5, rtol=0)
     listed = [m["id"] for m in client.get("/api/models").json()["models"]]
     assert model_id in listed  # openable in the explorer from now on
-    text = " ".join(["ba", "be", "bi", "bo"] * 2)
+    # the probe, as words, is a text the explorer tokenizes back into the probe's own ids
+    text = " ".join(started["probe"])
+    assert len(started["probe"]) == 8 and gpt.config.vocab_size == 9
+    tokens = AutoTokenizer.from_pretrained(saved)(text)["input_ids"]
+    assert tokens == probe[0].tolist()
     maps = client.post("/api/attention", json={"model": model_id, "text": text, "format": "json"})
     assert maps.status_code == 200, maps.text
 

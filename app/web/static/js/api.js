@@ -154,6 +154,8 @@ export const api = {
   checkLesson: (text, opts) => request("POST", "/api/lessons/check", { text }, opts),
   masks: (body, opts) => request("POST", "/api/lab/masks", body, opts),
   scaling: (body, opts) => request("POST", "/api/lab/scaling", body, opts),
+  /** Trains the lab's small model; onLine gets each line (started, snapshots, end). */
+  train: (body, onLine, opts) => streamLines("/api/lab/train", body, onLine, opts),
   /** Any other lab route: POST /api/lab/{topic}. */
   lab: (topic, body, opts) => request("POST", `/api/lab/${topic}`, body, opts),
 };
