@@ -156,3 +156,41 @@ def test_a_sentence_sent_during_exact_patching_waits_for_one_rerun_not_the_run(t
     assert [status for status, _ in waits] == [200, 200, 200], waits
     assert all(line["event"] == "progress" for line in lines), lines[-1]
     assert max(seconds for _, seconds in waits) < 15, waits
+
+
+def test_a_training_run_leaves_the_explorers_sentences_answered(tmp_path):
+    """Issue 54: a lab training run (its own lane, one thread, lowered priority) never slows a
+    new sentence in the explorer past the bound the long jobs above are held to, and keeps
+    training while sentences are answered."""
+    server = start_server(tmp_path / "server.log")
+    idle_texts = ("The cat sat on the mat.", "A dog ran in the park.", "Birds sang at dawn.")
+    busy_texts = ("The owl slept in the barn.", "A fox hid by the river.", "Rain fell at noon.")
+
+    def answer_all(source: str, texts: tuple[str, ...]) -> list[tuple[int, float]]:
+        out = []  # each text new to the server: a forward pass, not the cache
+        for words in texts:
+            body = {"model": SMOLLM2, "text": words, "layers": [0]}
+            status, _, seconds = post_from(source, server.port, "/api/attention", body)
+            out.append((status, round(seconds, 2)))
+        return out
+
+    try:
+        warm = {"model": SMOLLM2, "text": "warm up", "layers": [0]}
+        assert post_from("127.0.0.1", server.port, "/api/attention", warm)[0] == 200
+        idle = answer_all("127.0.0.2", idle_texts)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        body = {"steps": 5000, "heads": 1, "every": 50}  # about a minute: longer than the test
+        conn.request("POST", "/api/lab/train", json.dumps(body), JSON)
+        stream = conn.getresponse()
+        assert stream.status == 200
+        lines = [json.loads(stream.readline()) for _ in range(4)]  # started, steps 0 to 100
+        busy = answer_all("127.0.0.3", busy_texts)
+        lines += [json.loads(stream.readline()) for _ in range(2)]  # it goes on
+        conn.close()  # and stops
+    finally:
+        server.stop()
+    print(f"sentences idle: {idle}; during training: {busy}; training reached step "
+          f"{lines[-1]['step']}")  # fmt: skip
+    assert [status for status, _ in idle + busy] == [200] * 6
+    assert all(line["event"] in ("started", "snapshot") for line in lines), lines[-1]
+    assert max(seconds for _, seconds in busy) < 10, busy
