@@ -222,7 +222,7 @@ async function drawLoss(run, snapshot) {
       },
     ],
     {
-      title: "Loss on the probe batch (the phase change: green)",
+      title: copy ? "Loss on the probe batch (the phase change: green)" : "Loss on the probe batch",
       xaxis: { title: { text: "step" }, range: [0, run.started.config.steps] },
       yaxis: { title: { text: "nats" }, range: [0, top * 1.08] },
       legend: { orientation: "h", y: -0.25 },
@@ -248,7 +248,7 @@ async function drawScores(run, snapshot) {
   });
   for (let l = 0; l < layers; l++) {
     for (let h = 0; h < heads; h++) {
-      if (!copy) traces.push(series("task_score", l, h, "reverse", l ? "solid" : "dot"));
+      if (!copy) traces.push(series("task_score", l, h, "reverse", l ? "dot" : "solid"));
       else if (l > 0 || layers === 1) traces.push(series("induction", l, h, "induction", l > 1 ? "dot" : "solid"));
       if (copy && l === 0) traces.push(series("previous_token", l, h, "previous-token", "dash"));
     }
@@ -352,12 +352,9 @@ function renderLinks(run) {
     for (const [k, v] of Object.entries(extra)) url.searchParams.set(k, v);
     return url.pathname + url.search;
   };
-  const word = run.started.probe[query];
+  const word = `${isCopy(run) ? "the second " : ""}‘${run.started.probe[query]}’`;
   const items = [
-    [
-      `Trace why ${headName(l, h)} attends where it does, from the second ‘${word}’ (position ${query})`,
-      at("trace", { q: query }),
-    ],
+    [`Trace why ${headName(l, h)} attends where it does, from ${word} (position ${query})`, at("trace", { q: query })],
     ["The circuit on the probe: which heads feed which", at("circuit", { cin: isCopy(run) ? "k" : "all" })],
   ];
   if (isCopy(run) && run.started.config.layers > 1) {
