@@ -82,7 +82,7 @@ def test_a_run_trains_live_and_shows_the_apis_own_numbers(page, live_server):
     page.click("#train-play")
     wait_js(page, "document.querySelector('#train-at').value > 12")
     page.click("#train-play")  # Pause
-    assert page.inner_text("#train-play") == "Play"
+    wait_js(page, "document.querySelector('#train-play').textContent === 'Play'")
 
     # The trained model opens in the explorer's trace, on the probe.
     href = page.get_attribute("#train-links a", "href")

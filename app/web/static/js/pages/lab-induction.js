@@ -467,6 +467,7 @@ async function start() {
 function stopReplay() {
   clearInterval(state.playing);
   state.playing = null;
+  $("#train-play").textContent = "Play";
 }
 
 function togglePlay() {
@@ -487,6 +488,7 @@ function togglePlay() {
     schedule();
   }, 1000 / REPLAY_PER_SECOND);
   schedule();
+  $("#train-play").textContent = "Pause";
 }
 
 function describeKnobs() {
