@@ -1,0 +1,1 @@
+"""Images in: vision transformers, their inputs and their attention maps (issue 55)."""
