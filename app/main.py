@@ -25,6 +25,7 @@ from app.api.routes import (
     core,
     corpus,
     health,
+    images,
     lab,
     lessons,
     models,
@@ -51,6 +52,7 @@ from atlas_engine.models.manager import ModelManager
 from atlas_engine.serialize import BINARY_MEDIA_TYPE
 from atlas_engine.services.passes import Passes
 from atlas_engine.services.training import register_saved
+from atlas_engine.vision.images import MAX_IMAGE_BYTES
 
 log = logging.getLogger("attention_atlas")
 
@@ -154,7 +156,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_bytes=settings.max_body_bytes,
         timeout=settings.body_timeout_seconds,
         budget=app.state.answer_budget,
-        uploads={"/api/corpus/import": (settings.max_import_bytes, "ATLAS_MAX_IMPORT_BYTES")},
+        uploads={
+            "/api/corpus/import": (settings.max_import_bytes, "ATLAS_MAX_IMPORT_BYTES"),
+            "/api/image/attention": (MAX_IMAGE_BYTES, "an image's MAX_IMAGE_BYTES"),
+        },
     )
     # Outside the body guard: every request is counted, those it refuses (503, 408, 413) too.
     app.add_middleware(RateLimit, per_minute=settings.rate_limit_per_minute)
@@ -175,6 +180,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(corpus.router)
     app.include_router(projection.router)
     app.include_router(lab.router)
+    app.include_router(images.router)
     app.include_router(lessons.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -19,12 +19,14 @@ from __future__ import annotations
 import difflib
 import gzip
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.client import HTTPResponse
+from pathlib import Path
 
 import numpy as np
 
@@ -139,6 +141,16 @@ def _refusal(err: urllib.error.HTTPError) -> AtlasError:
         return AtlasError(err.code, text.decode("utf-8", "replace"))
 
 
+def _image_type(data: bytes) -> str:
+    """The Content-Type of PNG, JPEG or WebP bytes, by their signature (the server checks again
+    and refuses anything else)."""
+    if data.startswith(b"\x89PNG"):
+        return "image/png"
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "image/jpeg"
+
+
 def _body(**fields) -> dict:
     """A request body: the fields given, less those left None (the server's defaults apply)."""
     return {name: value for name, value in fields.items() if value is not None}
@@ -182,12 +194,13 @@ class AtlasClient:
         self.timeout = timeout
 
     def _open(
-        self, path: str, body: dict | bytes | None, encoding: str = ACCEPT_ENCODING
-    ) -> HTTPResponse:
-        """The server's answer, open (POST when there is a body, else GET); a bytes body is a
-        zip, sent as it is."""
+        self, path: str, body: dict | bytes | None, encoding: str = ACCEPT_ENCODING,
+        kind: str = "application/zip",
+    ) -> HTTPResponse:  # fmt: skip
+        """The server's answer, open (POST when there is a body, else GET); a bytes body is sent
+        as it is, as `kind` (a zip unless told)."""
         raw = isinstance(body, bytes)
-        kind = "application/zip" if raw else "application/json"
+        kind = kind if raw else "application/json"
         headers = {"Content-Type": kind, "Accept-Encoding": encoding}
         key = None if raw else route_key(body)
         if key is not None:
@@ -215,8 +228,10 @@ class AtlasClient:
             "`make run` (or `python -m app`), or give AtlasClient its address",
         )
 
-    def _call(self, path: str, body: dict | bytes | None = None) -> _Answer:
-        with self._open(path, body) as response:
+    def _call(
+        self, path: str, body: dict | bytes | None = None, kind: str = "application/zip"
+    ) -> _Answer:
+        with self._open(path, body, kind=kind) as response:
             try:
                 raw = response.read()
             except OSError as err:
@@ -590,6 +605,30 @@ class AtlasClient:
         """POST /api/corpus/import: a zipped HeadVis tree (its bytes) stored as a run; the run,
         a dict."""
         return json.loads(self._call("/api/corpus/import", bytes(zipped)).body)
+
+    def image_attention(
+        self, image: bytes | str | os.PathLike, model: str | None = None, query: int = 0
+    ) -> dict:
+        """POST /api/image/attention: an image (PNG, JPEG or WebP: its bytes or a file's path)
+        through a vision transformer (the embedded DINOv2-small unless `model` names another),
+        a dict: weights (layers, heads, T) float32, the rows of token `query` (0: the class
+        token; the patch at row r, column c: len(prefix) + r * cols + c); rollout (T,);
+        distance (layers, heads) in pixels; received (layers, T); norms (T,); artifacts; the
+        image as the model saw it (image_png, base64) and the grid (rows, cols, patch)."""
+        data = image if isinstance(image, bytes) else Path(image).read_bytes()
+        params = {"query": int(query), **({"model": model} if model else {})}
+        path = f"/api/image/attention?{urllib.parse.urlencode(params)}"
+        answer = json.loads(self._call(path, data, kind=_image_type(data)).body)
+        return _with_arrays(answer, "weights", "rollout", "distance", "received", "norms")
+
+    def image_samples(self) -> list[dict]:
+        """GET /api/image/samples: the bundled sample images, a list of dicts {name, title,
+        credit, licence}."""
+        return self.get_json("/api/image/samples")
+
+    def image_sample(self, name: str) -> bytes:
+        """GET /api/image/samples/{name}: a bundled sample image's file, its bytes (JPEG)."""
+        return self._call(f"/api/image/samples/{urllib.parse.quote(name, safe='')}").body
 
     def corpus_projection(self, run: int, layer: int, head: int, **body) -> dict:
         """POST /api/corpus/{run_id}/heads/{layer}/{head}/projection: the head's queries, keys,

@@ -24,12 +24,16 @@ from app.web.glossary import TERMS
 from atlas_engine.lab_topics import LAB_TOPICS, PARTS, neighbours
 from atlas_engine.models.loader import FULL_MAPS_MAX_TOKENS
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.models.vision_weights import BACKBONE_CONFIG, PREPROCESSOR_CONFIG
 from atlas_engine.schemas.attention import EXAMPLE_TEXT, MAX_TEXT_CHARS
 from atlas_engine.schemas.core import SEED_EXAMPLE
 from atlas_engine.schemas.generate import MAX_NEW_TOKENS
 from atlas_engine.schemas.lab_models import MAX_LAB_REAL_TOKENS
 from atlas_engine.schemas.training import TrainRequest
 from atlas_engine.services.lessons import get_lesson, lessons
+from atlas_engine.vision.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS
+from atlas_engine.vision.models import IMAGE_MODEL_ID
+from atlas_engine.vision.samples import SAMPLES
 from attention_core.head_stats import DESCRIPTIONS, LABELS
 from attention_core.headvis import DESCRIPTIONS as HEADVIS_DESCRIPTIONS
 from attention_core.headvis import LABELS as HEADVIS_LABELS
@@ -311,6 +315,22 @@ def induction_lab(request: Request) -> HTMLResponse:
     }
     return templates.TemplateResponse(
         request, "lab_induction.html", {"page": "induction", "page_data": page_data}
+    )
+
+
+@page("/image", response_class=HTMLResponse)
+def image_page(request: Request) -> HTMLResponse:
+    model = request.query_params.get("model") or IMAGE_MODEL_ID
+    page_data = {
+        "model": model,  # the embedded one unless a link names another
+        "samples": {name: {"title": s.title} for name, s in SAMPLES.items()},
+        "max_mb": MAX_IMAGE_BYTES // 2**20,
+        "max_megapixels": MAX_IMAGE_PIXELS // 10**6,
+        "image_size": PREPROCESSOR_CONFIG["crop_size"]["height"],  # the embedded model's
+        "patch": BACKBONE_CONFIG["patch_size"],
+    }
+    return templates.TemplateResponse(
+        request, "image.html", {"page": "image", "page_data": page_data}
     )
 
 

@@ -16,9 +16,9 @@ MAX_STEPS = 40
 MAX_CAPTION_CHARS = 2_000
 MAX_LESSON_BYTES = 64 * 1024  # a pasted lesson, as JSON
 
-# The pages a step may open: the explorer, Deep zoom, the glossary and every lab topic, and a
+# The pages a step may open: the explorer, Deep zoom, images, the glossary, every lab topic, and a
 # corpus's pages: one head's (/head/<model>/<layer>/<head>) and every head's (/heads/<model>).
-PAGES = ("/", "/zoom", "/glossary", "/lab", *(f"/lab/{slug}" for slug in LAB_TOPICS))
+PAGES = ("/", "/zoom", "/image", "/glossary", "/lab", *(f"/lab/{slug}" for slug in LAB_TOPICS))
 MODEL_PATH = r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?"
 CORPUS_PAGES = (
     re.compile(rf"^/head/{MODEL_PATH}/\d{{1,4}}/\d{{1,4}}$"),

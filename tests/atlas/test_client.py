@@ -156,6 +156,20 @@ def test_heads_working_together_as_arrays(atlas):
     assert len(composed["edges"]) == 5
 
 
+def test_an_image_through_the_vision_transformer(atlas, tmp_path):
+    """Issue 55: a sample image by its bytes or a file's path, its rows as arrays."""
+    names = [sample["name"] for sample in atlas.image_samples()]
+    cat = atlas.image_sample("chelsea")
+    assert "chelsea" in names and cat.startswith(b"\xff\xd8")  # a JPEG
+    found = atlas.image_attention(cat, query=5)
+    assert found["weights"].shape == (12, 6, 257) and found["weights"].dtype.name == "float32"
+    assert found["rollout"].shape == (257,) and found["distance"].shape == (12, 6)
+    assert found["weights"].sum(axis=-1) == pytest.approx(1.0, abs=1e-4)
+    (tmp_path / "cat.jpg").write_bytes(cat)
+    again = atlas.image_attention(tmp_path / "cat.jpg", query=5)
+    assert (again["weights"] == found["weights"]).all()
+
+
 def test_refusals_say_why_with_the_servers_code(atlas):
     with pytest.raises(AtlasError) as unknown:
         atlas.attention("all-MiniLM-L6-v2", TEXT)

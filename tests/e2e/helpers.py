@@ -90,5 +90,11 @@ def click_view(page, view: str) -> None:
 # else running. Tests guard it only at TASK_GUARD_MS, a margin a busy shared machine cannot
 # break (a 309 ms task once came from other work on the machine, not from the page); a task
 # past the guard is a regression on any machine.
+LONG_TASKS = """window.__long = [];
+new PerformanceObserver((list) => {
+  for (const entry of list.getEntries()) window.__long.push(Math.round(entry.duration));
+}).observe({ type: "longtask", buffered: true });"""
+"""An init script: every main-thread task over 50 ms the page runs, its duration in
+window.__long (page.add_init_script(LONG_TASKS); read with page.evaluate("window.__long"))."""
 TASK_BUDGET_MS = 200
 TASK_GUARD_MS = 5 * TASK_BUDGET_MS

@@ -13,7 +13,8 @@ LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))
 # Runs, draws, and (stat= in the URL) fills the head finder, so every check sees it too.
 ZOOM_PAGE = f"/zoom?model={MINILM}&stat=previous#text=" + SENTENCE.replace(" ", "+")
 LEARN_PAGES = ("/learn", "/learn/attention-basics", "/glossary")
-PAGES = (*LAB_PAGES, *LEARN_PAGES, ZOOM_PAGE, "/docs")  # every page but the explorer (tabs apart)
+IMAGE_PAGE = "/image?sample=chelsea&q=120"  # a patch as the query, drawn on the cat
+PAGES = (*LAB_PAGES, *LEARN_PAGES, ZOOM_PAGE, IMAGE_PAGE, "/docs")  # every page but the explorer (tabs apart)
 ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *PAGES)
 
 
@@ -34,6 +35,8 @@ def open_view(page, base: str, view: str, model: str = MINILM, text: str = SENTE
         page.goto(base + view)
         if view == "/docs":
             wait_js(page, "document.querySelectorAll('.opblock').length > 0")
+        if view == IMAGE_PAGE:
+            wait_js(page, "document.querySelector('#image-status').textContent.includes('pass')", 60)
         if view == ZOOM_PAGE:
             wait_js(page, "document.querySelector('#zoom-window').textContent.startsWith('Layer')")
             finder = "document.querySelector('#zoom-heads-status').textContent"

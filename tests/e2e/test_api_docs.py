@@ -7,7 +7,7 @@ import pytest
 from axe_playwright_python.sync_playwright import Axe
 
 from atlas_engine.schemas.common import NOT_BLANK
-from tests.e2e.helpers import TASK_GUARD_MS, wait_js
+from tests.e2e.helpers import LONG_TASKS, TASK_GUARD_MS, wait_js
 from tests.support.whitespace import BLANKS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -148,12 +148,6 @@ def test_an_opened_operation_with_parameters_has_no_axe_finding(page, live_serve
     violations = Axe().run(page).response["violations"]
     assert [(v["id"], v["impact"]) for v in violations] == []
     assert not page.errors, page.errors
-
-
-LONG_TASKS = """window.__long = [];
-new PerformanceObserver((list) => {
-  for (const entry of list.getEntries()) window.__long.push(Math.round(entry.duration));
-}).observe({ type: "longtask", buffered: true });"""
 
 
 def test_docs_load_and_open_an_operation_without_a_long_main_thread_task(browser, live_server):

@@ -13,15 +13,11 @@ import urllib.parse
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
-from tests.e2e.helpers import wait_js
+from tests.e2e.helpers import LONG_TASKS, wait_js
 from tests.e2e.pages import MINILM
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-LONG_TASKS = """window.__long = [];
-new PerformanceObserver((list) => {
-  for (const e of list.getEntries()) window.__long.push(Math.round(e.duration));
-}).observe({ type: "longtask", buffered: true });"""
 FITS = "document.documentElement.scrollWidth <= window.innerWidth + 1"
 
 

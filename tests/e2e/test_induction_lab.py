@@ -11,14 +11,10 @@ import urllib.request
 
 import pytest
 
-from tests.e2e.helpers import TASK_GUARD_MS, wait_js
+from tests.e2e.helpers import LONG_TASKS, TASK_GUARD_MS, wait_js
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-LONG_TASKS = """window.__long = [];
-new PerformanceObserver((list) => {
-  for (const entry of list.getEntries()) window.__long.push(Math.round(entry.duration));
-}).observe({ type: "longtask", buffered: true });"""
 SHORT = {"steps": 180, "seed": 3, "heads": 2}  # ~3 s here; the page snapshots every 180 / 60 steps
 
 

@@ -9,15 +9,11 @@ import pytest
 
 from atlas_engine.models.loader import FULL_MAPS_MAX_TOKENS
 from atlas_engine.schemas.lab_models import MAX_LAB_REAL_TOKENS
-from tests.e2e.helpers import TASK_GUARD_MS, wait_js
+from tests.e2e.helpers import LONG_TASKS, TASK_GUARD_MS, wait_js
 from tests.e2e.pages import LAB_TOPICS, settle
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-LONG_TASKS = """window.__long = [];
-new PerformanceObserver((list) => {
-  for (const entry of list.getEntries()) window.__long.push(Math.round(entry.duration));
-}).observe({ type: "longtask", buffered: true });"""
 
 # (page, a form input to change, its new value, the metric or table that must follow the API)
 CHANGES = {

@@ -51,8 +51,10 @@ export function routeKey(body) {
  * own explanation (or "cannot reach the server"). */
 async function send(method, path, body, signal) {
   let response;
-  const file = body instanceof Blob; // sent as it is (a zip), not as JSON
-  const headers = body === undefined ? {} : { "Content-Type": file ? "application/zip" : "application/json" };
+  const file = body instanceof Blob; // sent as it is (a zip, an image), not as JSON
+  const image = file && body.type.startsWith("image/");
+  const type = image ? body.type : file ? "application/zip" : "application/json";
+  const headers = body === undefined ? {} : { "Content-Type": type };
   const key = file ? null : routeKey(body);
   if (key) headers["X-Atlas-Key"] = key;
   try {
@@ -149,6 +151,15 @@ export const api = {
     request("GET", `/api/corpus/${run}/heads/${layer}/${head}/headvis`, undefined, opts),
   corpusProjection: (run, layer, head, body, opts) =>
     request("POST", `/api/corpus/${run}/heads/${layer}/${head}/projection`, body, opts),
+  /** An image (a File or Blob of PNG, JPEG or WebP) through a vision transformer: the query
+   * token's rows at every layer and head, rollout, distances, artifacts. */
+  imageAttention: (image, { model, query }, opts) =>
+    request("POST", `/api/image/attention?${new URLSearchParams({ model, query: String(query) })}`, image, opts),
+  /** A bundled sample image, as a Blob. */
+  imageSample: async (name, opts) => {
+    const response = await send("GET", `/api/image/samples/${encodeURIComponent(name)}`, undefined, opts?.signal);
+    return response.blob();
+  },
   lessons: (opts) => request("GET", "/api/lessons", undefined, opts),
   lesson: (id, opts) => request("GET", `/api/lessons/${encodeURIComponent(id)}`, undefined, opts),
   checkLesson: (text, opts) => request("POST", "/api/lessons/check", { text }, opts),
