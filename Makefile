@@ -131,6 +131,7 @@ bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser corpus
 	HF_HUB_OFFLINE=1 $(PY) -m bench.scaling
 	HF_HUB_OFFLINE=1 $(PY) -m bench.replay_fidelity
 	HF_HUB_OFFLINE=1 $(PY) -m bench.capture_cost
+	HF_HUB_OFFLINE=1 $(PY) -m bench.image_cost
 	HF_HUB_OFFLINE=1 $(PY) -m bench.zoom_bound --kinds "random words"
 	HF_HUB_OFFLINE=1 $(PY) -m bench.zoom_bound --kinds "repeated text,prose,code" --layers 0,6,12,18,24,29
 	HF_HUB_OFFLINE=1 $(PY) -m bench.writes_cost

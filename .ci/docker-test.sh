@@ -66,6 +66,12 @@ for src in $(cat "$WORK/page.html" "$WORK/docs.html" | grep -o '\(src\|href\)="[
   curl -fsS "http://127.0.0.1:$PORT$src" -o /dev/null || { echo "[docker-test] $src is not served"; exit 1; }
 done
 step "real /api/attention requests, the pages and their files"
+# The image model, converted at build time: a sample through it, as the unprivileged user.
+curl -fsS "http://127.0.0.1:$PORT/api/image/samples/chelsea" -o "$WORK/cat.jpg"
+curl -fsS -H "Content-Type: image/jpeg" --data-binary @"$WORK/cat.jpg" \
+  "http://127.0.0.1:$PORT/api/image/attention?query=0" \
+  | python3 -c "import json, sys; a = json.load(sys.stdin); assert (a['layers'], a['rows'], a['cols']) == (12, 16, 16), a['model']; print('[docker-test] image model:', a['model'], a['layers'], 'layers')"
+step "an image through the vision transformer"
 
 podman healthcheck run "$NAME"
 step "podman healthcheck run"

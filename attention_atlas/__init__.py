@@ -1,6 +1,7 @@
 """Attention Atlas as a Python library.
 
 - run_model(model, text): any transformers model's tokens and attention maps (torch);
+- run_image(image): a vision transformer's maps over an image's patches (torch);
 - AtlasClient(url): a running server's answers as numpy arrays (no torch needed);
 - show(...): the explorer's views inline in a notebook (Jupyter, JupyterLab, VS Code, Colab).
 
@@ -15,6 +16,8 @@ from importlib import import_module
 _WHERE = {
     "run_model": "attention_atlas.run",
     "AttentionRun": "attention_atlas.run",
+    "run_image": "attention_atlas.run",
+    "ImageRun": "attention_atlas.run",
     "AtlasClient": "attention_atlas.client",
     "AtlasError": "attention_atlas.client",
     "Maps": "attention_atlas.client",

@@ -258,3 +258,44 @@ def _stack(layers) -> Tensor:
 def _looks_causal(maps: Tensor) -> bool:
     """Whether no query gives any weight to a later key (what a causal mask does)."""
     return maps.shape[-1] > 1 and not maps.triu(1).any()
+
+
+@dataclass
+class ImageRun:
+    """What one pass of a vision transformer over an image showed. T = prefix + rows x cols
+    tokens: the prefix tokens (the class token; DeiT's distillation token; registers) first,
+    then the patches row by row."""
+
+    attentions: Tensor  # (L, H, T, T) float32, the model's own output_attentions
+    hidden: Tensor  # (T, D) the last layer's output, before the final norm
+    rows: int
+    cols: int
+    prefix: int
+    patch: int  # a patch's side in pixels of the image as the model sees it
+    seen: object = field(repr=False)  # (H, W, 3) uint8 numpy: that image, resized and padded
+
+
+def run_image(image, model: str | os.PathLike | None = None) -> ImageRun:
+    """Run a vision transformer on `image` (a path, the file's bytes, or a PIL image) as the
+    server's images page does: the embedded DINOv2-small (converted once into `cache_folder()`)
+    unless `model` names a ViT-family folder or cached Hub id (ViT, DeiT, DINOv2 with or without
+    registers, CLIP or SigLIP vision). The image is checked and prepared as the server prepares
+    an upload (atlas_engine.vision); a bad one raises atlas_engine.errors.InvalidInput."""
+    from PIL import Image
+
+    from atlas_engine.vision.images import decode_image
+    from atlas_engine.vision.models import IMAGE_MODEL_ID, image_attention, load_image_model
+    from atlas_engine.vision.prepare import prepare
+
+    if isinstance(image, Image.Image):
+        picture = image.convert("RGB")
+    else:
+        data = image if isinstance(image, bytes) else Path(image).read_bytes()
+        picture = decode_image(data)
+    loaded = load_image_model(str(model or IMAGE_MODEL_ID), cache_folder())
+    prepared = prepare(picture, loaded.processor)
+    maps = image_attention(loaded, prepared.pixel_values)
+    return ImageRun(
+        attentions=maps.weights, hidden=maps.hidden, rows=maps.rows, cols=maps.cols,
+        prefix=maps.prefix, patch=loaded.patch_size, seen=prepared.seen,
+    )  # fmt: skip

@@ -106,6 +106,12 @@ def trained(page: Page) -> None:
     settled(page)
 
 
+def image_drawn(page: Page) -> None:
+    """The images page has run its model on the image and drawn it."""
+    wait(page, "document.querySelector('#image-status').textContent.includes('forward pass')")
+    settled(page)
+
+
 def random_words_twice(words: str) -> Callable[[Page], None]:
     def act(page: Page) -> None:
         wait(page, "document.querySelector('#zoom-model').options.length > 0")
@@ -220,6 +226,10 @@ SHOTS = [
     Shot("lab-positions", "/lab/positions"),
     Shot("lab-tiling", "/lab/tiling"),
     Shot("lab-induction", "/lab/induction", trained),
+    Shot("image-eye", "/image?sample=chelsea&q=102&layer=11&head=5", image_drawn),
+    Shot("image-heads", "/image?sample=chelsea&view=heads&layer=11", image_drawn),
+    Shot("image-distance", "/image?sample=rocket&view=distance", image_drawn),
+    Shot("image-narrow", "/image?sample=coffee&view=rollout", image_drawn, size=PHONE),
     Shot("learn", "/learn"),
     Shot("glossary", "/glossary", full_page=False),
     Shot("api-docs", "/docs", docs_operation, full_page=False),

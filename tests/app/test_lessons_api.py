@@ -12,10 +12,16 @@ from app.main import create_app
 from atlas_engine.services.lessons import SHIPPED
 from tests.conftest import make_settings
 
-SHIPPED_IDS = ["attention-basics", "why-sqrt-d", "find-the-induction-head", "watch-it-learn"]
+SHIPPED_IDS = [
+    "attention-basics",
+    "why-sqrt-d",
+    "find-the-induction-head",
+    "watch-it-learn",
+    "attention-on-images",
+]
 
 
-def test_four_lessons_ship_in_course_order(client):
+def test_five_lessons_ship_in_course_order(client):
     listed = client.get("/api/lessons").json()["lessons"]
     assert [lesson["id"] for lesson in listed] == SHIPPED_IDS
     assert all(lesson["source"] == "shipped" and lesson["steps"] >= 4 for lesson in listed)

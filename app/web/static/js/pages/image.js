@@ -105,7 +105,7 @@ function paint(canvas, a, values, outlined = [], scale = SCALE) {
   patches.forEach((v, i) => {
     const r = Math.floor(i / a.cols);
     const c = i % a.cols;
-    context.fillStyle = `rgba(0, 0, 0, ${DARKEST * (1 - Math.sqrt(Math.max(0, v) / top))})`;
+    context.fillStyle = `rgba(0, 0, 0, ${DARKEST * (1 - Math.max(0, v) / top)})`;
     context.fillRect(c * side, r * side, side, side);
   });
   context.strokeStyle = "rgba(255, 255, 255, 0.18)"; // the patch grid: the model's tokens
