@@ -14,7 +14,8 @@ LAB_PAGES = ("/lab", *(f"/lab/{t}" for t in ALL_LAB_TOPICS))
 ZOOM_PAGE = f"/zoom?model={MINILM}&stat=previous#text=" + SENTENCE.replace(" ", "+")
 LEARN_PAGES = ("/learn", "/learn/attention-basics", "/glossary")
 IMAGE_PAGE = "/image?sample=chelsea&q=120"  # a patch as the query, drawn on the cat
-PAGES = (*LAB_PAGES, *LEARN_PAGES, ZOOM_PAGE, IMAGE_PAGE, "/docs")  # every page but the explorer (tabs apart)
+# every page but the explorer (tabs apart)
+PAGES = (*LAB_PAGES, *LEARN_PAGES, ZOOM_PAGE, IMAGE_PAGE, "/docs")
 ALL_VIEWS = (*(f"explorer:{tab}" for tab in EXPLORER_TABS), *PAGES)
 
 
@@ -36,7 +37,8 @@ def open_view(page, base: str, view: str, model: str = MINILM, text: str = SENTE
         if view == "/docs":
             wait_js(page, "document.querySelectorAll('.opblock').length > 0")
         if view == IMAGE_PAGE:
-            wait_js(page, "document.querySelector('#image-status').textContent.includes('pass')", 60)
+            drawn = "document.querySelector('#image-status').textContent.includes('pass')"
+            wait_js(page, drawn, 60)
         if view == ZOOM_PAGE:
             wait_js(page, "document.querySelector('#zoom-window').textContent.startsWith('Layer')")
             finder = "document.querySelector('#zoom-heads-status').textContent"
