@@ -3,7 +3,8 @@
 - run_model(model, text): any transformers model's tokens and attention maps (torch);
 - run_image(image): a vision transformer's maps over an image's patches (torch);
 - AtlasClient(url): a running server's answers as numpy arrays (no torch needed);
-- show(...): the explorer's views inline in a notebook (Jupyter, JupyterLab, VS Code, Colab).
+- show(...): the explorer's views inline in a notebook (Jupyter, JupyterLab, VS Code, Colab);
+- show_image(image): a vision transformer's heads over an image, inline.
 
 Names are imported on first use, so `from attention_atlas import AtlasClient` never imports
 torch or transformers.
@@ -24,6 +25,8 @@ _WHERE = {
     "decode_maps": "atlas_engine.formats",
     "AttentionWidget": "attention_atlas.widget",
     "show": "attention_atlas.widget",
+    "show_image": "attention_atlas.image_widget",
+    "ImageWidget": "attention_atlas.image_widget",
 }
 
 __all__ = sorted(_WHERE)

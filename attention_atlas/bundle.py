@@ -45,10 +45,11 @@ def _inlined(path: Path, urls: dict[Path, str], visiting: set[Path]) -> str:
 
 
 @lru_cache
-def widget_esm() -> str:
-    """static/js/widget.js as one self-contained module, a str of JavaScript (its imports are
-    data: URLs, and one module imported twice is one URL, so it is evaluated once)."""
-    return _inlined((JS_DIR / "widget.js").resolve(), {}, set())
+def widget_esm(name: str = "widget.js") -> str:
+    """static/js/<name> (the explorer's widget, or image-widget.js) as one self-contained
+    module, a str of JavaScript (its imports are data: URLs, and one module imported twice is
+    one URL, so it is evaluated once)."""
+    return _inlined((JS_DIR / name).resolve(), {}, set())
 
 
 @lru_cache

@@ -6,12 +6,12 @@ import { api } from "../api.js";
 import { headColour } from "../colors.js";
 import { $, el, metricCard, readPageData, showError } from "../dom.js";
 import { numbersTable } from "../lab.js";
+import { paintPatches, patchUnder } from "../patch-overlay.js";
 import { keepInputsInUrl } from "../urlstate.js";
 import { drawChart, plotlyReady } from "../views/plot.js";
 
 const DATA = readPageData();
 const SCALE = 2; // canvas pixels a pixel of the image as the model sees it
-const DARKEST = 0.85; // how dark a patch given no weight is drawn
 
 const fields = {
   sample: $("#image-sample"),
@@ -92,39 +92,8 @@ const tokenName = (a, token) => {
   return patch ? `patch (${patch[0]}, ${patch[1]})` : `the ${a.prefix[token]} token`;
 };
 
-/** The picture with each patch darkened by how little `values` (T) gives it; outlined patches:
- * [[row, col, colour]]. */
 function paint(canvas, a, values, outlined = [], scale = SCALE) {
-  canvas.width = a.width * scale;
-  canvas.height = a.height * scale;
-  const context = canvas.getContext("2d");
-  context.drawImage(state.picture, 0, 0, canvas.width, canvas.height);
-  const patches = values.slice(a.prefix.length);
-  const top = Math.max(...patches, 1e-12);
-  const side = a.patch * scale;
-  patches.forEach((v, i) => {
-    const r = Math.floor(i / a.cols);
-    const c = i % a.cols;
-    context.fillStyle = `rgba(0, 0, 0, ${DARKEST * (1 - Math.max(0, v) / top)})`;
-    context.fillRect(c * side, r * side, side, side);
-  });
-  context.strokeStyle = "rgba(255, 255, 255, 0.18)"; // the patch grid: the model's tokens
-  context.lineWidth = 1;
-  context.beginPath();
-  for (let r = 1; r < a.rows; r++) {
-    context.moveTo(0, r * side + 0.5);
-    context.lineTo(a.cols * side, r * side + 0.5);
-  }
-  for (let c = 1; c < a.cols; c++) {
-    context.moveTo(c * side + 0.5, 0);
-    context.lineTo(c * side + 0.5, a.rows * side);
-  }
-  context.stroke();
-  context.lineWidth = Math.max(1, scale);
-  for (const [r, c, colour] of outlined) {
-    context.strokeStyle = colour;
-    context.strokeRect(c * side + 1, r * side + 1, side - 2, side - 2);
-  }
+  paintPatches(canvas, state.picture, { ...a, prefix: a.prefix.length }, values, { outlined, scale });
 }
 
 /** The values the main canvas shows for the chosen view: (T,). */
@@ -285,13 +254,7 @@ function renderArtifacts(a) {
 
 function patchAt(event) {
   const a = state.answer;
-  const canvas = $("#image-canvas");
-  const box = canvas.getBoundingClientRect();
-  const x = ((event.clientX - box.left) / box.width) * a.width;
-  const y = ((event.clientY - box.top) / box.height) * a.height;
-  const row = Math.min(a.rows - 1, Math.max(0, Math.floor(y / a.patch)));
-  const col = Math.min(a.cols - 1, Math.max(0, Math.floor(x / a.patch)));
-  return [row, col];
+  return patchUnder(event, $("#image-canvas"), a);
 }
 
 function ask(token) {
