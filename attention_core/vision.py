@@ -179,3 +179,38 @@ def artifact_tokens(
         threshold=threshold,
         median=median,
     )
+
+
+PATCH_ROLES = ("self", "neighbours", "prefix", "entropy")
+"""The per-head statistics of patch_roles, in the order its answer stacks them."""
+
+
+def patch_roles(weights: Tensor, prefix: int, rows: int, cols: int) -> Tensor:
+    """What each head does with its patch queries, as text heads' roles are read: (4, L, H).
+
+    For every patch query, averaged over the rows * cols of them (the prefix tokens' own rows
+    are left out; keys are every token):
+      self        the weight on its own patch (text's "self" role);
+      neighbours  the weight on the up to 8 patches around it (the image's "previous token": a
+                  local head; a patch on the border has fewer);
+      prefix      the weight on the prefix tokens (class, registers): the image's sink;
+      entropy     -sum(w log w) over its row, divided by log(T): 0 on one key, 1 uniform.
+    weights: (L, H, T, T) with T = prefix + rows * cols."""
+    layers, heads, tokens, _ = weights.shape
+    n = rows * cols
+    if tokens != prefix + n:
+        raise ValueError(f"maps of {tokens} tokens are not {prefix} + {rows} x {cols}")
+    w = weights[:, :, prefix:, :].to(torch.float64)  # (L, H, n, T): the patch queries' rows
+    patches = w[..., prefix:]  # (L, H, n, n)
+    own = torch.diagonal(patches, dim1=-2, dim2=-1)  # (L, H, n)
+    r = torch.arange(n) // cols
+    c = torch.arange(n) % cols
+    near = ((r[:, None] - r[None, :]).abs() <= 1) & ((c[:, None] - c[None, :]).abs() <= 1)
+    near &= ~torch.eye(n, dtype=torch.bool)  # (n, n): the up to 8 patches around each
+    neighbours = (patches * near).sum(dim=-1)  # (L, H, n)
+    on_prefix = w[..., :prefix].sum(dim=-1)  # (L, H, n)
+    entropy = -(w * torch.log(w.clamp_min(1e-30))).sum(dim=-1) / torch.log(
+        torch.tensor(float(tokens))
+    )  # (L, H, n)
+    stacked = torch.stack([own, neighbours, on_prefix, entropy])  # (4, L, H, n)
+    return stacked.mean(dim=-1).to(torch.float32)  # (4, L, H)

@@ -56,6 +56,11 @@ class ImageAttention(BaseModel):
         description="(layers, heads): mean attention distance in pixels (the ViT paper's): "
         "over patch queries, the weight-averaged distance to patch keys"
     )
+    roles: dict[str, list[list[float]]] = Field(
+        description="Each head's statistics over its patch queries, name -> (layers, heads): "
+        "self (weight on its own patch), neighbours (on the up to 8 around it), prefix (on the "
+        "prefix tokens: the image's sink), entropy (of its row, divided by log T)"
+    )
     received: list[list[float]] = Field(
         description="(layers, T): the attention each token receives, mean over heads and queries"
     )

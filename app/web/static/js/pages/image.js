@@ -132,9 +132,13 @@ async function render() {
   const mode = fields.view.value; // what the page shows (not an explorer view)
   $("#image-heads").hidden = mode !== "heads" && mode !== "head";
   $("#image-distance").hidden = mode !== "distance";
+  $("#image-roles").hidden = mode !== "distance";
   $("#image-artifacts").hidden = mode !== "artifacts";
   if (mode === "heads" || mode === "head") renderHeads(a);
-  if (mode === "distance") await drawDistance(a);
+  if (mode === "distance") {
+    await drawDistance(a);
+    renderRoles(a);
+  }
   if (mode === "artifacts") renderArtifacts(a);
   $("#image-about").textContent = ABOUT[mode](a);
 }
@@ -147,7 +151,7 @@ const ABOUT = {
   rollout: (a) =>
     `Rollout with the residual counted as ${a.rollout_residual} of each layer: the routes from every patch to ${tokenName(a, a.query)} through all ${a.layers} layers, values and MLPs ignored.`,
   distance: () =>
-    "Each dot is a head: the weight-averaged distance, in pixels, from its patch queries to the patches they attend to. The line is each layer's mean.",
+    "Each dot is a head: the weight-averaged distance, in pixels, from its patch queries to the patches they attend to. The line is each layer's mean. The table reads the layer's heads as text heads are read: weight on the query's own patch, on the patches around it, on the class token, and how spread the rows are.",
   artifacts: (a) =>
     a.artifacts.length
       ? `Outlined: ${a.artifacts.length} patch(es) whose last-layer output norm is an outlier among the patches, with the attention they take.`
@@ -231,6 +235,26 @@ async function drawDistance(a) {
     legend: { orientation: "h", y: -0.25 },
     height: 380,
   });
+}
+
+const ROLE_NAMES = { self: "own patch", neighbours: "8 around", prefix: "class + registers", entropy: "entropy" };
+
+/** The chosen layer's heads by the roles that apply to patches (the API's `roles`). */
+function renderRoles(a) {
+  const layer = Number(fields.layer.value);
+  const names = Object.keys(a.roles);
+  $("#image-roles").replaceChildren(
+    numbersTable(
+      `Layer ${layer}: each head over its patch queries`,
+      ["head", "distance (px)", ...names.map((n) => ROLE_NAMES[n] ?? n)],
+      Array.from({ length: a.heads }, (_, h) => [
+        String(h),
+        a.distance[layer][h].toFixed(1),
+        ...names.map((n) => a.roles[n][layer][h].toFixed(3)),
+      ]),
+      "image-role-rows",
+    ),
+  );
 }
 
 function renderArtifacts(a) {
