@@ -196,7 +196,7 @@ def patch_roles(weights: Tensor, prefix: int, rows: int, cols: int) -> Tensor:
       prefix      the weight on the prefix tokens (class, registers): the image's sink;
       entropy     -sum(w log w) over its row, divided by log(T): 0 on one key, 1 uniform.
     weights: (L, H, T, T) with T = prefix + rows * cols."""
-    layers, heads, tokens, _ = weights.shape
+    tokens = weights.shape[-1]
     n = rows * cols
     if tokens != prefix + n:
         raise ValueError(f"maps of {tokens} tokens are not {prefix} + {rows} x {cols}")
