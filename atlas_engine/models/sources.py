@@ -358,16 +358,17 @@ def gguf_folder(
         ) from None
 
 
-def _checked_or_converted(
-    cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint, may_convert: bool
-) -> Path:
-    """gguf_folder's work, with the cache lock held."""
+def _checked_copy(cache_dir: Path, checkpoint, progress: Progress, problem_of) -> Path | None:
+    """With the cache lock held: the converted copy of `checkpoint` when it passes its check
+    (problem_of(folder, checkpoint) is None), else None, having removed what an interrupted
+    conversion left and moved a copy that fails its check aside. Shared by every conversion
+    (GGUF here, ONNX in vision_weights)."""
     target = converted_folder(cache_dir, checkpoint)
     prefix = f".{checkpoint.slug}-"
     _remove_unfinished_conversions(cache_dir, prefix)
     if target.exists() or target.is_symlink():
         progress("checking converted files (sha256)", 0.2)
-        problem = _converted_copy_problem(target, checkpoint)
+        problem = problem_of(target, checkpoint)
         if problem is None:
             return target
         log.warning(
@@ -376,6 +377,18 @@ def _checked_or_converted(
             problem,
         )
         _move_aside_and_remove(target, prefix)
+    return None
+
+
+def _checked_or_converted(
+    cache_dir: Path, progress: Progress, checkpoint: GgufCheckpoint, may_convert: bool
+) -> Path:
+    """gguf_folder's work, with the cache lock held."""
+    found = _checked_copy(cache_dir, checkpoint, progress, _converted_copy_problem)
+    if found is not None:
+        return found
+    target = converted_folder(cache_dir, checkpoint)
+    prefix = f".{checkpoint.slug}-"
 
     parts = _part_paths(checkpoint)
     if parts is None:

