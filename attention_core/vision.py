@@ -120,11 +120,14 @@ def rollout(weights: Tensor, residual: float = 0.5, head_fusion: str = "mean") -
 
 
 def attention_received(weights: Tensor) -> Tensor:
-    """The attention each token receives in one layer: (heads, T, T) -> (T,), the mean over
-    heads and over query rows of the weights on it (the tokens' values sum to 1)."""
-    if weights.dim() != 3 or weights.shape[-1] != weights.shape[-2]:
-        raise ValueError(f"weights must be one layer's (heads, T, T), got {tuple(weights.shape)}")
-    return weights.float().mean(dim=(0, 1))  # (T,)
+    """The attention each token receives: one layer's (heads, T, T) -> (T,), or stacked layers'
+    (L, heads, T, T) -> (L, T); the mean over heads and over query rows of the weights on it
+    (a layer's values sum to 1)."""
+    if weights.dim() not in (3, 4) or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(
+            f"weights must be (heads, T, T) or (L, heads, T, T), got {tuple(weights.shape)}"
+        )
+    return weights.float().mean(dim=(-3, -2))  # (T,) or (L, T)
 
 
 @dataclass(frozen=True)

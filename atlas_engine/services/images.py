@@ -27,6 +27,7 @@ from atlas_engine.vision.samples import SAMPLES
 from attention_core.vision import (
     PATCH_ROLES,
     artifact_tokens,
+    attention_received,
     mean_attention_distance,
     patch_roles,
     rollout,
@@ -95,7 +96,7 @@ def answer(data: bytes, model_id: str, query: int, cache_dir: Path) -> ImageAtte
     maps = image_attention(m, prepared.pixel_values)
     seconds = time.perf_counter() - started
     weights = maps.weights  # (L, H, T, T)
-    received = weights.mean(dim=(1, 2))  # (L, T): over heads and queries
+    received = attention_received(weights)  # (L, T): over heads and queries
     found = artifact_tokens(maps.hidden, received[-1], maps.prefix)
     norms = maps.hidden.float().norm(dim=-1)  # (T,)
     roles = patch_roles(weights, maps.prefix, maps.rows, maps.cols)  # (4, L, H)

@@ -127,7 +127,7 @@ async function render() {
   const { values, what } = shown(a);
   paint($("#image-canvas"), a, values, outlines(a));
   $("#image-canvas").setAttribute("aria-label", `The image as the model sees it, darkened where ${what} is small`);
-  renderMetrics(a, values, what);
+  renderMetrics(a, values);
   readout(a, values);
   const mode = fields.view.value; // what the page shows (not an explorer view)
   $("#image-heads").hidden = mode !== "heads" && mode !== "head";
@@ -158,7 +158,7 @@ const ABOUT = {
       : "No patch's output norm is an outlier here: this model shows no artifact patches on this image.",
 };
 
-function renderMetrics(a, values, what) {
+function renderMetrics(a, values) {
   const prefixShare = values.slice(0, a.prefix.length).reduce((s, v) => s + v, 0);
   const layer = Number(fields.layer.value);
   const meanDistance = a.distance[layer].reduce((s, v) => s + v, 0) / a.heads;
@@ -168,7 +168,6 @@ function renderMetrics(a, values, what) {
     metricCard(`layer ${layer}: mean attention distance`, `${meanDistance.toFixed(1)} px`, "distance"),
     metricCard("artifact patches", String(a.artifacts.length), "artifacts"),
   );
-  $("#image-canvas").dataset.what = what;
 }
 
 function readout(a, values) {
