@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from atlas_engine.errors import StoreUnavailable
+from attention_core import headvis
 
 log = logging.getLogger("attention_atlas")
 
@@ -496,6 +497,28 @@ class Store:
             else np.zeros((0, run.layers, run.heads, 0), np.float32)
         )
         return idx, tokens, sums, np.array([r[3] for r in rows], dtype=np.int64)
+
+    def max_activations(
+        self, run: Run, indices: list[int], layer: int, head: int
+    ) -> dict[int, float]:
+        """idx -> one head's HeadVis max_activation of each of these texts, as the job kept it
+        (float32); texts described before the job kept HeadVis's numbers are left out."""
+        if not indices:
+            return {}
+        marks = ",".join("?" * len(indices))
+        with self._transaction() as db:
+            rows = db.execute(
+                f"SELECT idx, headvis FROM done WHERE run = ? AND headvis IS NOT NULL "
+                f"AND idx IN ({marks})",
+                (run.id, *indices),
+            ).fetchall()
+        column = headvis.SUMS.index("max_activation")
+        return {
+            idx: float(
+                np.frombuffer(body, "<f4").reshape(run.layers, run.heads, -1)[layer, head, column]
+            )
+            for idx, body in rows
+        }
 
     def samples(self, run: Run, layer: int, head: int) -> list[tuple[int, SampleRow]]:
         """(idx, sample) of the sequences one head keeps, by interval then rank."""

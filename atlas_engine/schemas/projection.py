@@ -39,6 +39,12 @@ class ProjectedText(BaseModel):
     idx: int = Field(description="The text's index in the run")
     text: str
     tokens: int = Field(description="Its tokens read into the projection (a prefix of the text)")
+    max_activation: float | None = Field(
+        description="HeadVis's max_activation of the whole text for this head (the largest "
+        "weight of its map off row 0 and column 0), as the corpus job kept it: the number "
+        "HeadVis ranks and samples texts by; null for a text described before the job kept "
+        "HeadVis's numbers"
+    )
 
 
 class Plane(BaseModel):
@@ -65,6 +71,11 @@ class ProjectionResponse(BaseModel):
     )
     entropy: list[float] = Field(
         description="(n,): the entropy (nats) of the token's own row of the head's map"
+    )
+    activation: list[float | None] = Field(
+        description="(n,): HeadVis's activation of the token's own row: its largest weight "
+        "off column 0 (null at position 0, which HeadVis leaves out); the largest over a whole "
+        "text is the text's max_activation"
     )
     queries: list[list[float]] = Field(description="(n, 2): queries, in the query-key plane")
     keys: list[list[float]] = Field(description="(n, 2): keys, in the same plane")

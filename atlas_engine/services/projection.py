@@ -174,7 +174,9 @@ def head_projection(
         parts = _read_texts(passes, loaded, sample, layer, head, should_stop)
     finally:
         answer.release()
-    return _answer(run, layer, head, req, sample, parts, started)
+    kept = store.max_activations(run, [i for i, _, _ in sample], layer, head)
+    activations = dict(zip(kept, to_lists(torch.tensor(list(kept.values()))), strict=True))
+    return _answer(run, layer, head, req, sample, parts, activations, started)
 
 
 def _read_texts(passes, loaded, sample, layer, head, should_stop) -> list:
@@ -192,8 +194,15 @@ def _read_texts(passes, loaded, sample, layer, head, should_stop) -> list:
     return parts
 
 
-def _answer(run, layer, head, req, sample, parts, started) -> ProjectionResponse:
-    q, k, v, o, received, entropy = [], [], [], [], [], []
+def _row_activation(weights: Tensor, keep: int) -> list[float | None]:
+    """(T, T) map -> HeadVis's activation of each of the first `keep` rows: the row's largest
+    weight off column 0, None for row 0 (HeadVis leaves row 0 and column 0 out)."""
+    rows = weights[1:keep, 1:].amax(-1) if keep > 1 else weights.new_zeros(0)
+    return [None, *to_lists(rows)][:keep]
+
+
+def _answer(run, layer, head, req, sample, parts, activations, started) -> ProjectionResponse:
+    q, k, v, o, received, entropy, activation = [], [], [], [], [], [], []
     token, text, position, special = [], [], [], []
     if not parts:
         raise InvalidInput(f"corpus run {run.id} has no finished text to project")
@@ -206,6 +215,7 @@ def _answer(run, layer, head, req, sample, parts, started) -> ProjectionResponse
         received.append(w.sum(0)[:keep])  # (keep,): each key's column sum
         logs = torch.where(w > 0, w.log(), torch.zeros_like(w))
         entropy.append(-(w * logs).sum(-1)[:keep])  # (keep,)
+        activation += _row_activation(w, keep)
         token += tokens
         special += specials
         text += [index] * keep
@@ -216,9 +226,13 @@ def _answer(run, layer, head, req, sample, parts, started) -> ProjectionResponse
     return ProjectionResponse(
         run=run.id, model=run.model, layer=layer, head=head, kv_head=parts[0][0].kv_head,
         method=req.method,
-        texts=[ProjectedText(idx=i, text=t, tokens=n) for i, t, n in sample],
+        texts=[
+            ProjectedText(idx=i, text=t, tokens=n, max_activation=activations.get(i))
+            for i, t, n in sample
+        ],
         token=token, text=text, position=position, special=special,
         received=to_lists(torch.cat(received)), entropy=to_lists(torch.cat(entropy)),
+        activation=activation,
         queries=to_lists(space.queries), keys=to_lists(space.keys),
         values=to_lists(values), outputs=to_lists(outputs),
         query_key=Plane(explained=None if space.explained is None else list(space.explained)),

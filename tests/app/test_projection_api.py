@@ -4,6 +4,9 @@ engine's own functions do on the model's own passes; bad requests are 4xx naming
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
@@ -69,6 +72,35 @@ def test_the_points_are_the_heads_own_vectors_projected(served):
         assert body[plane]["explained"] == pytest.approx(list(explained), abs=1e-6)
     torch.testing.assert_close(torch.tensor(body["received"]), torch.cat(received))
     assert body["position"][: body["texts"][0]["tokens"]] == list(range(body["texts"][0]["tokens"]))
+
+
+def test_headvis_activations_are_the_rows_maxima_and_the_jobs_own_max_activation(served):
+    """Each point's activation is its row's largest weight off column 0 (null at position 0);
+    each text's max_activation is what the corpus job kept, which is the largest of its rows'."""
+    client, run, loaded = served
+    body = client.post(url(run.id, 0, 1), json={"tokens": 120, "seed": 2}).json()
+    at = 0
+    for item in body["texts"]:
+        weights = head_vectors(loaded, run_forward(loaded, item["text"]), 0, 1).weights
+        keep = item["tokens"]
+        got = body["activation"][at : at + keep]
+        assert got[0] is None
+        torch.testing.assert_close(torch.tensor(got[1:]), weights[1:keep, 1:].amax(-1))
+        whole = weights[1:, 1:].max().item()  # the job described the whole text, batched
+        assert item["max_activation"] == pytest.approx(whole, abs=1e-6)
+        at += keep
+    assert at == len(body["activation"])
+    shown = {t["idx"]: t["max_activation"] for t in body["texts"]}
+    store = Store(Path(client.app.state.settings.corpus_store))
+    try:
+        kept = store.max_activations(
+            run, list(shown), 0, 1
+        )  # float32, shown in its shortest digits
+        assert {i: np.float32(v) for i, v in kept.items()} == {
+            i: np.float32(v) for i, v in shown.items()
+        }
+    finally:
+        store.close()
 
 
 def test_the_same_seed_draws_the_same_sample_and_another_another(served):

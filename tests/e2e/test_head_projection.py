@@ -5,8 +5,11 @@ explorer; `?embed=1` without chrome, framed by another site, at 1280 and 390 px,
 
 from __future__ import annotations
 
+import csv
 import functools
 import http.server
+import io
+import json
 import threading
 import urllib.parse
 
@@ -64,6 +67,41 @@ def test_the_projection_draws_recolours_and_opens_a_token(browser, corpus_server
     assert query["model"] == [MINILM] and query["layer"] == ["1"] and query["head"] == ["2"]
     assert query["q"] == ["3"] and query["text"][0]
     assert not errors
+    context.close()
+
+
+def test_headvis_colours_and_the_four_exports_carry_what_is_drawn(browser, corpus_server, tmp_path):
+    """Coloured by HeadVis's activation (position 0 grey: HeadVis leaves it out) and by the text's
+    max_activation; PNG and SVG of the drawing under a heading, JSON of the answer, CSV a row a
+    drawn point with its numbers."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    page.goto(f"{corpus_server}/head/{MINILM}/1/2?project=1&ptokens=64&pcolour=activation")
+    wait_js(page, "document.querySelector('#pj-plot canvas')", 120)
+    assert "HeadVis activation of its row" in page.inner_text("#pj-plot .cloud-bar")
+    saved = {}
+    for kind in ("png", "svg", "json", "csv"):
+        with page.expect_download() as download:
+            page.click(f"#pj-export button[data-export={kind}]")
+        saved[kind] = tmp_path / download.value.suggested_filename
+        download.value.save_as(saved[kind])
+        assert saved[kind].name.endswith(f"-L1-H2-projection-qk.{kind}")
+    answer = json.loads(saved["json"].read_text())
+    assert answer["shown"] == {"plane": "qk", "colour": "activation"}
+    n = len(answer["token"])
+    firsts = [i for i in range(n) if answer["position"][i] == 0]
+    assert firsts and all(answer["activation"][i] is None for i in firsts)
+    assert all(t["max_activation"] is not None for t in answer["texts"])
+    rows = list(csv.reader(io.StringIO(saved["csv"].read_text())))
+    assert rows[0][:2] == ["kind", "token"] and len(rows) == 1 + 2 * n  # queries and keys
+    assert [float(v) for v in rows[1][4:6]] == answer["queries"][0]
+    svg = saved["svg"].read_text()
+    assert f"{MINILM} · layer 1 · head 2" in svg and "coloured by HeadVis activation" in svg
+    assert "#c4c4c4" in svg  # position 0's points, grey
+    assert saved["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page.select_option("#pj-colour", "textmax")
+    wait_js(page, "location.search.includes('pcolour=textmax')")
+    assert "max_activation" in page.inner_text("#pj-plot .cloud-bar")
     context.close()
 
 

@@ -25,7 +25,8 @@ const VECTOR_SVG_LIMIT = 128; // tokens: above this a heatmap's SVG holds the ma
 const PNG_WIDTH = 1600; // pixels at least: a slide's width
 const GRID_PNG_WIDTH = 2000; // the all-heads grid's small maps need more
 
-function download(name, blob) {
+/** Saves `blob` as the file `name` (the browser's download). */
+export function download(name, blob) {
   const url = URL.createObjectURL(blob);
   const a = document.createElement("a");
   a.href = url;
@@ -36,7 +37,8 @@ function download(name, blob) {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
-function slug(text) {
+/** A file name's part made of `text`: letters, digits and dashes, at most 40. */
+export function slug(text) {
   return (
     String(text)
       .replace(/[^a-z0-9]+/gi, "-")
@@ -49,10 +51,16 @@ function slug(text) {
 const FORMULA_START = /^[=+\-@\t\r]/;
 
 function csvCell(value) {
+  if (value === null || value === undefined) return "";
   if (typeof value === "number") return String(value);
   let text = String(value);
   if (FORMULA_START.test(text)) text = `'${text}`;
   return /[",\n\r]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+}
+
+/** Rows of cells (the header first) as CSV; empty cells for null, formulas defused. */
+export function csvTable(rows) {
+  return `${rows.map((row) => row.map(csvCell).join(",")).join("\r\n")}\r\n`;
 }
 
 /** A matrix as CSV; null cells (masked scores) are written as `blank`. */

@@ -7,6 +7,8 @@
 import { api } from "../api.js";
 import { viridis } from "../colors.js";
 import { $, el, metricCard, showError } from "../dom.js";
+import { csvTable, download, slug } from "../export.js";
+import { figureHeading, framedSvg, svgToPng } from "../export-svg.js";
 import { drawPointCloud } from "../views/point-cloud.js";
 
 /** The panel's keys in the page's state, with their defaults (all text fields). `project` is
@@ -23,10 +25,13 @@ export const PROJECTION_STATE = {
 const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 const OTHER = "#c4c4c4";
 const KIND = { query: "#2166ac", key: "#b2182b" };
+// A per-point statistic: [the colour bar's label, the value of point i (null: none, drawn grey)].
 const STATISTIC = {
   position: ["position in its text", (a, i) => a.position[i]],
   received: ["attention received (log₁₀)", (a, i) => Math.log10(Math.max(a.received[i], 1e-4))], // the first token takes most
   entropy: ["entropy of its row (nats)", (a, i) => a.entropy[i]],
+  activation: ["HeadVis activation of its row", (a, i) => a.activation[i]],
+  textmax: ["its text's HeadVis max_activation", (a, i) => a.texts[a.text[i]].max_activation],
 };
 const PLANES = { qk: ["query_key", "queries and keys"], v: ["value_plane", "values"], o: ["output_plane", "outputs"] };
 
@@ -54,27 +59,57 @@ function colouring(answer, by, kind) {
   let min = Infinity;
   let max = -Infinity;
   for (const v of values) {
+    if (v === null) continue;
     min = Math.min(min, v);
     max = Math.max(max, v);
   }
+  if (min > max) return [OTHER, null]; // no point has the number (a run described before it was kept)
   const span = max - min || 1;
-  return [values.map((v) => viridis((v - min) / span)), { label, min, max, colourAt: viridis }];
+  return [values.map((v) => (v === null ? OTHER : viridis((v - min) / span))), { label, min, max, colourAt: viridis }];
 }
+
+const fixed = (v, digits) => (v === null || v === undefined ? "–" : v.toFixed(digits));
 
 /** A point's hover lines (text, never HTML). */
 function hoverLines(answer, kind, i) {
+  const text = answer.texts[answer.text[i]];
   return [
     `${kind} of “${shown(answer.token[i])}”`,
-    `text ${answer.texts[answer.text[i]].idx}, position ${answer.position[i]}`,
+    `text ${text.idx}, position ${answer.position[i]}`,
     `receives ${answer.received[i].toFixed(3)} · entropy ${answer.entropy[i].toFixed(2)}`,
+    `HeadVis activation ${fixed(answer.activation[i], 3)} · its text's ${fixed(text.max_activation, 3)}`,
   ];
 }
 
 const percent = (x) => `${(100 * x).toFixed(1)} %`;
 
+/** One row a drawn point: which kind, its token and text, where it is drawn and its numbers. */
+function pointRows(answer, kinds, pointsOf) {
+  const rows = [
+    ["kind", "token", "text", "position", "x", "y", "received", "entropy", "activation", "text_max_activation"],
+  ];
+  for (const kind of kinds)
+    pointsOf[kind].forEach(([x, y], i) => {
+      const text = answer.texts[answer.text[i]];
+      rows.push([
+        kind,
+        answer.token[i],
+        text.idx,
+        answer.position[i],
+        x,
+        y,
+        answer.received[i],
+        answer.entropy[i],
+        answer.activation[i],
+        text.max_activation,
+      ]);
+    });
+  return rows;
+}
+
 /**
  * Shows the panel for a run the job described and binds it to the page's state.
- * page: {state, runId, model, layer, head, explorerLink(text, query), newTab}.
+ * page: {state, runId, layer, head, explorerLink(text, query), newTab}.
  */
 export function mountProjection(page) {
   const { state, runId, layer, head } = page;
@@ -92,6 +127,7 @@ export function mountProjection(page) {
   for (const [name, input] of Object.entries(inputs)) input.value = value(name);
   let answer = null;
   let asked = null; // the request `answer` answers
+  let drawn = null; // what the plot shows now: {kinds, pointsOf, caption, keys}
   const status = $("#pj-status");
 
   const draw = async () => {
@@ -147,9 +183,51 @@ export function mountProjection(page) {
       hover: (k, i) => hoverLines(answer, kinds[k], i),
       click: open,
     });
+    const caption = `${what}, ${answer.method.toUpperCase()}`;
     $("#pj-caption").textContent =
-      `Layer ${layer} head ${head}: ${what}, ${answer.method.toUpperCase()}${planeKind ? "" : ". ● queries (blue), ▲ keys (red) when coloured by kind"}.`;
+      `Layer ${layer} head ${head}: ${caption}${planeKind ? "" : ". ● queries (blue), ▲ keys (red) when coloured by kind"}.`;
+    const keys =
+      by === "token"
+        ? frequentTokens(answer).map(([t], i) => ({ text: shown(t), colour: PALETTE[i] }))
+        : by === "kind" && !planeKind
+          ? [
+              { text: "● queries", colour: KIND.query },
+              { text: "▲ keys", colour: KIND.key },
+            ]
+          : [];
+    const colouredBy = $("#pj-colour").selectedOptions[0]?.textContent ?? by;
+    const subtitle = `${caption[0].toUpperCase()}${caption.slice(1)}, coloured by ${colouredBy}`;
+    drawn = { kinds, pointsOf, subtitle, keys };
+    $("#pj-export").hidden = false;
   };
+
+  /** The picture as the export buttons save it: the plot's own drawing under the heading. */
+  const picture = async (format) => {
+    const cloud = $("#pj-plot").picture();
+    const heading = figureHeading({ layer, head, subtitle: drawn.subtitle }, { model: answer.model });
+    const framed = framedSvg(cloud.svg, cloud, heading, { keys: drawn.keys });
+    if (format === "svg") return new Blob([framed.svg], { type: "image/svg+xml" });
+    return svgToPng(framed.svg, framed.width, framed.height);
+  };
+
+  const exportAs = async (format) => {
+    if (!answer || !drawn) return;
+    const base = `${slug(answer.model)}-L${layer}-H${head}-projection-${value("plane")}`;
+    if (format === "json") {
+      const shownAs = { plane: value("plane"), colour: value("pcolour") };
+      const body = JSON.stringify({ ...answer, shown: shownAs }, null, 1);
+      return download(`${base}.json`, new Blob([body], { type: "application/json" }));
+    }
+    if (format === "csv") {
+      const body = csvTable(pointRows(answer, drawn.kinds, drawn.pointsOf));
+      return download(`${base}.csv`, new Blob([body], { type: "text/csv" }));
+    }
+    return download(`${base}.${format}`, await picture(format));
+  };
+  for (const button of $("#pj-export").querySelectorAll("button[data-export]"))
+    button.addEventListener("click", () =>
+      exportAs(button.dataset.export).catch((err) => showError($("#head-error"), err.message)),
+    );
 
   const project = async () => {
     const body = {
