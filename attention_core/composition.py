@@ -32,6 +32,7 @@ a different width, hdv, from W_Q's and W_K's). Every array of scores is (L, H, L
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -75,14 +76,21 @@ def _packed(grams: Tensor, upper: tuple[Tensor, Tensor]) -> Tensor:
 
 
 def composition_scores(
-    w_q: Tensor, w_k: Tensor, w_v: Tensor, w_o: Tensor, *, dtype: torch.dtype = torch.float32
+    w_q: Tensor,
+    w_k: Tensor,
+    w_v: Tensor,
+    w_o: Tensor,
+    *,
+    dtype: torch.dtype = torch.float32,
+    progress: Callable[[float], None] | None = None,
 ) -> Composition:
     """Every pair's Q-, K- and V-composition scores (see the module docstring).
 
     w_q: (L, H, hd, d); w_k: (L, KV, hd, d); w_v: (L, KV, hdv, d); w_o: (L, H, d, hdv). KV
     divides H: under GQA query head h reads key/value head h // (H / KV) (KV = H without it).
     The hd × hd Grams and the norms are taken in float64; the d × d Grams and their inner
-    products in `dtype`."""
+    products in `dtype`. `progress(fraction)` is called as each later layer is scored (its
+    cost grows with the earlier heads it reads, so the fraction counts pairs scored)."""
     layers, heads, hd, d = w_q.shape
     kv_heads = w_k.shape[1]
     if (
@@ -125,6 +133,8 @@ def composition_scores(
             later_norms = (norms_ov if kind == "v" else norms_qk)[b]
             denominator = norms_ov[:b, :, None] * later_norms[None, None, :]
             scores[kind][:b, :, b] = (numerator / denominator.clamp_min(1e-300)).float()
+        if progress is not None:
+            progress(b * (b + 1) / (layers * (layers - 1)))  # earlier layers read so far, summed
     return Composition(scores=scores, norms_qk=norms_qk, norms_ov=norms_ov)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -119,9 +120,11 @@ def _projection(roles: BlockRoles, width: int, device) -> tuple[Tensor, Tensor]:
 
 
 @torch.no_grad()
-def head_weights(loaded: LoadedModel, fold_norm: bool = True) -> HeadWeights:
+def head_weights(
+    loaded: LoadedModel, fold_norm: bool = True, progress: Callable[[float], None] | None = None
+) -> HeadWeights:
     """Every head's maps (see the module docstring); TraceRefused where the model's layers
-    cannot be laid out (trace_layout's refusal)."""
+    cannot be laid out (trace_layout's refusal). `progress(fraction)` after each layer."""
     layout = trace_layout(loaded)
     if layout.refusal is not None:
         raise TraceRefused(layout.refusal)
@@ -150,6 +153,8 @@ def head_weights(loaded: LoadedModel, fold_norm: bool = True) -> HeadWeights:
         w, bias = _projection(roles, heads * hdv, device)  # (heads · hdv, d), (d,)
         found["wo"].append(w.reshape(heads, hdv, d).transpose(1, 2))  # (heads, d, hdv)
         found["bo"].append(bias)
+        if progress is not None:
+            progress((layer + 1) / layers)
     stacked = {name: torch.stack(parts) for name, parts in found.items()}
     return HeadWeights(
         w_q=stacked["wq"], w_k=stacked["wk"], w_v=stacked["wv"], w_o=stacked["wo"],
@@ -173,6 +178,15 @@ class ModelComposition:
 
 _compositions: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _computing = threading.Lock()
+_progress: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (stage, fraction)
+
+STAGES = (
+    # (what a progress line says, the stage's share of the work: measured on SmolLM2, whose
+    # weights take about a fifth of the time, the scores most of it, the baseline the rest)
+    ("reading every head's weights", 0.2),
+    ("scoring every pair of heads", 0.7),
+    ("scoring random heads for the baseline", 0.1),
+)
 
 
 def model_composition(loaded: LoadedModel) -> ModelComposition:
@@ -180,7 +194,10 @@ def model_composition(loaded: LoadedModel) -> ModelComposition:
     with _computing:
         found = _compositions.get(loaded.model)
         if found is None:
-            found = _compositions[loaded.model] = _compose(loaded)
+            try:
+                found = _compositions[loaded.model] = _compose(loaded)
+            finally:
+                _progress.pop(loaded.model, None)
         return found
 
 
@@ -189,12 +206,33 @@ def cached_composition(loaded: LoadedModel) -> ModelComposition | None:
     return _compositions.get(loaded.model)
 
 
+def composition_progress(loaded: LoadedModel) -> tuple[str, float] | None:
+    """(what is being done, the fraction of the work done) while the model's scores are being
+    computed, else None."""
+    return _progress.get(loaded.model)
+
+
+def _reporter(loaded: LoadedModel, stage: int) -> Callable[[float], None]:
+    """progress(fraction of stage `stage`) -> the whole computation's (stage, fraction)."""
+    done = sum(share for _, share in STAGES[:stage])
+    name, share = STAGES[stage]
+
+    def report(fraction: float) -> None:
+        _progress[loaded.model] = (name, done + share * fraction)
+
+    report(0.0)
+    return report
+
+
 def _compose(loaded: LoadedModel) -> ModelComposition:
     start = time.perf_counter()
-    weights = head_weights(loaded)
+    weights = head_weights(loaded, progress=_reporter(loaded, 0))
     middle = time.perf_counter()
-    composition = composition_scores(weights.w_q, weights.w_k, weights.w_v, weights.w_o)
+    composition = composition_scores(
+        weights.w_q, weights.w_k, weights.w_v, weights.w_o, progress=_reporter(loaded, 1)
+    )
     d, hd, hdv = weights.w_q.shape[-1], weights.w_q.shape[-2], weights.w_v.shape[-2]
+    _reporter(loaded, 2)
     baseline = random_baseline(d, hd, hdv)
     return ModelComposition(
         composition=composition,

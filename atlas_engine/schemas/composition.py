@@ -91,3 +91,17 @@ class CompositionResponse(BaseModel):
         "scores were computed (once per loaded model)"
     )
     convention: str
+
+
+class CompositionStatus(BaseModel):
+    """GET /api/models/{model_id}/composition: how far scoring every pair of a model's heads
+    has come (a page polls it while its first composition request runs)."""
+
+    model: str
+    state: Literal["not computed", "computing", "ready"] = Field(
+        description="ready: the scores are kept and a request only reads them; computing: a "
+        "request is computing them now; not computed: the model is not loaded or no request "
+        "asked for them yet"
+    )
+    stage: str = Field(description="What is being done, in words")
+    fraction: float = Field(ge=0, le=1, description="The share of the work done, 0 to 1")

@@ -13,12 +13,17 @@ from atlas_engine.inference.head_weights import (
     CONVENTION,
     ModelComposition,
     cached_composition,
+    composition_progress,
     model_composition,
 )
 from atlas_engine.inference.inflight import Reservation
 from atlas_engine.inference.score_trace import TraceRefused, trace_layout
 from atlas_engine.models.loader import LoadedModel
-from atlas_engine.schemas.composition import CompositionRequest, CompositionResponse
+from atlas_engine.schemas.composition import (
+    CompositionRequest,
+    CompositionResponse,
+    CompositionStatus,
+)
 from atlas_engine.serialize import in_order, json_bytes_bound
 from atlas_engine.services.checks import check_layer_head
 from atlas_engine.services.passes import Passes, ShouldStop
@@ -138,3 +143,25 @@ def computed_already(passes: Passes, model_id: str) -> bool:
     """Whether the model is loaded and its scores computed (a request then only reads them)."""
     loaded = passes.manager.loaded_or_none(model_id)
     return loaded is not None and cached_composition(loaded) is not None
+
+
+def composition_status(passes: Passes, model_id: str) -> CompositionStatus:
+    """How far the model's scores have come; ModelNotFound (404) for an id the server lacks.
+    Reads two dictionaries: never loads or computes anything."""
+    passes.manager.state(model_id)  # the id is known
+    loaded = passes.manager.loaded_or_none(model_id)
+    if loaded is None:
+        return CompositionStatus(
+            model=model_id, state="not computed", stage="the model is not loaded", fraction=0.0
+        )
+    if cached_composition(loaded) is not None:
+        return CompositionStatus(model=model_id, state="ready", stage="computed", fraction=1.0)
+    found = composition_progress(loaded)
+    if found is None:
+        return CompositionStatus(
+            model=model_id, state="not computed", stage="not asked for yet", fraction=0.0
+        )
+    stage, fraction = found
+    return CompositionStatus(
+        model=model_id, state="computing", stage=stage, fraction=min(1.0, max(0.0, fraction))
+    )

@@ -5,9 +5,13 @@ focus head's full scores, SmolLM2's GQA heads are scored, and bad requests are r
 from __future__ import annotations
 
 import pytest
+from fastapi.testclient import TestClient
 
+from app.main import create_app
+from atlas_engine.inference import head_weights
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
-from atlas_engine.schemas.composition import CompositionResponse
+from atlas_engine.schemas.composition import CompositionResponse, CompositionStatus
+from tests.conftest import make_settings
 from tests.support.float32_json import assert_answer_is
 
 pytestmark = pytest.mark.slow
@@ -66,3 +70,43 @@ def test_smollm2s_grouped_heads_are_scored_in_every_pair(client):
 def test_bad_requests_are_refused_with_a_reason(client, body, status, message):
     response = client.post("/api/attention/composition", json=body)
     assert response.status_code == status and message in response.text, response.text
+
+
+def test_the_status_route_follows_the_scores_from_not_computed_to_ready(
+    local_checkpoints, monkeypatch
+):
+    """GET /api/models/{id}/composition: not computed before a load and before a request,
+    each stage with a rising share while a request computes (read from inside the work, as a
+    page polling it would), ready after; an unknown id is a 404."""
+    model = "local/qwen2-tiny"
+    client = TestClient(create_app(make_settings(local_checkpoints)))
+    status = lambda: assert_answer_is(  # noqa: E731
+        CompositionStatus, client.get(f"/api/models/{model}/composition")
+    )
+    assert status()["stage"] == "the model is not loaded"
+    assert client.post(f"/api/models/{model}/load").status_code == 202
+    client.app.state.manager.get(model)  # waits for the load
+    assert (status()["state"], status()["fraction"]) == ("not computed", 0.0)
+    seen = []
+    reporter = head_weights._reporter
+
+    def recording(loaded, stage):
+        report = reporter(loaded, stage)
+
+        def both(fraction):
+            report(fraction)
+            seen.append(status())
+
+        seen.append(status())
+        return both
+
+    monkeypatch.setattr(head_weights, "_reporter", recording)
+    composition(client, model=model, top=5)
+    assert {s["state"] for s in seen} == {"computing"}
+    stages = [name for name, _ in head_weights.STAGES]
+    assert [s["stage"] for s in seen] == sorted((s["stage"] for s in seen), key=stages.index)
+    assert set(stages) <= {s["stage"] for s in seen}
+    fractions = [s["fraction"] for s in seen]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == pytest.approx(0.9)
+    assert status() == {"model": model, "state": "ready", "stage": "computed", "fraction": 1.0}
+    assert client.get("/api/models/local/none/composition").status_code == 404

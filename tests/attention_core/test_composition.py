@@ -86,3 +86,12 @@ def test_shapes_that_do_not_match_are_refused_by_name():
     w_q, w_k, w_v, w_o = random_heads()
     with pytest.raises(ValueError, match="w_o must be"):
         composition_scores(w_q, w_k, w_v, w_o[..., :-1])
+
+
+def test_progress_counts_the_pairs_scored_and_ends_at_one():
+    """Later layer b scores b earlier layers' heads: after layer b the share is the pairs so
+    far, Σ_{c ≤ b} c over Σ_{c < L} c, rising to exactly 1."""
+    reported = []
+    composition_scores(*random_heads(), progress=reported.append)
+    assert reported == [b * (b + 1) / (L * (L - 1)) for b in range(1, L)]
+    assert reported[-1] == 1.0

@@ -125,6 +125,31 @@ def test_composition_from_the_weights(browser, live_server):
     context.close()
 
 
+def test_the_first_composition_says_how_far_it_has_come(browser, live_server):
+    """While the circuit from the weights waits (held here, the scores being computed), its
+    wait line shows the stage and the share GET /api/models/{id}/composition reports, with a
+    progress bar; once drawn the line is hidden and back to its words."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    held = []
+    computing = {"model": MINILM, "state": "computing",
+                 "stage": "scoring every pair of heads", "fraction": 0.55}  # fmt: skip
+    page.route("**/api/models/**/composition", lambda route: route.fulfill(json=computing))
+    page.route("**/api/attention/circuit", lambda route: held.append(route))
+    state = {"model": MINILM, "text": SENTENCE, "view": "circuit", "cby": "weights"}
+    page.goto(f"{live_server}/?{urlencode(state)}")
+    wait_js(page, "document.querySelector('#view-busy-text').textContent.includes('55 %')", 120)
+    line = page.inner_text("#view-busy")
+    assert "Scoring every pair of heads from the weights, once for this model" in line
+    assert page.eval_on_selector("#view-busy-progress", "p => !p.hidden && p.value") == 0.55
+    held[0].continue_()
+    wait_js(page, DRAWN, 120)
+    assert page.locator("#view-busy").is_hidden()
+    assert page.inner_text("#view-busy-text") == "Computing this view…"
+    assert page.locator("#view-busy-progress").is_hidden()
+    context.close()
+
+
 def test_the_circuit_exports_the_edges_it_draws(page, live_server):
     """JSON and CSV hold exactly the edges drawn (above the threshold), as the API gave them."""
     state = {"model": MINILM, "text": SENTENCE, "layer": 3, "head": 1, "view": "circuit",

@@ -5,7 +5,9 @@ from app.api.strict_json import StrictJSONRoute
 from app.deps import PassesDep
 from atlas_engine.compute import run_on_compute
 from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
+from atlas_engine.schemas.composition import CompositionStatus
 from atlas_engine.schemas.models import InductionText, LoadStatus, ModelList
+from atlas_engine.services.composition import composition_status
 from atlas_engine.services.induction import induction_text
 from atlas_engine.services.models import describe
 from atlas_engine.services.passes import Passes
@@ -58,6 +60,19 @@ NOT_FOUND = errors(
 def load_status(passes: PassesDep, model_id: str = ModelIdPath) -> LoadStatus:
     """Loading progress of one model (poll it after POST .../load)."""
     return _status(passes, model_id)
+
+
+@router.get(
+    "/{model_id:path}/composition",
+    response_model=CompositionStatus,
+    summary="How far scoring every pair of a model's heads has come",
+    responses=NOT_FOUND,
+)
+def composition_state(passes: PassesDep, model_id: str = ModelIdPath) -> CompositionStatus:
+    """POST /api/attention/composition (and the circuit from the weights) scores every pair of
+    a model's heads once per loaded model, in seconds (SmolLM2: about 5); poll this meanwhile
+    for the stage and the share done. Never starts a load or the computation."""
+    return composition_status(passes, model_id)
 
 
 @router.post(

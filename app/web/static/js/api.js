@@ -141,6 +141,7 @@ export const api = {
   // Model ids contain a slash; the routes take them as a path, so each segment is encoded.
   loadModel: (id, opts) => request("POST", `/api/models/${encodePath(id)}/load`, undefined, opts),
   modelStatus: (id, opts) => request("GET", `/api/models/${encodePath(id)}/status`, undefined, opts),
+  compositionStatus: (id, opts) => request("GET", `/api/models/${encodePath(id)}/composition`, undefined, opts),
   corpusRuns: (opts) => request("GET", "/api/corpus", undefined, opts),
   corpusHeads: (run, opts) => request("GET", `/api/corpus/${run}/heads`, undefined, opts),
   corpusHead: (run, layer, head, query, opts) =>

@@ -39,6 +39,8 @@ const el = {
   headWhy: $("#head-why"),
   viewGuide: $("#view-guide"),
   busy: $("#view-busy"),
+  busyText: $("#view-busy-text"),
+  busyProgress: $("#view-busy-progress"),
   generate: $("#generate"),
   genCount: $("#generate-count"),
   genStrategy: $("#generate-strategy"),
@@ -53,7 +55,9 @@ const BUSY_AFTER_MS = 300; // a view that takes longer says so
  * - bind wires the panel's own controls once, writing only through `set` (the state's);
  * - render reads scene.state (a frozen copy), draws into scene.parts, sets the panel's
  *   controls back from the state, and returns what the export buttons save (export.js).
- * scene = {state, session, info, parts, set, open(layer, head), isStale()}.
+ * scene = {state, session, info, parts, set, open(layer, head), isStale(), progress(text,
+ * fraction)}: progress replaces the wait line's words (a long first computation says what it
+ * does and how far it has come); the notebook widget's scene has none.
  * A view is static/js/views/<name>.js, loaded by its registry row's name.
  */
 const VIEW_MODULES = Object.fromEntries(
@@ -234,11 +238,20 @@ async function render() {
   showView(current.view);
   syncPickers();
   await plotlyReady();
-  const busy = setTimeout(() => {
+  const showBusy = () => {
     el.busy.hidden = false;
     el.views.setAttribute("aria-busy", "true");
-  }, BUSY_AFTER_MS);
+  };
+  const busy = setTimeout(showBusy, BUSY_AFTER_MS);
   const isStale = () => token !== renderToken; // a newer render began while this one awaited
+  /** A view's own words for its wait, and the share done where it knows it (0 to 1). */
+  const progress = (text, fraction = null) => {
+    if (isStale()) return;
+    el.busyText.textContent = text;
+    el.busyProgress.hidden = fraction === null;
+    if (fraction !== null) el.busyProgress.value = fraction;
+    showBusy();
+  };
   try {
     const scene = {
       state: current,
@@ -248,6 +261,7 @@ async function render() {
       set: state.set,
       open,
       isStale,
+      progress,
       models,
       projections,
       replaceText,
@@ -266,6 +280,8 @@ async function render() {
     clearTimeout(busy);
     if (!isStale()) {
       el.busy.hidden = true;
+      el.busyText.textContent = "Computing this view…";
+      el.busyProgress.hidden = true;
       el.views.removeAttribute("aria-busy");
     }
   }

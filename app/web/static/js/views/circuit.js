@@ -4,6 +4,7 @@
 // The strongest edges are drawn, thinned by a threshold the user moves; a node opens its head,
 // an edge opens the trace of the later head's score.
 
+import { api } from "../api.js";
 import { el, metricCard } from "../dom.js";
 import { headReady, tokenText } from "./lens.js";
 import { EXAMPLE } from "./patching.js";
@@ -42,6 +43,33 @@ function body(state) {
     if (state.circuitContrast) out.contrast = { text: tokenText(state.circuitContrast) };
   }
   return out;
+}
+
+const POLL_MS = 400;
+
+/**
+ * While a circuit from the weights waits for the model's composition scores (computed once a
+ * loaded model: SmolLM2 about 5 s), says on the wait line which stage runs and how far it has
+ * come (GET /api/models/{id}/composition). Returns the function that stops following.
+ */
+function followComposition(scene) {
+  if (!scene.progress || scene.state.circuitBy !== "weights") return () => {};
+  let stopped = false;
+  (async () => {
+    while (!stopped) {
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+      const status = stopped ? null : await api.compositionStatus(scene.state.model).catch(() => null);
+      if (stopped || !status || status.state === "ready") return;
+      if (status.state === "computing")
+        scene.progress(
+          `Scoring every pair of heads from the weights, once for this model: ${status.stage} (${Math.round(100 * status.fraction)} %)…`,
+          status.fraction,
+        );
+    }
+  })();
+  return () => {
+    stopped = true;
+  };
 }
 
 const label = (layer, head) => `L${layer} H${head}`;
@@ -172,7 +200,13 @@ export async function render(scene) {
       return null;
     }
   }
-  const answer = await session.circuit(body(state));
+  const stopFollowing = followComposition(scene);
+  let answer;
+  try {
+    answer = await session.circuit(body(state));
+  } finally {
+    stopFollowing();
+  }
   if (isStale()) return null;
   parts.results.hidden = false;
   const largest = Math.max(1e-12, answer.largest);
