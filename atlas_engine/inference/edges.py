@@ -192,18 +192,24 @@ def edge_scores(loaded: LoadedModel, clean: str, corrupted: str, metric) -> Edge
         clean_value = float(logits[metric.target] - logits[metric.contrast])
     span = clean_value - run["value"]
     n = len(loaded.attention_layers)
+    # A write is linear in the heads' outputs (a post norm's scale frozen), so the difference
+    # of the writes is the write of the difference: one projection a layer, not two.
     deltas = [
-        _writes(loaded, layout, clean_run.heads[m][0], run["io"], m)
-        - _writes(loaded, layout, run["outs"][m][0].detach(), run["io"], m)
+        _writes(
+            loaded, layout,
+            clean_run.heads[m][0].double() - run["outs"][m][0].detach().double(),
+            run["io"], m,
+        )
         for m in range(n - 1)
-    ]  # (H, T, d) each
+    ]  # (H, T, d) each  # fmt: skip
     upstream = torch.stack(deltas).flatten(2)  # (L - 1, H, T·d)
     heads = upstream.shape[1]
     scores: dict[str, list[Tensor]] = {p: [torch.zeros(0, heads, 0, dtype=torch.float64)]
                                        for p in INPUTS}  # fmt: skip
     for layer in range(1, n):
-        for p in INPUTS:
-            grads = run["through"][layer][p].flatten(1)  # (heads_p, T·d)
-            found = upstream[:layer].flatten(0, 1) @ grads.T / span  # (l·H, heads_p)
-            scores[p].append(found.view(layer, heads, -1).cpu())
+        # q, k and v's gradients side by side: the earlier writes are read once a layer.
+        grads = [run["through"][layer][p].flatten(1) for p in INPUTS]  # (heads_p, T·d) each
+        found = upstream[:layer].flatten(0, 1) @ torch.cat(grads).T / span  # (l·H, Σ heads_p)
+        for p, part in zip(INPUTS, found.split([g.shape[0] for g in grads], dim=1), strict=True):
+            scores[p].append(part.reshape(layer, heads, -1).cpu())
     return EdgeScores(metric, clean_value, run["value"], scores)
