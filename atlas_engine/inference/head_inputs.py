@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from atlas_engine.inference.replay import layer_weights
-from atlas_engine.inference.residual import block_of
 from atlas_engine.inference.score_trace import (
     Norm,
     TracedPass,
@@ -126,7 +125,7 @@ def _gradients(loaded, layout, run: TracedPass, layer: int, heads: list[int]):
     return (_adjoint(norm_in, run.io, g) if norm_in is not None else g), totals
 
 
-def _writes(loaded, layout, run: TracedPass, m: int) -> tuple[Tensor, Tensor]:
+def _writes(layout, run: TracedPass, m: int) -> tuple[Tensor, Tensor]:
     """Block m's heads' writes (H, T, d) and its MLP's (T, d), float64, as the stream adds them
     (a pre-norm block) or as they enter N1 and N2 (a post-norm block)."""
     roles = layout.roles[m]
@@ -138,9 +137,7 @@ def _writes(loaded, layout, run: TracedPass, m: int) -> tuple[Tensor, Tensor]:
         if roles.post is not None:
             writes = frozen_linear(roles.post, io, slice(None), writes)
             w = io[id(roles.post[0])][1][0].double()
-        parents = {id(c): p for p in loaded.model.modules() for c in p.children()}
-        block = block_of(parents, loaded.attention_layers[m])
-        x, y = (t[0].double() for t in io[id(block)])
+        x, y = (t[0].double() for t in io[id(layout.blocks[m])])
         return writes, y - x - w
     z = io[id(roles.n2[0])][0][0].double()
     return writes, z - io[id(roles.n1[0])][1][0].double()
@@ -164,7 +161,7 @@ def head_inputs(
     labels = [label for label, _ in layout.embeddings] or ["embeddings"]
     from_embeddings = torch.zeros(*shape, len(labels), dtype=torch.float64)
     totals = torch.zeros(shape, dtype=torch.float64)
-    writes = {m: _writes(loaded, layout, run, m) for m in range(max(layers))}
+    writes = {m: _writes(layout, run, m) for m in range(max(layers))}
     embeddings = _embedding_pieces(layout, run)  # (E, T, d)
     summed = all(roles.kind == "sum" for roles in layout.roles)
     if summed and writes:  # every piece meets the same G: one product a layer

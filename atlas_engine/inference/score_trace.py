@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import weakref
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
@@ -102,6 +102,7 @@ class TraceLayout:
     embeddings: list[tuple[str, nn.Module]]  # (label, module) whose outputs sum to x_0
     embedding_norm: Norm | None  # a norm between that sum and x_0 (BERT)
     refusal: str | None
+    blocks: list[nn.Module] = field(default_factory=list)  # each attention layer's block
 
 
 _layouts: weakref.WeakKeyDictionary[nn.Module, TraceLayout] = weakref.WeakKeyDictionary()
@@ -181,7 +182,9 @@ def _probe(loaded: LoadedModel) -> TraceLayout:
         roles.append(found)
     x0 = io[id(blocks[0])][0]
     parts, norm = _embeddings(loaded, outside, io, x0)
-    return TraceLayout(roles=roles, embeddings=parts, embedding_norm=norm, refusal=None)
+    return TraceLayout(
+        roles=roles, embeddings=parts, embedding_norm=norm, refusal=None, blocks=blocks
+    )
 
 
 def _refused(why: str) -> TraceLayout:
@@ -335,11 +338,10 @@ def traced_pass(loaded: LoadedModel, layout: TraceLayout, text: str, layer: int)
     """Run the model up to layer `layer`'s attention (no gradients, so its tensors may enter
     a replay that keeps a graph), recording the modules the trace reads."""
     attention = loaded.attention_layers
-    parents = {id(c): m for m in loaded.model.modules() for c in m.children()}
     watched: list[nn.Module] = [m for _, m in layout.embeddings]
     if layout.embedding_norm is not None:
         watched.append(layout.embedding_norm[0])
-    blocks = [block_of(parents, attention[m]) for m in range(layer + 1)]
+    blocks = layout.blocks[: layer + 1]
     for m, roles in enumerate(layout.roles[: layer + 1]):
         if m < layer:
             watched.append(blocks[m])
@@ -419,8 +421,6 @@ def stream_pieces(
 ) -> StreamPieces:
     """The pieces of layer `layer`'s attention input at positions `rows` (see the module
     docstring), carried block by block from the embeddings."""
-    attention = loaded.attention_layers
-    parents = {id(c): m for m in loaded.model.modules() for c in m.children()}
     io = run.io
     x0 = run.x0[0, rows].double()  # (P, d)
     names: list[Piece] = []
@@ -441,8 +441,7 @@ def stream_pieces(
         stack.append(x0)
     for m in range(layer):
         roles = layout.roles[m]
-        block = block_of(parents, attention[m])
-        x, y = (t[0, rows].double() for t in io[id(block)])
+        x, y = (t[0, rows].double() for t in io[id(layout.blocks[m])])
         out = run.outs[m][0, rows].double()  # (P, heads, hd)
         writes, proj_bias = _head_writes(out, in_float64(roles.projection))  # (heads, P, d)
         if roles.kind == "sum":
@@ -457,21 +456,23 @@ def stream_pieces(
             bias = bias + proj_bias
             mlp = y - x - w
         else:
-            n1, n2 = roles.n1, roles.n2
-
-            def through(t: Tensor, n1=n1, n2=n2) -> Tensor:
-                return frozen_linear(n2, io, rows, frozen_linear(n1, io, rows, t))
-
-            stack = list(through(torch.stack(stack)))  # every earlier piece, renormalised
-            heads = list(through(writes))
-            z = io[id(n2[0])][0][0, rows].double()
-            n1_out = io[id(n1[0])][1][0, rows].double()
-            bias = (
-                through(bias + proj_bias)
-                + frozen_linear(n2, io, rows, n1[1].beta.double().expand_as(bias))
-                + n2[1].beta.double()
+            (n1, norm1), (n2, norm2) = roles.n1, roles.n2
+            s1, s2 = _scale_of(roles.n1, io, rows), _scale_of(roles.n2, io, rows)
+            # Every earlier piece, this block's heads and the bias so far, renormalised by
+            # N1 then N2 (their scales frozen) in one pass: (K + heads + 1, P, d).
+            carried = norm2.linear(
+                norm1.linear(torch.cat([torch.stack(stack), writes, (bias + proj_bias)[None]]), s1),
+                s2,
             )
-            mlp = frozen_linear(n2, io, rows, z - n1_out)
+            stack, heads = list(carried[: len(stack)]), list(carried[len(stack) : -1])
+            z = io[id(n2)][0][0, rows].double()
+            n1_out = io[id(n1)][1][0, rows].double()
+            bias = (
+                carried[-1]
+                + norm2.linear(norm1.beta.double().expand_as(bias), s2)
+                + norm2.beta.double()
+            )
+            mlp = norm2.linear(z - n1_out, s2)
         for h, piece in enumerate(heads):
             names.append(Piece("head", f"L{m} H{h}", m, h))
             stack.append(piece)
