@@ -60,6 +60,17 @@ class AffineNorm:
         (beta left out: it is a bias term of its own). (..., d), s (...,) or () -> (..., d)."""
         return self._center(c) * s.unsqueeze(-1) * self.gamma
 
+    def backward(self, x: Tensor, s: Tensor, g: Tensor) -> Tensor:
+        """The gradient with respect to the norm's input of <g, output>, its scale s = (mean of
+        center(x)² + eps)^(-1/2) moving with x (the true gradient, not the frozen one): with
+        c = center(x) and u = g ⊙ gamma, s · center(u) - s³ · c · (u · c) / d, since ds/dx
+        = -s³ c / d whatever eps is. x (T, d), s (T,), g (..., T, d) -> (..., T, d)."""
+        c = self._center(x)
+        u = g * self.gamma
+        inner = (u * c).sum(-1, keepdim=True)  # (..., T, 1)
+        scale = s.unsqueeze(-1)
+        return scale * self._center(u) - scale**3 * c * inner / x.shape[-1]
+
     def reads(self, u: Tensor, s: Tensor) -> Tensor:
         """The direction d with linear(c, s) · u == c · d for every c: s · center(gamma ⊙ u).
         u (d,), s () -> (d,)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from atlas_engine.inference.edges import INPUTS, _graded, _writes, edge_scores
+from atlas_engine.inference.edges import INPUTS, _graded, _known, _writes, edge_scores
 from atlas_engine.inference.forward import tokenize
 from atlas_engine.inference.patching import Metric
 from atlas_engine.inference.residual import layout_of, run_stream
@@ -100,3 +100,40 @@ def test_a_post_norm_model_has_no_edges(tmp_path):
     loaded = tiny("bert", tmp_path, torch.float32)
     with pytest.raises(TraceRefused, match="renormalise"):
         edge_scores(loaded, CLEAN, CORRUPTED, Metric(1, 2, 3))
+
+
+SUMMING = ["gpt2", "gpt-neox", "llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "gemma2",
+           "gemma3"]  # fmt: skip
+"""The decoder families whose blocks add to the stream, in float64 (GPT-OSS's experts run in
+float32 only; its attention is Llama's)."""
+
+
+@pytest.mark.parametrize("name", SUMMING)
+def test_the_split_through_each_heads_rows_is_autograds_whole_backward(name, tmp_path):
+    """_through_heads' split (a head's columns of the q, k and v maps by hand, the input norm's
+    gradient by its formula) against autograd's backward through the whole layer batched over
+    the heads, on a batch of two as edge_scores runs it, in float64: fused maps (GPT-2,
+    GPT-NeoX's interleaved heads, Phi-3), GQA and MQA, per-head q/k norms (Qwen 3, Gemma 3), a
+    q norm over the whole projection (OLMo 2: its layers are done whole), Gemma's (1 + w);
+    and both paths are taken where they should be."""
+    loaded = tiny(name, tmp_path)
+    tokenizer = loaded.tokenizer
+    both = {key: torch.cat([value, tokenize(loaded, CORRUPTED, None)[0][key]])
+            for key, value in tokenize(loaded, CLEAN, None)[0].items()}  # fmt: skip
+    metric = Metric(len(tokenizer(CLEAN)["input_ids"]) - 1, 11, 13)
+    split = _graded(loaded, both, metric, row=1)["through"]
+    chose = _known[loaded.model]
+    layers = range(1, len(loaded.attention_layers))
+    assert all(bool(chose[i]["columns"]) == (name != "olmo2") for i in layers), name
+    whole_known = {i: {"columns": False} for i in range(len(loaded.attention_layers))}
+    _known[loaded.model] = whole_known
+    whole = _graded(loaded, both, metric, row=1)["through"]
+    del _known[loaded.model]
+    for layer in range(1, len(split)):
+        for p in INPUTS:
+            size = float(whole[layer][p].abs().max())
+            assert size > 0, (name, layer, p)
+            # RMSNorm families compute the norm in float32 even in a float64 model, so
+            # autograd's path holds float32 rounding (about 1e-7 of the largest) that the
+            # formula, in float64, does not; LayerNorm's agree to 1e-12.
+            torch.testing.assert_close(split[layer][p], whole[layer][p], rtol=0, atol=1e-6 * size)
