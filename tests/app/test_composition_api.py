@@ -107,6 +107,10 @@ def test_the_status_route_follows_the_scores_from_not_computed_to_ready(
     assert [s["stage"] for s in seen] == sorted((s["stage"] for s in seen), key=stages.index)
     assert set(stages) <= {s["stage"] for s in seen}
     fractions = [s["fraction"] for s in seen]
-    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == pytest.approx(0.9)
+    assert (
+        fractions == sorted(fractions)
+        and fractions[0] == 0.0
+        and fractions[-1] == pytest.approx(0.9)
+    )
     assert status() == {"model": model, "state": "ready", "stage": "computed", "fraction": 1.0}
     assert client.get("/api/models/local/none/composition").status_code == 404
