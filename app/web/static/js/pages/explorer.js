@@ -1,6 +1,7 @@
 // The explorer page: pick a model, type a sentence, explore every layer and head.
 
 import { $, el as make, readPageData, showError } from "../dom.js";
+import { busyLine } from "../explorer/busy.js";
 import { wireGeneration } from "../explorer/generation.js";
 import { createRunner } from "../explorer/run.js";
 import { arrowThrough, wireTabs } from "../explorer/tabs.js";
@@ -48,7 +49,6 @@ const el = {
   genSeed: $("#generate-seed"),
   genRun: $("#generate-run"),
 };
-const BUSY_AFTER_MS = 300; // a view that takes longer says so
 
 /**
  * The views. Each module exports render(scene) and may export bind(parts, set):
@@ -238,20 +238,8 @@ async function render() {
   showView(current.view);
   syncPickers();
   await plotlyReady();
-  const showBusy = () => {
-    el.busy.hidden = false;
-    el.views.setAttribute("aria-busy", "true");
-  };
-  const busy = setTimeout(showBusy, BUSY_AFTER_MS);
   const isStale = () => token !== renderToken; // a newer render began while this one awaited
-  /** A view's own words for its wait, and the share done where it knows it (0 to 1). */
-  const progress = (text, fraction = null) => {
-    if (isStale()) return;
-    el.busyText.textContent = text;
-    el.busyProgress.hidden = fraction === null;
-    if (fraction !== null) el.busyProgress.value = fraction;
-    showBusy();
-  };
+  const busy = busyLine(el, isStale);
   try {
     const scene = {
       state: current,
@@ -261,7 +249,7 @@ async function render() {
       set: state.set,
       open,
       isStale,
-      progress,
+      progress: busy.progress,
       models,
       projections,
       replaceText,
@@ -277,13 +265,7 @@ async function render() {
     if (err.name === "AbortError") return;
     if (!isStale()) viewError(current.view, err);
   } finally {
-    clearTimeout(busy);
-    if (!isStale()) {
-      el.busy.hidden = true;
-      el.busyText.textContent = "Computing this view…";
-      el.busyProgress.hidden = true;
-      el.views.removeAttribute("aria-busy");
-    }
+    busy.done();
   }
 }
 
