@@ -245,8 +245,11 @@ def _split_columns(qkv, outputs_of: list[Tensor]) -> list | bool:
     if not outputs_of:
         return False
     per_map: list[list] = [[] for _ in outputs_of]
+    generator = torch.Generator(device=qkv[0].device).manual_seed(0)  # not the global one's
     for tensor in qkv:
-        random = torch.randn(tensor.shape, dtype=tensor.dtype, device=tensor.device)
+        random = torch.randn(
+            tensor.shape, generator=generator, dtype=tensor.dtype, device=tensor.device
+        )
         found = torch.autograd.grad(tensor, outputs_of, _per_head(tensor, random),
                                     retain_graph=True, is_grads_batched=True,
                                     allow_unused=True)  # fmt: skip
