@@ -560,6 +560,13 @@ class AtlasClient:
         strongest edges; options: kind, top, focus."""
         return self.post_json("/api/attention/composition", _body(model=model, **options))
 
+    def composition_status(self, model: str) -> dict:
+        """GET /api/models/{model_id}/composition: how far scoring every pair of `model`'s heads
+        has come (the first composition() of a loaded model computes it, seconds; later ones
+        read it): a dict with state ('not computed', 'computing' or 'ready'), stage and
+        fraction. Starts nothing."""
+        return self.get_json(f"/api/models/{_quoted(model)}/composition")
+
     def patching(self, model: str, text: str, corrupted: str, exact: bool = False, **options):
         """POST /api/attention/patching (exact False: attribution patching, a dict) or
         POST /api/attention/patching/exact (exact True: an iterator of progress lines and then

@@ -154,6 +154,8 @@ def test_heads_working_together_as_arrays(atlas):
     assert found["focus"]["totals"][2] == pytest.approx(1.0, abs=1e-5)
     composed = atlas.composition(MINILM_ID, kind="k", top=5)
     assert len(composed["edges"]) == 5
+    status = atlas.composition_status(MINILM_ID)  # computed by the call above, kept
+    assert (status["state"], status["fraction"]) == ("ready", 1.0)
 
 
 def test_an_image_through_the_vision_transformer(atlas, tmp_path):
