@@ -10,6 +10,7 @@ import { api } from "./api.js";
 const RIGHT_AFTER_TRIES = 2; // wrong answers before the right one is shown
 const MAP_GRACE_MS = 3000; // once the page has drawn a map, how long the question's may take
 const NO_MAP_MS = 60000; // how long a page that draws no map at all is waited for
+const SETTLE_MS = 15000; // how long the question's map is kept in sight as the page settles
 
 const format = (w) => (w >= 0.001 ? w.toFixed(3) : w.toExponential(1));
 const plain = (html) => new DOMParser().parseFromString(String(html), "text/html").documentElement.textContent;
@@ -23,6 +24,38 @@ const rowsOf = (plot) => (plot.data[0].customdata || plot.data[0].z).length;
 export function bringIntoView(node) {
   const free = window.innerHeight - (document.querySelector(".lesson-bar")?.offsetHeight ?? 0);
   node.scrollIntoView({ block: node.getBoundingClientRect().height <= free ? "nearest" : "start" });
+}
+
+/** Whether `node` is where bringIntoView puts it: whole above the panel where it fits, else
+ * its top at the top of the window. */
+function inSight(node) {
+  const box = node.getBoundingClientRect();
+  const panel = document.querySelector(".lesson-bar")?.getBoundingClientRect().top ?? window.innerHeight;
+  return box.height <= panel ? box.top >= -1 && box.bottom <= panel + 1 : Math.abs(box.top) <= 1;
+}
+
+const LEARNER_MOVES = ["wheel", "touchmove", "keydown", "pointerdown"];
+
+/** Keeps the question's map in sight while the page settles (lines above it drawn late, a map
+ * redrawn at its final size: on a busy machine, after the first scroll), until the learner
+ * moves the page themselves or SETTLE_MS have passed. */
+function keepInSight(node) {
+  const until = Date.now() + SETTLE_MS;
+  let moved = false;
+  const stop = () => {
+    moved = true;
+  };
+  for (const kind of LEARNER_MOVES) window.addEventListener(kind, stop, { passive: true });
+  const follow = () => {
+    if (moved || Date.now() > until || !node.isConnected) {
+      for (const kind of LEARNER_MOVES) window.removeEventListener(kind, stop);
+      return;
+    }
+    if (!inSight(node)) bringIntoView(node);
+    setTimeout(follow, 250);
+  };
+  bringIntoView(node);
+  follow();
 }
 
 /** A token as the page shows it (the explorer's chip, else the map's label, "8 · street" read as
@@ -132,7 +165,7 @@ export function askKey(question, step) {
       const ours = plot.matches(question.map);
       plot.dataset.lessonBound = ours ? "1" : "other";
       plot.on("plotly_click", (event) => (ours ? answer(plot, event.points?.[0]) : elsewhere(plot)));
-      if (ours) bringIntoView(plot); // the map the question is about, above the panel
+      if (ours) keepInSight(plot); // the map the question is about, above the panel
     }
     if (!checked) check(maps);
   };

@@ -8,6 +8,7 @@ import { escapeXml } from "../export-svg.js";
 const MARGIN = { left: 56, right: 12, top: 8, bottom: 46 };
 const RADIUS = 3;
 const NEAR = 10; // pixels: the farthest a pointer may be from the point it picks
+const PICTURE_WIDTH = 720; // pixels at least of an exported picture, however narrow the screen
 
 /** About five round ticks from lo to hi. */
 function ticks(lo, hi) {
@@ -81,7 +82,8 @@ function groups(s) {
  * into `root` (emptied). options: {label (the canvas's accessible name), xTitle, yTitle, bar
  * ({label, min, max, colourAt(t)} or null), hover(s, i) -> [lines], click(s, i)}. The root
  * element gets `pixelOf(s, i)`: the point's place in client pixels (the tests click there), and
- * `picture()`: the same drawing as SVG ({svg: a <g>, width, height}) for the export buttons.
+ * `picture()`: the same drawing as SVG ({svg: a <g>, width, height}) for the export buttons, at
+ * least PICTURE_WIDTH wide (a phone's plot is redrawn wider, not scaled up).
  */
 export function drawPointCloud(root, series, options) {
   const [width, height] = size(root.clientWidth);
@@ -185,7 +187,7 @@ export function drawPointCloud(root, series, options) {
     const p = series[s].points[i];
     return [box.left + px(p[0]), box.top + py(p[1])];
   };
-  root.picture = () => pointCloudSvg(series, options, width, height);
+  root.picture = () => pointCloudSvg(series, options, ...size(Math.max(width, PICTURE_WIDTH)));
 }
 
 const fmt = (v) => String(Number(v.toPrecision(3)));
