@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from atlas_engine.models.registry import MINILM_ID
+from atlas_engine.models.registry import MINILM_ID, SMOLLM2_ID
 from attention_atlas.cli import main as atlas
 from tests.support.live import REPO, start_server
 
@@ -89,6 +89,17 @@ def load_every_model(base: str, timeout: float = 480) -> None:
             time.sleep(0.5)
             state = call(f"/api/models/{model['id']}/status")["state"]
         assert state == "ready", (model["id"], state)
+    # The composition examples' models: a loaded model's first composition scores every pair
+    # of its heads once (SmolLM2: about 5 s idle, past 10 s under the suite's load), as a
+    # served deployment's first such request would; the fuzz times the route's answers.
+    for model in (MINILM_ID, SMOLLM2_ID):
+        request = urllib.request.Request(
+            f"{base}/api/attention/composition", method="POST",
+            data=json.dumps({"model": model, "top": 1}).encode(),
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=120) as response:
+            assert response.status == 200, model
 
 
 def test_every_route_is_in_the_schema(server):
